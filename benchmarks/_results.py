@@ -1,0 +1,55 @@
+"""Shared by the benchmark scripts: where results go and what each result file records."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "graph-challenge"
+
+
+def commit() -> str:
+    """The checkout's commit, with ``+dirty`` when the tree has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def cpu_name() -> str:
+    """The CPU model, as /proc/cpuinfo names it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_result(name: str, device: str, payload: dict, out_dir: Path | None = None) -> Path:
+    """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically."""
+    from spartan_py.graph_challenge.formats import atomic_write_bytes
+
+    now = _dt.datetime.now(_dt.timezone.utc)
+    record = {
+        "benchmark": name,
+        "device": device,
+        "date": now.isoformat(timespec="seconds"),
+        "commit": commit(),
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+        "python": platform.python_version(),
+        **payload,
+    }
+    path = (out_dir or RESULTS) / f"{name}-{now:%Y%m%d-%H%M%S}.json"
+    atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
+    return path

@@ -1,0 +1,179 @@
+"""Graph Challenge on the GPU: our fused kernel against the stock-library baselines.
+
+Checks correctness first (categories against the truth, values against the CPU engine,
+no poisoned element left), then times with CUDA events, inputs and weights already on
+the device, median of ``--repeats`` runs after warm-up. Writes one result file.
+
+    python benchmarks/gc_gpu.py [--data DIR] [--repeats 20] [--generated] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
+
+import spartan_py as sp  # noqa: E402
+from spartan_py.engines.gpu import GpuEngine  # noqa: E402
+
+BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def floor_seconds(trace, bandwidth: float, smem_loads_per_s: float) -> dict:
+    """Lower bounds from the trace: device-memory bytes / bandwidth; one shared-memory
+    operand per multiply-add / the shared-memory load rate."""
+    moved = sum(r.bytes_read + r.bytes_written for r in trace)
+    macs = sum(r.rows_in * r.cols * 32 for r in trace)
+    return {"bytes": moved, "macs": macs, "memory_s": moved / bandwidth, "smem_s": macs / smem_loads_per_s}
+
+
+def time_ours(engine: GpuEngine, inputs, repeats: int) -> tuple[list[float], object]:
+    batch = engine.upload(inputs)
+    for _ in range(3):
+        engine.run_device(batch)
+    times = [engine.run_device(batch) for _ in range(repeats)]
+    return times, batch
+
+
+def check_batch(engine: GpuEngine, batch, truth, cpu_out) -> dict:
+    counts = batch.counts.get()
+    n = engine.network.neurons
+    final = batch.buffers[engine.network.layers % 2]
+    alive = int(counts[-1])
+    ids = np.sort(final.ids[:alive].get())
+    values = final.values[: alive * n].reshape(alive, n).get()
+    order = np.argsort(final.ids[:alive].get())
+    result = {"categories": alive, "live_rows_by_layer": counts[1:].tolist()}
+    result["passed_truth"] = None if truth is None else bool(np.array_equal(ids + 1, truth))
+    result["poison_left"] = int(np.isnan(values).sum())
+    if cpu_out is not None:
+        want = cpu_out.values[cpu_out.live_rows].toarray()
+        same = np.array_equal(ids, cpu_out.live_rows)
+        result["same_rows_as_cpu"] = bool(same)
+        result["max_abs_diff_vs_cpu"] = float(np.abs(values[order] - want).max()) if same and alive else None
+        result["same_live_by_layer_as_cpu"] = counts[1:].tolist() == cpu_out.live_rows_by_layer
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--baseline-repeats", type=int, default=3)
+    parser.add_argument("--generated", action="store_true", help="also time generated networks")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    import cupy as cp
+
+    payload: dict = {"workload": "official 1024 neurons x 120 layers, 60000-row proxy input"}
+    network = sp.load_network(args.data / "neuron1024")
+    inputs = sp.load_inputs(args.data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
+    truth = sp.read_truth(args.data / "neuron1024-l120-categories-proxy60k.tsv")
+    edges = 60000 * network.edges
+
+    start = time.perf_counter()
+    cpu_out = sp.make_engine("cpu", network).run(inputs)
+    log(f"cpu oracle: {cpu_out.seconds:.2f} s, {cpu_out.live_rows.size} categories ({time.perf_counter() - start:.1f} s)")
+
+    engine = GpuEngine(network)
+    device = engine.device
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    log(f"device {device}: {engine.sm_count} SMs, kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
+
+    # measured ceilings: device-to-device copy (read + write bytes) and the fused kernel's floor
+    buf = cp.empty(2**28, dtype=cp.uint8)
+    dst = cp.empty_like(buf)
+    for _ in range(3):
+        dst[...] = buf
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    e0.record()
+    for _ in range(10):
+        dst[...] = buf
+    e1.record()
+    e1.synchronize()
+    bandwidth = 2 * buf.nbytes * 10 / (cp.cuda.get_elapsed_time(e0, e1) / 1e3)
+    del buf, dst
+    clock_hz = props["clockRate"] * 1e3
+    smem_rate = engine.sm_count * 32 * clock_hz  # 32 four-byte shared loads per clock per SM
+
+    times, batch = time_ours(engine, inputs, args.repeats)
+    ours = check_batch(engine, batch, truth, cpu_out)
+    engine.run_device(batch, per_layer_times=True)
+    per_layer = batch.layer_seconds
+    trace = engine._records(batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, "proxy")
+    floors = floor_seconds(trace, bandwidth, smem_rate)
+    median = statistics.median(times)
+    ours.update({
+        "median_seconds": median, "p10_seconds": float(np.percentile(times, 10)), "p90_seconds": float(np.percentile(times, 90)),
+        "repeats": len(times), "edges_per_second": edges / median, "timing": "CUDA graph replay, events",
+        "per_layer_events_total_seconds": sum(per_layer), "first_layers_seconds": per_layer[:10],
+        "floor": floors, "gap_vs_smem_floor": median / floors["smem_s"], "gap_vs_memory_floor": median / floors["memory_s"],
+    })  # fmt: skip
+    payload["ours"] = ours
+    payload["measured_copy_bandwidth_bytes_per_s"] = bandwidth
+    log(f"ours: median {median * 1e3:.3f} ms ({edges / median:.3e} edges/s), truth {ours['passed_truth']}, "
+        f"poison {ours['poison_left']}, max diff vs cpu {ours.get('max_abs_diff_vs_cpu')}; "
+        f"floors: memory {floors['memory_s'] * 1e3:.3f} ms, smem {floors['smem_s'] * 1e3:.3f} ms")  # fmt: skip
+    del batch
+
+    baselines = {}
+    for name in BASELINES:
+        try:
+            base = sp.make_engine(name, network)
+            base.run(inputs)  # warm-up
+            runs = [base.run(inputs) for _ in range(args.baseline_repeats)]
+            out = runs[-1]
+            secs = statistics.median(r.seconds for r in runs)
+            baselines[name] = {"median_seconds": secs, "edges_per_second": edges / secs,
+                               "passed_truth": bool(np.array_equal(out.live_rows + 1, truth))}  # fmt: skip
+            log(f"{name}: {secs * 1e3:.2f} ms, truth {baselines[name]['passed_truth']}")
+            del base
+        except Exception as exc:  # a baseline that cannot run is reported, not fatal
+            baselines[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            log(f"{name}: ERROR {exc}")
+        cp.get_default_memory_pool().free_all_blocks()
+    payload["baselines"] = baselines
+    fastest = min((b["median_seconds"] for b in baselines.values() if "median_seconds" in b), default=None)
+    payload["speedup_vs_fastest_baseline"] = fastest / median if fastest else None
+
+    if args.generated:
+        generated = []
+        for neurons, layers, rows in ((1024, 120, 60000), (1024, 480, 60000), (1024, 1920, 60000),
+                                      (4096, 120, 60000), (4096, 480, 60000), (16384, 120, 20000)):  # fmt: skip
+            t0 = time.perf_counter()
+            net = sp.generate_network(neurons, layers, seed=0)
+            rows_in = sp.generate_inputs(rows, neurons, seed=0)
+            gen_engine = GpuEngine(net)
+            gtimes, gbatch = time_ours(gen_engine, rows_in, 5)
+            counts = gbatch.counts.get()
+            secs = statistics.median(gtimes)
+            entry = {"neurons": neurons, "layers": layers, "rows": rows, "median_seconds": secs,
+                     "edges_per_second": rows * net.edges / secs, "live_fraction_end": int(counts[-1]) / rows,
+                     "row_layers": int(counts[:-1].sum())}  # fmt: skip
+            generated.append(entry)
+            log(f"generated {neurons}x{layers}, {rows} rows: {secs * 1e3:.2f} ms, {entry['edges_per_second']:.3e} edges/s, "
+                f"live at end {entry['live_fraction_end']:.2%} (set-up {time.perf_counter() - t0:.0f} s)")  # fmt: skip
+            del gbatch, gen_engine
+            cp.get_default_memory_pool().free_all_blocks()
+        payload["generated"] = generated
+
+    path = write_result("gc_gpu", device, payload, args.out)
+    log(f"wrote {path}")
+    print(f"RESULT ours {median * 1e3:.3f} ms; fastest baseline {fastest * 1e3 if fastest else float('nan'):.2f} ms; "
+          f"speed-up {payload['speedup_vs_fastest_baseline'] or float('nan'):.1f}x; truth {ours['passed_truth']}")  # fmt: skip
+    return 0 if ours["passed_truth"] and ours["poison_left"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

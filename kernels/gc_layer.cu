@@ -1,0 +1,165 @@
+// Sparse DNN Graph Challenge: one fused layer Y_out = min(clamp, ReLU(Y_in @ W + bias)),
+// the bias only on non-zero entries of Y_in @ W, with on-device live-row compaction and a
+// fused sparsity monitor. Compiled at run time by CuPy (RawModule, name expressions for the
+// template instances) and, in CI, by nvcc for sm_80 and sm_90.
+//
+// Layout
+//   y_in, y_out : live rows only, row-major [rows x n] float32.
+//   ids_in/out  : the input-row number of each live row.
+//   w_idx,w_val : padded ELL, k-major: input index / weight of output j's k-th input at
+//                 [k * n + j] (coalesced across j). Padding: index 0, weight 0.
+//   counts      : counts[l] = live rows entering layer l (0-based); this kernel reads
+//                 counts[layer] and adds its survivors to counts[layer + 1]. The host never
+//                 needs a row count between layers.
+//   nnz_counts  : nnz_counts[layer + 1] += non-zeros written by this layer.
+//   tile_nnz    : optional monitor, per output row: non-zeros of each 32-column tile
+//                 [row * (n / 32) + tile]; row_nnz: optional per-row non-zero count.
+//
+// Work split: a block of THREADS threads holds a tile of R rows in shared memory; thread t
+// owns output columns t, t + THREADS, ... (CPT of them). For each of its columns it walks
+// the column's K inputs once, reusing each weight for the R rows. The tile's rows are
+// overwritten in place with their outputs (after a barrier), then the live ones are copied
+// out to a compacted position taken with one atomicAdd per tile. The grid is persistent:
+// blocks stride over tiles until counts[layer] is exhausted.
+
+#ifndef GC_THREADS
+#define GC_THREADS 512
+#endif
+
+template <int R, int CPT>
+__device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, const unsigned short* __restrict__ w_idx,
+                                                const float* __restrict__ w_val, float w_uniform, int n, int k,
+                                                float bias, float clamp, float (&out)[CPT][R]) {
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+        const int j = c * GC_THREADS + threadIdx.x;
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+        for (int kk = 0; kk < k; ++kk) {
+            const int i = __ldg(w_idx + (size_t)kk * n + j);
+            const float w = w_val ? __ldg(w_val + (size_t)kk * n + j) : w_uniform;
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] = fmaf(w, tile[r * n + i], acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float z = acc[r];
+            const float y = fminf(fmaxf(z + bias, 0.0f), clamp);
+            out[c][r] = (z != 0.0f) ? y : 0.0f;
+        }
+    }
+}
+
+template <int R, int CPT>
+__global__ void __launch_bounds__(GC_THREADS)
+gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
+         const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
+         float* __restrict__ y_out, int* __restrict__ ids_out,
+         const unsigned short* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform, int k,
+         int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer,
+         int* __restrict__ tile_nnz, int* __restrict__ row_nnz,
+         float bias, float clamp) {
+    constexpr int N = CPT * GC_THREADS;
+    constexpr int TILES_PER_ROW = N / 32;
+    extern __shared__ float tile[];                 // R * N floats
+    __shared__ int s_row_count[R];
+    __shared__ int s_tile_count[R][TILES_PER_ROW];
+    __shared__ int s_rank[R];
+    __shared__ int s_base;
+
+    const int rows = counts[layer];
+    const int n_tiles = (rows + R - 1) / R;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const int first = t * R;
+        // 1. load the tile (rows past the end are zero)
+        if (csr_ptr) {
+            for (int e = threadIdx.x; e < R * N; e += GC_THREADS) tile[e] = 0.0f;
+            __syncthreads();
+            for (int r = warp; r < R; r += GC_THREADS / 32) {
+                const int row = first + r;
+                if (row < rows) {
+                    for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) tile[r * N + csr_idx[e]] = csr_val[e];
+                }
+            }
+        } else {
+            const float4* src = reinterpret_cast<const float4*>(y_in + (size_t)first * N);
+            float4* dst = reinterpret_cast<float4*>(tile);
+            const int valid = min(R, rows - first) * (N / 4);
+            for (int e = threadIdx.x; e < R * N / 4; e += GC_THREADS)
+                dst[e] = e < valid ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
+        __syncthreads();
+
+        // 2. compute every output of the tile into registers
+        float out[CPT][R];
+        gc_tile_compute<R, CPT>(tile, w_idx, w_val, w_uniform, N, k, bias, clamp, out);
+        __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
+
+        // 3. store in place and count non-zeros per row and per 32-column tile (the monitor)
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) {
+            const int j = c * GC_THREADS + threadIdx.x;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                tile[r * N + j] = out[c][r];
+                const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
+                if (lane == 0) {
+                    s_tile_count[r][j >> 5] = lit;
+                    if (lit) atomicAdd(&s_row_count[r], lit);
+                }
+            }
+        }
+        __syncthreads();
+
+        // 4. live rows of the tile get consecutive output positions
+        if (warp == 0) {
+            const bool live = lane < R && first + lane < rows && s_row_count[lane] > 0;
+            const unsigned mask = __ballot_sync(0xffffffffu, live);
+            if (lane < R) s_rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+            int tile_nnz_sum = (lane < R && live) ? s_row_count[lane] : 0;
+            for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
+            if (lane == 0) {
+                const int n_live = __popc(mask);
+                s_base = n_live ? atomicAdd(&counts[layer + 1], n_live) : 0;
+                if (tile_nnz_sum) atomicAdd(&nnz_counts[layer + 1], (unsigned long long)tile_nnz_sum);
+            }
+        }
+        __syncthreads();
+
+        // 5. copy the live rows out, coalesced, with their ids and monitor counts
+        for (int r = 0; r < R; ++r) {
+            const int rank = s_rank[r];
+            if (rank < 0) continue;
+            const size_t dst_row = (size_t)s_base + rank;
+            const float4* src = reinterpret_cast<const float4*>(tile + r * N);
+            float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
+            for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
+            if (threadIdx.x == 0) {
+                ids_out[dst_row] = csr_ptr ? first + r : ids_in[first + r];
+                if (row_nnz) row_nnz[dst_row] = s_row_count[r];
+            }
+            if (tile_nnz)
+                for (int e = threadIdx.x; e < TILES_PER_ROW; e += GC_THREADS) tile_nnz[dst_row * TILES_PER_ROW + e] = s_tile_count[r][e];
+        }
+        __syncthreads();  // the tile buffer is reused by the next iteration
+    }
+}
+
+// Instances used by the engine: (rows per tile, columns per thread) for n = CPT * 512.
+template __global__ void gc_layer<16, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                         int*, int*, float, float);
+template __global__ void gc_layer<8, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                        int*, int*, float, float);
+template __global__ void gc_layer<4, 8>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                        int*, int*, float, float);
+template __global__ void gc_layer<1, 32>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                         int*, int*, float, float);

@@ -1,0 +1,153 @@
+"""The Python API for Graph Challenge inference: resolve a network and inputs, run, check."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines import make_engine
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.formats import read_truth
+from spartan_py.graph_challenge.generate import generate_inputs, generate_network
+from spartan_py.graph_challenge.network import Network, load_inputs, load_network
+from spartan_py.trace import TraceRecord
+
+
+@dataclass
+class InferenceResult:
+    """Everything a Graph Challenge run produced.
+
+    ``categories`` are the 1-based indices of the input rows still non-zero after the last
+    layer. ``seconds`` is inference alone (no file reading, no weight preparation);
+    ``edges_per_second`` = rows x total edges / seconds, the challenge's rate.
+    """
+
+    backend: str
+    device: str
+    neurons: int
+    layers: int
+    rows: int
+    edges: int
+    categories: np.ndarray
+    live_rows_by_layer: list[int]
+    nonzeros_by_layer: list[int]
+    seconds: float
+    load_seconds: float
+    prepare_seconds: float
+    values: sp.csr_matrix
+    passed: bool | None = None
+    simulated: bool = False
+    trace: list[TraceRecord] = field(default_factory=list)
+
+    @property
+    def edges_per_second(self) -> float:
+        """Challenge rate: inputs x edges / inference seconds."""
+        return self.rows * self.edges / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> dict:
+        """The run as a JSON-ready dict (no arrays but the per-layer counts)."""
+        return {
+            "backend": self.backend,
+            "device": self.device,
+            "neurons": self.neurons,
+            "layers": self.layers,
+            "rows": self.rows,
+            "edges": self.edges,
+            "categories": int(self.categories.size),
+            "passed": self.passed,
+            "seconds": self.seconds,
+            "load_seconds": self.load_seconds,
+            "prepare_seconds": self.prepare_seconds,
+            "edges_per_second": self.edges_per_second,
+            "simulated": self.simulated,
+            "live_rows_by_layer": [int(v) for v in self.live_rows_by_layer],
+            "nonzeros_by_layer": [int(v) for v in self.nonzeros_by_layer],
+        }
+
+
+def _generated_spec(spec: str, what: str) -> tuple[int, int]:
+    """Parse ``generated:A[:SEED]`` into (A, SEED)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise InputError(f"bad {what} {spec!r}: expected 'generated:N' or 'generated:N:SEED'")
+    try:
+        numbers = [int(p) for p in parts[1:]]
+    except ValueError:
+        raise InputError(f"bad {what} {spec!r}: N and SEED must be integers") from None
+    return numbers[0], numbers[1] if len(numbers) > 1 else 0
+
+
+def resolve_network(spec: str | Path | Network, layers: int | None = None) -> Network:
+    """A network from a directory path, ``generated:N[:SEED]``, or an existing :class:`Network`.
+
+    ``layers`` truncates a loaded network (or sets a generated one's depth; default 120).
+    """
+    if isinstance(spec, Network):
+        return spec if layers is None else spec.truncated(layers)
+    text = str(spec)
+    if text.startswith("generated:"):
+        neurons, seed = _generated_spec(text, "network")
+        return generate_network(neurons, 120 if layers is None else layers, seed)
+    return load_network(text, layers=layers)
+
+
+def resolve_inputs(spec: str | Path | sp.spmatrix, neurons: int, rows: int | None = None) -> sp.csr_matrix:
+    """Input rows from a TSV/MTX path, ``generated:ROWS[:SEED]`` or a sparse matrix."""
+    if sp.issparse(spec):
+        matrix = sp.csr_matrix(spec, dtype=np.float32)
+        if matrix.shape[1] != neurons:
+            raise InputError(f"inputs have {matrix.shape[1]} columns; the network has {neurons} neurons")
+        return matrix
+    text = str(spec)
+    if text.startswith("generated:"):
+        count, seed = _generated_spec(text, "inputs")
+        return generate_inputs(count, neurons, seed)
+    return load_inputs(text, neurons, rows=rows)
+
+
+def infer(
+    network: Network,
+    inputs: sp.spmatrix,
+    *,
+    backend: str = "auto",
+    truth: np.ndarray | str | Path | None = None,
+    run_id: str = "",
+    load_seconds: float = 0.0,
+    **engine_options,
+) -> InferenceResult:
+    """Run ``network`` over ``inputs`` on ``backend`` and check against ``truth`` if given.
+
+    ``truth`` is an array of 1-based categories or a truth file path. ``backend`` is a name
+    from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
+    """
+    inputs = resolve_inputs(inputs, network.neurons)
+    if truth is not None and not isinstance(truth, np.ndarray):
+        truth = read_truth(truth)
+    started = time.perf_counter()
+    engine = make_engine(backend, network, **engine_options)
+    prepare_seconds = time.perf_counter() - started
+    output = engine.run(inputs, run_id=run_id)
+    categories = output.live_rows.astype(np.int64) + 1
+    passed = None if truth is None else bool(np.array_equal(categories, np.asarray(truth, dtype=np.int64)))
+    return InferenceResult(
+        backend=engine.name,
+        device=output.device,
+        neurons=network.neurons,
+        layers=network.layers,
+        rows=inputs.shape[0],
+        edges=network.edges,
+        categories=categories,
+        live_rows_by_layer=output.live_rows_by_layer,
+        nonzeros_by_layer=output.nonzeros_by_layer,
+        seconds=output.seconds,
+        load_seconds=load_seconds,
+        prepare_seconds=prepare_seconds,
+        values=output.values,
+        passed=passed,
+        simulated=output.simulated,
+        trace=output.trace,
+    )

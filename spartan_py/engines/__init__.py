@@ -1,0 +1,65 @@
+"""Inference backends and how to pick one by name."""
+
+from __future__ import annotations
+
+import importlib
+
+from spartan_py.engines.base import Engine, EngineOutput
+from spartan_py.errors import BackendUnavailableError, InputError
+from spartan_py.graph_challenge.network import Network
+
+#: Backend name -> "module:Class". Imported on first use, so CuPy is only imported when a
+#: GPU backend is asked for.
+BACKENDS: dict[str, str] = {
+    "reference": "spartan_py.engines.reference:ReferenceEngine",
+    "cpu": "spartan_py.engines.cpu:CpuEngine",
+    "gpu": "spartan_py.engines.gpu:GpuEngine",
+    "gpu-cusparse-spgemm": "spartan_py.engines.gpu_baselines:CusparseSpgemmEngine",
+    "gpu-cusparse-spmm": "spartan_py.engines.gpu_baselines:CusparseSpmmEngine",
+    "gpu-cublas-dense": "spartan_py.engines.gpu_baselines:CublasDenseEngine",
+    "gpu-dense-compact": "spartan_py.engines.gpu_baselines:DenseCompactEngine",
+}
+BACKEND_CHOICES = ("auto", *BACKENDS)
+
+
+def engine_class(name: str) -> type[Engine]:
+    """The engine class registered as ``name`` (not ``auto``)."""
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise InputError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_CHOICES)}") from None
+    module_name, class_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendUnavailableError(f"backend {name!r} is unavailable: {exc}") from None
+    return getattr(module, class_name)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot run here, or None when it can."""
+    try:
+        return engine_class(name).unavailable_reason()
+    except BackendUnavailableError as exc:
+        return str(exc)
+
+
+def resolve_backend(name: str) -> str:
+    """``auto`` -> ``gpu`` when a usable GPU is present, else ``cpu``; other names unchanged."""
+    if name != "auto":
+        engine_class(name)  # unknown names fail here, with the list of choices
+        return name
+    return "gpu" if unavailable_reason("gpu") is None else "cpu"
+
+
+def make_engine(name: str, network: Network, **options) -> Engine:
+    """A ready engine for ``network``; raises :class:`BackendUnavailableError` with the reason."""
+    name = resolve_backend(name)
+    cls = engine_class(name)
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailableError(f"backend {name!r} is unavailable: {reason}")
+    return cls(network, **options)
+
+
+__all__ = ["BACKENDS", "BACKEND_CHOICES", "Engine", "EngineOutput", "make_engine", "resolve_backend", "unavailable_reason"]

@@ -1,0 +1,72 @@
+"""What every inference engine provides, and what a run of one returns."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord
+
+
+@dataclass
+class EngineOutput:
+    """The outcome of running a network over input rows.
+
+    ``live_rows`` are the 0-based input rows with a non-zero after the last layer (sorted);
+    ``values`` holds the final activations of every row (rows x neurons, float32 CSR).
+    ``seconds`` is inference time only: no file reading, no weight preparation.
+    """
+
+    live_rows: np.ndarray
+    values: sp.csr_matrix
+    live_rows_by_layer: list[int]
+    nonzeros_by_layer: list[int]
+    seconds: float
+    device: str
+    trace: list[TraceRecord] = field(default_factory=list)
+    simulated: bool = False
+
+
+class Engine(ABC):
+    """An inference backend, ready to run once constructed.
+
+    The constructor does all one-off preparation (weight format conversion, compilation,
+    transfers), so that :meth:`run` times inference alone.
+    """
+
+    name: str = "?"
+
+    def __init__(self, network: Network):
+        self.network = network
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this backend cannot run here, or None when it can."""
+        return None
+
+    @property
+    @abstractmethod
+    def device(self) -> str:
+        """What the engine runs on, in words (e.g. ``cpu: 2 threads``)."""
+
+    @abstractmethod
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        """Run every layer of the network over ``inputs`` (rows x neurons CSR)."""
+
+
+def weight_bytes(matrix: sp.spmatrix) -> int:
+    """Bytes of a compressed sparse weight matrix: values, indices and pointers."""
+    return int(matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes)
+
+
+def live_rows_matrix(live_rows: np.ndarray, values: np.ndarray, total_rows: int) -> sp.csr_matrix:
+    """A ``total_rows`` x N CSR matrix whose rows ``live_rows`` (sorted) are ``values`` (live x N)."""
+    dense = sp.csr_matrix(np.asarray(values, dtype=np.float32))
+    counts = np.zeros(total_rows, dtype=np.int64)
+    counts[live_rows] = np.diff(dense.indptr)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    return sp.csr_matrix((dense.data, dense.indices, indptr), shape=(total_rows, dense.shape[1]))

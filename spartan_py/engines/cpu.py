@@ -1,0 +1,192 @@
+"""The CPU engine: Numba kernels (``parallel=True``) with live-row compaction."""
+
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines import cpu_kernels
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord
+
+#: Default bound on the activation buffer of one batch of rows.
+DEFAULT_BATCH_BYTES = 512 * 2**20
+#: Repack live lanes into full tiles when fewer than this share of the computed lanes live.
+REPACK_OCCUPANCY = 0.9
+
+
+class _GatherWeights:
+    """One layer in the kernels' format: padded ELL (inputs of each output neuron) plus out-degrees."""
+
+    def __init__(self, matrix: sp.csr_matrix):
+        csc = sp.csc_matrix(matrix, dtype=np.float32)
+        csc.sort_indices()
+        neurons = matrix.shape[0]
+        self.index, self.weight = cpu_kernels.padded_ell(csc.indptr, csc.indices, csc.data, neurons)
+        self.degree = np.asarray(matrix.getnnz(axis=1), dtype=np.int64)
+        self.nnz = int(csc.nnz)
+        self.nbytes = int(self.index.nbytes + self.weight.nbytes)
+
+    def args(self):
+        return self.index, self.weight, self.degree
+
+
+class CpuEngine(Engine):
+    """Numba engine: dense live rows in 16-row tiles, gathers over each output's inputs."""
+
+    name = "cpu"
+
+    def __init__(self, network: Network, *, batch_bytes: int = DEFAULT_BATCH_BYTES):
+        super().__init__(network)
+        # two lane-major buffers of batch_rows x neurons float32 each
+        self.batch_rows = max(cpu_kernels.TILE_ROWS, batch_bytes // (8 * network.neurons))
+        self._layers = [_GatherWeights(w) for w in network.weights]
+        self._bias = np.float32(network.bias)
+        self._clamp = np.float32(network.clamp)
+        self._warm_up()
+
+    @property
+    def device(self) -> str:
+        return f"cpu (Numba, {numba.get_num_threads()} threads)"
+
+    def _warm_up(self) -> None:
+        """Compile (or load from Numba's cache) every kernel before anything is timed.
+
+        The probe has a saturated row, which lives through the later-layer kernel, and a
+        row of one pixel, which dies in layer 1 and so makes the repack kernel run.
+        """
+        neurons = self.network.neurons
+        probe = sp.csr_matrix(
+            (np.ones(neurons + 1, dtype=np.float32), np.r_[np.arange(neurons), 0].astype(np.int32), [0, neurons, neurons + 1]),
+            shape=(2, neurons),
+        )
+        layers = min(3, len(self._layers))
+        self._run_batch(probe, np.arange(2, dtype=np.int64), layers=layers, run_id="", records=None)
+
+    def _run_batch(self, inputs, rows, *, layers, run_id, records):
+        """Run ``layers`` layers over input ``rows``.
+
+        Returns (input rows live at the end, their final values (live x neurons), live rows
+        per layer, non-zeros per layer).
+        """
+        neurons = self.network.neurons
+        lanes = cpu_kernels.TILE_ROWS
+        tiles = -(-rows.size // lanes)
+        current = np.empty((tiles, neurons, lanes), dtype=np.float32)
+        spare = np.empty_like(current)
+        lane_rows = np.full(tiles * lanes, -1, dtype=np.int64)
+        lane_rows[: rows.size] = rows
+        lane_nnz = np.zeros((tiles, lanes), dtype=np.int64)
+        useful = np.zeros(tiles, dtype=np.int64)
+        filled = rows.size
+        live_counts, nnz_counts = [], []
+        nnz_in = int(inputs[rows].nnz) if records is not None else 0
+        for index in range(layers):
+            layer = self._layers[index]
+            tiles = -(-filled // lanes)
+            fill = np.minimum(lanes, filled - lanes * np.arange(tiles)).astype(np.int64)
+            lane_nnz[:tiles] = 0
+            start = time.perf_counter()
+            if index == 0:
+                cpu_kernels.layer_from_csr(
+                    inputs.indptr, inputs.indices, inputs.data, lane_rows.reshape(-1, lanes), fill,
+                    spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful,
+                )  # fmt: skip
+            else:
+                cpu_kernels.layer_tiles(
+                    current[:tiles], fill, spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful
+                )
+            current, spare = spare, current
+            alive = lane_nnz[:tiles] > 0
+            live = int(alive.sum())
+            nnz_out = int(lane_nnz[:tiles].sum())
+            elapsed = time.perf_counter() - start
+            repacked = live < REPACK_OCCUPANCY * filled
+            if repacked:
+                src_tile, src_lane = np.divmod(np.flatnonzero(alive), lanes)  # C-contiguous, one kernel signature
+                cpu_kernels.repack(current, src_tile, src_lane, spare)
+                current, spare = spare, current
+                lane_rows[:live] = lane_rows.reshape(-1, lanes)[src_tile, src_lane]
+                filled = live
+            live_counts.append(live)
+            nnz_counts.append(nnz_out)
+            if records is not None:
+                records.append(
+                    TraceRecord(
+                        run=run_id,
+                        layer=index + 1,
+                        kernel="cpu.tile_layer",
+                        variant="csr-input" if index == 0 else "lane-tiles",
+                        rows_in=int(fill.sum()),
+                        rows_out=live,
+                        cols=neurons,
+                        nnz_in=nnz_in,
+                        nnz_out=nnz_out,
+                        tiles_total=tiles,
+                        tile_rows=lanes,
+                        tile_cols=neurons,
+                        bytes_read=(nnz_in * 8 if index == 0 else int(fill.sum()) * neurons * 4) + layer.nbytes,
+                        bytes_written=int(fill.sum()) * neurons * 4,
+                        useful_macs=int(useful[:tiles].sum()),
+                        executed_macs=int(fill.sum()) * layer.nnz,
+                        measured_us=elapsed * 1e6,
+                        device="cpu",
+                    )
+                )
+                if repacked:
+                    records.append(
+                        TraceRecord(
+                            run=run_id, layer=index + 1, kernel="cpu.repack", rows_in=live, rows_out=live,
+                            cols=neurons, nnz_in=nnz_out, nnz_out=nnz_out, tile_rows=lanes, tile_cols=neurons,
+                            bytes_read=live * neurons * 4, bytes_written=live * neurons * 4,
+                            measured_us=(time.perf_counter() - start) * 1e6 - elapsed * 1e6, device="cpu",
+                        )
+                    )  # fmt: skip
+            nnz_in = nnz_out
+            if live == 0:
+                live_counts += [0] * (layers - index - 1)
+                nnz_counts += [0] * (layers - index - 1)
+                break
+        # Live lanes of the final layout: after a repack, exactly the first ``filled`` lanes.
+        final_lanes = np.arange(filled) if repacked else np.flatnonzero(alive)
+        final_tile, final_lane = np.divmod(final_lanes, lanes)
+        values = current[final_tile, :, final_lane] if final_lanes.size else np.zeros((0, neurons), np.float32)
+        final_rows = lane_rows[final_lanes]
+        order = np.argsort(final_rows, kind="stable")
+        return final_rows[order], values[order], live_counts, nnz_counts
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        inputs.indices = inputs.indices.astype(np.int32, copy=False)
+        trace: list[TraceRecord] = []
+        live_total = np.zeros(network.layers, dtype=np.int64)
+        nnz_total = np.zeros(network.layers, dtype=np.int64)
+        live_parts, value_parts = [], []
+        start = time.perf_counter()
+        candidates = np.flatnonzero(np.diff(inputs.indptr)).astype(np.int64)
+        for first in range(0, candidates.size, self.batch_rows):
+            rows = candidates[first : first + self.batch_rows]
+            final_rows, values, live, nnz = self._run_batch(
+                inputs, rows, layers=network.layers, run_id=run_id, records=trace
+            )
+            live_total += live
+            nnz_total += nnz
+            live_parts.append(final_rows)
+            value_parts.append(values)
+        seconds = time.perf_counter() - start
+        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, dtype=np.int64)
+        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+        return EngineOutput(
+            live_rows=live_rows,
+            values=live_rows_matrix(live_rows, values, inputs.shape[0]),
+            live_rows_by_layer=live_total.tolist(),
+            nonzeros_by_layer=nnz_total.tolist(),
+            seconds=seconds,
+            device=self.device,
+            trace=trace,
+        )

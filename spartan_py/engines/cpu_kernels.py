@@ -1,0 +1,147 @@
+"""Numba kernels of the CPU engine.
+
+Activations of a batch of rows live in a *lane-major* tile buffer of shape
+``(tiles, neurons, TILE_ROWS)``: each input row is a lane, and one neuron's values for the
+tile's rows are contiguous. Output neuron ``j`` is a weighted sum of the tile rows of its
+inputs, computed across the lanes with SIMD. Layers ping-pong between two such buffers, so
+no layer transposes anything; when rows die, the live lanes are repacked into full tiles
+(:func:`repack`), which is the compaction step. Weights are in padded
+ELL form: ``index[j, g, 0:8]`` and ``weight[j, g, 0:8]`` hold group ``g`` of ``j``'s
+inputs, padding having weight 0. Summing eight terms per pass over the output row keeps the
+accumulator out of memory for seven of every eight weights, which is what lets LLVM
+vectorise the loop (a one-weight-at-a-time loop stays scalar: measured 1.2 vs 9 GMAC/s).
+
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+#: Rows per tile. 128 rows x 1024 neurons x 4 B = 512 KiB per tile, inside a core's L2.
+TILE_ROWS = 128
+#: Inputs per ELL group (terms summed per pass over an output row).
+GROUP = 8
+
+# Only contraction (FMA) and reassociation inside the 8-term sums; no NaN/Inf shortcuts,
+# so the zero tests of the epilogue keep their meaning.
+_MATH = {"contract", "reassoc"}
+
+
+@numba.njit(fastmath=_MATH, inline="always")
+def _output_row(tile, index, weight, j, dst, lanes):
+    """``dst[:lanes] = sum_k weight[j, k] * tile[index[j, k], :lanes]``."""
+    for g in range(index.shape[1]):
+        i = index[j, g]
+        w = weight[j, g]
+        t0, t1, t2, t3 = tile[i[0]], tile[i[1]], tile[i[2]], tile[i[3]]
+        t4, t5, t6, t7 = tile[i[4]], tile[i[5]], tile[i[6]], tile[i[7]]
+        w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
+        if g == 0:
+            for b in range(lanes):
+                dst[b] = (w0 * t0[b] + w1 * t1[b] + w2 * t2[b] + w3 * t3[b]) + (
+                    w4 * t4[b] + w5 * t5[b] + w6 * t6[b] + w7 * t7[b]
+                )
+        else:
+            for b in range(lanes):
+                dst[b] += (w0 * t0[b] + w1 * t1[b] + w2 * t2[b] + w3 * t3[b]) + (
+                    w4 * t4[b] + w5 * t5[b] + w6 * t6[b] + w7 * t7[b]
+                )
+
+
+@numba.njit(fastmath=_MATH, inline="always")
+def _layer_tile(tile, out, lanes, index, weight, bias, clamp, nnz):
+    """Compute lanes ``0:lanes`` of a tile's outputs ``out`` (neurons, TILE_ROWS) with bias,
+    ReLU and clamp, and count each lane's non-zeros into ``nnz``.
+
+    Every array here is a whole C-contiguous tile: a sliced (strided) view would stop LLVM
+    from vectorising the lane loops.
+    """
+    zero = np.float32(0.0)
+    nnz[:] = 0
+    if index.shape[1] == 0:  # a layer without weights: every output is exactly zero
+        out[:, :] = zero
+        return
+    for j in range(out.shape[0]):
+        dst = out[j]
+        _output_row(tile, index, weight, j, dst, lanes)
+        for b in range(lanes):
+            z = dst[b]
+            y = min(max(z + bias, zero), clamp)
+            y = y if z != zero else zero
+            dst[b] = y
+            nnz[b] += 1 if y != zero else 0
+
+
+@numba.njit(parallel=True, cache=True)
+def layer_from_csr(indptr, indices, data, lane_rows, fill, out, index, weight, degree, bias, clamp, lane_nnz, useful):
+    """First layer: lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``.
+
+    Writes the outputs to ``out[t, :, :fill[t]]``, each lane's non-zero count to
+    ``lane_nnz[t, b]`` and the tile's useful multiply-adds (non-zero activation x weight
+    pairs, ``degree[i]`` being input ``i``'s out-degree) to ``useful[t]``.
+    """
+    tiles, neurons = out.shape[0], out.shape[1]
+    for t in prange(tiles):
+        n = fill[t]
+        tile = np.zeros((neurons, TILE_ROWS), dtype=np.float32)
+        work = 0
+        for b in range(n):
+            row = lane_rows[t, b]
+            for k in range(indptr[row], indptr[row + 1]):
+                if data[k] != 0:
+                    tile[indices[k], b] = data[k]
+                    work += degree[indices[k]]
+        useful[t] = work
+        _layer_tile(tile, out[t], n, index, weight, bias, clamp, lane_nnz[t])
+
+
+@numba.njit(parallel=True, cache=True)
+def layer_tiles(source, fill, out, index, weight, degree, bias, clamp, lane_nnz, useful):
+    """Later layers: ``out[t, :, :fill[t]]`` = the layer applied to ``source[t, :, :fill[t]]``."""
+    tiles, neurons = source.shape[0], source.shape[1]
+    for t in prange(tiles):
+        n = fill[t]
+        tile = source[t]
+        work = 0
+        for i in range(neurons):
+            lit = 0
+            for b in range(n):
+                lit += 1 if tile[i, b] != 0 else 0
+            work += lit * degree[i]
+        useful[t] = work
+        _layer_tile(tile, out[t], n, index, weight, bias, clamp, lane_nnz[t])
+
+
+@numba.njit(parallel=True, cache=True)
+def repack(source, src_tile, src_lane, out):
+    """Gather lanes ``(src_tile[k], src_lane[k])`` of ``source`` into lane ``k`` of ``out`` (in order)."""
+    count = src_tile.size
+    neurons = source.shape[1]
+    tiles = (count + TILE_ROWS - 1) // TILE_ROWS
+    for t in prange(tiles):
+        start = t * TILE_ROWS
+        n = min(TILE_ROWS, count - start)
+        target = out[t]
+        for i in range(neurons):
+            for b in range(n):
+                target[i, b] = source[src_tile[start + b], i, src_lane[start + b]]
+
+
+def padded_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int):
+    """CSC weights -> padded ELL ``(index, weight)`` of shape (neurons, groups, GROUP).
+
+    Padding entries point at input 0 with weight 0, which adds exactly zero (activations
+    are finite).
+    """
+    degree = np.diff(col_ptr)
+    groups = int(-(-degree.max(initial=0) // GROUP))
+    width = groups * GROUP
+    index = np.zeros((neurons, width), dtype=np.int32)
+    weight = np.zeros((neurons, width), dtype=np.float32)
+    slot = np.arange(row_index.size) - np.repeat(col_ptr[:-1], degree)
+    column = np.repeat(np.arange(neurons), degree)
+    index[column, slot] = row_index
+    weight[column, slot] = values
+    return index.reshape(neurons, groups, GROUP), weight.reshape(neurons, groups, GROUP)

@@ -1,0 +1,299 @@
+"""The GPU engine: our fused CUDA layer kernel (``kernels/gc_layer.cu``) driven by CuPy.
+
+One launch per layer, sizes kept on the device: layer ``l`` reads its live-row count from
+``counts[l]`` and adds its survivors to ``counts[l + 1]``; the host synchronises once, at
+the end. Weights and inputs are uploaded before timing; ``seconds`` is measured with CUDA
+events around the layer launches only.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.cpu_kernels import padded_ell
+from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
+from spartan_py.graph_challenge.network import Network
+from spartan_py.resources import kernel_source
+from spartan_py.trace import TraceRecord
+
+THREADS = 512
+#: neurons -> (rows per tile, columns per thread) of the kernel instance used.
+TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
+
+
+def import_cupy():
+    """CuPy, whichever wheel provides it; BackendUnavailableError when absent or GPU-less."""
+    try:
+        import cupy
+    except ImportError as exc:
+        raise BackendUnavailableError(f"CuPy is not installed ({exc}); install spartan-py[gpu] or [gpu-cuda13]") from None
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise BackendUnavailableError("no CUDA device is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise BackendUnavailableError(f"no usable CUDA device: {exc}") from None
+    return cupy
+
+
+def device_name(cupy) -> str:
+    """Name of the current CUDA device, e.g. 'NVIDIA H100 80GB HBM3'."""
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _layer_kernels(device_id: int):
+    """Compile kernels/gc_layer.cu once per device; returns {(R, CPT): RawKernel}."""
+    import cupy
+
+    names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in TILE_SHAPES.values()}
+    names[(8, 2)] = "gc_layer<8, 2>"
+    module = cupy.RawModule(
+        code=kernel_source("gc_layer.cu"),
+        options=("-std=c++17", f"-DGC_THREADS={THREADS}"),
+        name_expressions=list(names.values()),
+    )
+    return {shape: module.get_function(name) for shape, name in names.items()}
+
+
+@dataclass
+class _DeviceLayer:
+    index: object  # cupy uint16 [K * N], k-major
+    weight: object | None  # cupy float32 [K * N], or None when every weight equals `uniform`
+    uniform: float
+    inputs_per_output: int
+    nnz: int
+    nbytes: int
+
+
+class GpuEngine(Engine):
+    """Fused layer kernel with on-device compaction and a fused per-tile sparsity monitor."""
+
+    name = "gpu"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import_cupy()
+        except BackendUnavailableError as exc:
+            return str(exc)
+        return None
+
+    def __init__(self, network: Network, *, monitor: bool = True, use_graph: bool = True, rows_per_tile: int | None = None):
+        super().__init__(network)
+        cp = self.cp = import_cupy()
+        if network.neurons not in TILE_SHAPES:
+            sizes = ", ".join(str(n) for n in TILE_SHAPES)
+            raise BackendUnavailableError(f"the gpu engine handles {sizes} neurons, not {network.neurons}")
+        shape = TILE_SHAPES[network.neurons]
+        if rows_per_tile is not None:
+            shape = (rows_per_tile, shape[1])
+        self.rows_per_tile, self.cols_per_thread = shape
+        self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
+        self.shared_bytes = self.rows_per_tile * network.neurons * 4
+        self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+        self.monitor = monitor
+        self.use_graph = use_graph
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        self.sm_count = props["multiProcessorCount"]
+        self._device = device_name(cp)
+        self.layers = [self._upload_layer(w) for w in network.weights]
+        self._graphs: dict[int, object] = {}
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _upload_layer(self, matrix: sp.csr_matrix) -> _DeviceLayer:
+        cp = self.cp
+        csc = sp.csc_matrix(matrix, dtype=np.float32)
+        csc.sort_indices()
+        n = matrix.shape[0]
+        index, weight = padded_ell(csc.indptr, csc.indices, csc.data, n)
+        k = index.shape[1] * index.shape[2]
+        index = index.reshape(n, k).T.copy()  # k-major: coalesced across output columns
+        weight = weight.reshape(n, k).T.copy()
+        values = csc.data
+        uniform = bool(values.size) and bool(np.all(values == values[0])) and bool(np.all(np.diff(csc.indptr) == k))
+        try:
+            d_index = cp.asarray(index.astype(np.uint16).ravel())
+            d_weight = None if uniform else cp.asarray(weight.ravel())
+        except cp.cuda.memory.OutOfMemoryError:
+            raise DeviceMemoryError(f"layer weights ({index.nbytes // 2 + weight.nbytes} bytes) do not fit the GPU") from None
+        nbytes = int(d_index.nbytes + (0 if d_weight is None else d_weight.nbytes))
+        return _DeviceLayer(d_index, d_weight, float(values[0]) if uniform else 0.0, k, int(csc.nnz), nbytes)
+
+    # -- device state for one batch of rows -------------------------------------------------
+    def upload(self, inputs: sp.csr_matrix) -> "DeviceBatch":
+        """Put a batch of input rows and its work buffers on the device (not timed)."""
+        return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
+
+    def _grid(self) -> int:
+        regs = max(int(self.kernel.num_regs), 1)
+        by_regs = 65536 // (regs * THREADS)
+        by_smem = (228 * 1024) // (self.shared_bytes + 3 * 1024)
+        by_threads = 2048 // THREADS
+        return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
+
+    def _launch_layers(self, batch: "DeviceBatch", stream, events=None) -> None:
+        cp = self.cp
+        grid = self._grid()
+        batch.counts[1:].fill(0)
+        batch.nnz_counts.fill(0)
+        network = self.network
+        for index, layer in enumerate(self.layers):
+            if events is not None:
+                events[index].record(stream)
+            src, dst = batch.buffers[index % 2], batch.buffers[(index + 1) % 2]
+            first = index == 0
+            args = (
+                src.values, src.ids,
+                batch.csr_ptr if first else _NULL, batch.csr_idx if first else _NULL, batch.csr_val if first else _NULL,
+                dst.values, dst.ids,
+                layer.index, layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
+                np.int32(layer.inputs_per_output),
+                batch.counts, batch.nnz_counts, np.int32(index),
+                batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL,
+                np.float32(network.bias), np.float32(network.clamp),
+            )  # fmt: skip
+            self.kernel((grid,), (THREADS,), args, shared_mem=self.shared_bytes)
+        if events is not None:
+            events[-1].record(stream)
+
+    def run_device(self, batch: "DeviceBatch", *, per_layer_times: bool = False) -> float:
+        """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
+
+        ``per_layer_times`` records an event between layers (stored on the batch) instead of
+        replaying the whole inference as one CUDA graph.
+        """
+        cp = self.cp
+        stream = batch.stream
+        if per_layer_times or not self.use_graph:
+            events = [cp.cuda.Event() for _ in range(len(self.layers) + 1)]
+            with stream:
+                self._launch_layers(batch, stream, events)
+            events[-1].synchronize()
+            batch.layer_seconds = [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(events, events[1:])]
+            return cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3
+        if batch.graph is None:
+            with stream:
+                stream.begin_capture()
+                self._launch_layers(batch, stream)
+                batch.graph = stream.end_capture()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        batch.graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        rows = inputs.shape[0]
+        batch_rows = self._batch_rows(rows)
+        live_total = np.zeros(network.layers, dtype=np.int64)
+        nnz_total = np.zeros(network.layers, dtype=np.int64)
+        trace: list[TraceRecord] = []
+        live_parts, value_parts = [], []
+        seconds = 0.0
+        for first in range(0, rows, batch_rows):
+            part = inputs[first : first + batch_rows]
+            batch = self.upload(part)
+            seconds += self.run_device(batch, per_layer_times=True)
+            counts = batch.counts.get()
+            nnz = batch.nnz_counts.get()
+            live_total += counts[1:]
+            nnz_total += nnz[1:].astype(np.int64)
+            final = batch.buffers[network.layers % 2]
+            alive = int(counts[-1])
+            ids = final.ids[:alive].get() + first
+            order = np.argsort(ids)
+            live_parts.append(ids[order])
+            value_parts.append(final.values[: alive * network.neurons].reshape(alive, network.neurons).get()[order])
+            trace += self._records(batch, counts, nnz, part.nnz, run_id)
+            del batch
+        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
+        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+        final = live_rows_matrix(live_rows, values, rows)
+        return EngineOutput(live_rows, final, live_total.tolist(), nnz_total.tolist(), seconds, self.device, trace)
+
+    def _batch_rows(self, rows: int) -> int:
+        """Rows per batch: what two activation buffers can hold in half the free memory."""
+        free, _ = self.cp.cuda.runtime.memGetInfo()
+        per_row = 2 * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
+        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
+        return min(rows, fit) if rows else 1
+
+    def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
+        n = self.network.neurons
+        records = []
+        for index, layer in enumerate(self.layers):
+            rows_in, rows_out = int(counts[index]), int(counts[index + 1])
+            tiles = -(-rows_in // self.rows_per_tile)
+            nnz_in = input_nnz if index == 0 else int(nnz[index])
+            read = (input_nnz * 8 + (rows_in + 1) * 4) if index == 0 else rows_in * (n * 4 + 4)
+            records.append(
+                TraceRecord(
+                    run=run_id, layer=index + 1, kernel="gpu.gc_layer",
+                    variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}" + ("-uniform" if layer.weight is None else ""),
+                    rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=nnz_in, nnz_out=int(nnz[index + 1]),
+                    tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
+                    bytes_read=read + layer.nbytes, bytes_written=rows_out * (n * 4 + 4 + (n // 32 + 1) * 4 * self.monitor),
+                    useful_macs=0, executed_macs=tiles * self.rows_per_tile * n * layer.inputs_per_output,
+                    monitor_mode="fused" if self.monitor else "off", host_syncs=0,
+                    measured_us=batch.layer_seconds[index] * 1e6 if batch.layer_seconds else float("nan"),
+                    device=self.device,
+                )
+            )  # fmt: skip
+        if records:
+            records[-1].host_syncs = 1
+        return records
+
+
+_NULL = np.uint64(0)  # a null device pointer for optional kernel arguments
+
+
+@dataclass
+class _Buffers:
+    values: object
+    ids: object
+
+
+class DeviceBatch:
+    """A batch of input rows on the device with its ping-pong buffers and counters."""
+
+    def __init__(self, engine: GpuEngine, inputs: sp.csr_matrix):
+        cp = engine.cp
+        n = engine.network.neurons
+        rows = inputs.shape[0]
+        capacity = max(rows, 1)
+        try:
+            self.csr_ptr = cp.asarray(inputs.indptr.astype(np.int32))
+            self.csr_idx = cp.asarray(inputs.indices.astype(np.int32))
+            self.csr_val = cp.asarray(inputs.data.astype(np.float32))
+            self.buffers = [
+                _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
+            ]
+            self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
+            self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
+            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
+            self.row_nnz = cp.empty(capacity, dtype=cp.int32)
+        except cp.cuda.memory.OutOfMemoryError:
+            need = 2 * capacity * n * 4
+            raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
+        for buffer in self.buffers:  # poison: an unwritten element shows up as NaN
+            buffer.values.fill(np.nan)
+            buffer.ids.fill(-1)
+        self.counts[0] = rows
+        self.nnz_counts[0] = inputs.nnz
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graph = None
+        self.layer_seconds: list[float] = []

@@ -1,0 +1,217 @@
+"""Stock-library GPU baselines, selectable as backends, timed the same way as ``gpu``.
+
+* ``gpu-cusparse-spgemm``: activations as CuPy CSR, ``Y @ W`` by cuSPARSE SpGEMM.
+* ``gpu-cusparse-spmm``: dense activations, ``W^T @ Y^T`` by cuSPARSE SpMM (all rows).
+* ``gpu-cublas-dense``: dense activations and dense weights, cuBLAS SGEMM (all rows).
+* ``gpu-dense-compact``: as ``gpu-cublas-dense`` but on the live rows only, compacting with
+  a boolean mask each layer (one host sync per layer, as the obvious code does).
+
+Inputs and weights are uploaded before timing; ``seconds`` covers the layer loop, measured
+with CUDA events.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.gpu import device_name, import_cupy
+from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
+from spartan_py.trace import TraceRecord
+
+
+@functools.lru_cache(maxsize=None)
+def _epilogue():
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "float32 z, float32 bias, float32 clamp",
+        "float32 y",
+        "y = (z != 0.0f) ? fminf(fmaxf(z + bias, 0.0f), clamp) : 0.0f",
+        "spartan_gc_epilogue",
+    )
+
+
+class _CupyBaseline(Engine):
+    """Shared set-up and timing; subclasses define the per-layer step."""
+
+    kernel_name = "?"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import_cupy()
+        except BackendUnavailableError as exc:
+            return str(exc)
+        return None
+
+    def __init__(self, network):
+        super().__init__(network)
+        self.cp = import_cupy()
+        self._device = device_name(self.cp)
+        try:
+            self.weights = [self._prepare(w) for w in network.weights]
+        except self.cp.cuda.memory.OutOfMemoryError:
+            raise DeviceMemoryError(f"{self.name}: the weights of {network.layers} layers do not fit the GPU") from None
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _prepare(self, matrix):
+        raise NotImplementedError
+
+    def _start(self, inputs):
+        raise NotImplementedError
+
+    def _step(self, state, weights):
+        raise NotImplementedError
+
+    def _finish(self, state, rows):
+        """(live rows, final values as a (live, N) host array), aligned."""
+        raise NotImplementedError
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        cp = self.cp
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        try:
+            state = self._start(inputs)
+            cp.cuda.Device().synchronize()
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            live, nnz = [], []
+            for weights in self.weights:
+                state = self._step(state, weights)
+                live.append(state.live_count())
+                nnz.append(state.nnz_count())
+            stop.record()
+            stop.synchronize()
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"{self.name}: {inputs.shape[0]} rows do not fit the GPU ({exc})") from None
+        seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3
+        live_counts = [int(v) for v in cp.asnumpy(cp.stack(live))] if live else []
+        nnz_counts = [int(v) for v in cp.asnumpy(cp.stack(nnz))] if nnz else []
+        rows, values = self._finish(state, inputs.shape[0])
+        order = np.argsort(rows)
+        rows = rows[order]
+        final = live_rows_matrix(rows, values[order], inputs.shape[0])
+        trace = [TraceRecord(run=run_id, layer=network.layers, kernel=self.kernel_name, rows_in=inputs.shape[0],
+                             rows_out=int(rows.size), cols=network.neurons, host_syncs=1,
+                             measured_us=seconds * 1e6, device=self.device)]  # fmt: skip
+        return EngineOutput(rows, final, live_counts, nnz_counts, seconds, self.device, trace)
+
+
+class _DenseState:
+    """Dense activations (rows x N) plus the input-row number of each row."""
+
+    def __init__(self, cp, values, ids):
+        self.cp, self.values, self.ids = cp, values, ids
+
+    def live_count(self):
+        return (self.values != 0).any(axis=1).sum()
+
+    def nnz_count(self):
+        return (self.values != 0).sum()
+
+
+class CublasDenseEngine(_CupyBaseline):
+    """Dense float32 matmul by cuBLAS on every row, every layer."""
+
+    name = "gpu-cublas-dense"
+    kernel_name = "gpu.cublas_sgemm"
+
+    def _prepare(self, matrix):
+        return self.cp.asarray(matrix.toarray().astype(np.float32))
+
+    def _start(self, inputs):
+        cp = self.cp
+        return _DenseState(cp, cp.asarray(inputs.toarray()), cp.arange(inputs.shape[0]))
+
+    def _step(self, state, weights):
+        z = state.values @ weights
+        _epilogue()(z, np.float32(self.network.bias), np.float32(self.network.clamp), z)
+        return _DenseState(state.cp, z, state.ids)
+
+    def _finish(self, state, rows):
+        cp = self.cp
+        alive = (state.values != 0).any(axis=1)
+        return cp.asnumpy(state.ids[alive]), cp.asnumpy(state.values[alive])
+
+
+class DenseCompactEngine(CublasDenseEngine):
+    """Dense matmul on the live rows only; rows compacted by a boolean mask each layer."""
+
+    name = "gpu-dense-compact"
+    kernel_name = "gpu.cublas_sgemm_compact"
+
+    def _step(self, state, weights):
+        state = super()._step(state, weights)
+        alive = (state.values != 0).any(axis=1)
+        return _DenseState(state.cp, state.values[alive], state.ids[alive])
+
+
+class CusparseSpmmEngine(_CupyBaseline):
+    """Dense activations times CSR weights by cuSPARSE SpMM, every row."""
+
+    name = "gpu-cusparse-spmm"
+    kernel_name = "gpu.cusparse_spmm"
+
+    def _prepare(self, matrix):
+        import cupyx.scipy.sparse as csp
+
+        return csp.csr_matrix(sp.csr_matrix(matrix.T, dtype=np.float32))  # W^T, so Y^T <- W^T @ Y^T
+
+    def _start(self, inputs):
+        cp = self.cp
+        return _DenseState(cp, cp.asfortranarray(cp.asarray(inputs.toarray())), cp.arange(inputs.shape[0]))
+
+    def _step(self, state, weights):
+        z = (weights @ state.values.T).T
+        _epilogue()(z, np.float32(self.network.bias), np.float32(self.network.clamp), z)
+        return _DenseState(state.cp, z, state.ids)
+
+    _finish = CublasDenseEngine._finish
+
+
+class _SparseState:
+    def __init__(self, matrix):
+        self.values = matrix
+
+    def live_count(self):
+        return (self.values.indptr[1:] > self.values.indptr[:-1]).sum()
+
+    def nnz_count(self):
+        return self.values.indptr[-1]
+
+
+class CusparseSpgemmEngine(_CupyBaseline):
+    """CSR activations times CSR weights by cuSPARSE SpGEMM."""
+
+    name = "gpu-cusparse-spgemm"
+    kernel_name = "gpu.cusparse_spgemm"
+
+    def _prepare(self, matrix):
+        import cupyx.scipy.sparse as csp
+
+        return csp.csr_matrix(sp.csr_matrix(matrix, dtype=np.float32))
+
+    def _start(self, inputs):
+        import cupyx.scipy.sparse as csp
+
+        return _SparseState(csp.csr_matrix(inputs))
+
+    def _step(self, state, weights):
+        z = state.values @ weights
+        z.eliminate_zeros()
+        _epilogue()(z.data, np.float32(self.network.bias), np.float32(self.network.clamp), z.data)
+        z.eliminate_zeros()
+        return _SparseState(z)
+
+    def _finish(self, state, rows):
+        host = state.values.get().tocsr()
+        alive = np.flatnonzero(np.diff(host.indptr))
+        return alive, host[alive].toarray()

@@ -1,0 +1,236 @@
+"""Readers and writers for the Sparse DNN Graph Challenge file formats.
+
+* TSV triples ``row<TAB>col<TAB>value``, 1-based, plain or gzipped (``.gz``): layers and
+  input rows.
+* MatrixMarket ``.mtx`` coordinate files (pattern or real, general or symmetric).
+* Truth ("categories") files: sorted 1-based row indices, one per line.
+
+The TSV reader parses with pandas' C parser (fast); only when that fails, or a value is out
+of range, does a slow line-by-line pass run to find the first bad line and name it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import scipy.io
+import scipy.sparse as sp
+
+from spartan_py.errors import InputError
+
+TRIPLE_HINT = "expected three numbers 'row<TAB>col<TAB>value' with 1-based integer row and col"
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, stripped text) for every non-blank line."""
+    with _open_text(path) as handle:
+        for number, text in enumerate(handle, start=1):
+            text = text.strip()
+            if text:
+                yield number, text
+
+
+def _diagnose_triples(path: Path) -> InputError:
+    """Find the first malformed line of a triples file; return the error to raise."""
+    for number, text in _data_lines(path):
+        fields = text.split()
+        if len(fields) != 3:
+            return InputError(
+                f"found {len(fields)} field(s) {text[:60]!r}; {TRIPLE_HINT}", path=path, line=number
+            )
+        for name, field in zip(("row", "col"), fields[:2]):
+            try:
+                index = int(field)
+            except ValueError:
+                return InputError(
+                    f"{name} index {field!r} is not an integer; {TRIPLE_HINT}", path=path, line=number
+                )
+            if index < 1:
+                return InputError(f"{name} index {index} is below 1; indices are 1-based", path=path, line=number)
+        try:
+            value = float(fields[2])
+        except ValueError:
+            return InputError(f"value {fields[2]!r} is not a number; {TRIPLE_HINT}", path=path, line=number)
+        if not np.isfinite(value):
+            return InputError(f"value {fields[2]!r} is not finite", path=path, line=number)
+    return InputError(f"could not parse the file; {TRIPLE_HINT}", path=path)
+
+
+def _line_of_record(path: Path, record: int) -> int:
+    """1-based file line of the ``record``-th (0-based) non-blank line."""
+    for position, (number, _) in enumerate(_data_lines(path)):
+        if position == record:
+            return number
+    return -1
+
+
+def _check_index_range(path: Path, name: str, values: np.ndarray, limit: int | None, what: str) -> None:
+    bad = np.flatnonzero(values < 1) if limit is None else np.flatnonzero((values < 1) | (values > limit))
+    if bad.size:
+        first = int(bad[0])
+        bound = "at least 1" if limit is None else f"between 1 and {limit} ({what})"
+        raise InputError(
+            f"{name} index {int(values[first])} is out of range: expected {bound}",
+            path=path,
+            line=_line_of_record(path, first),
+        )
+
+
+def read_triples(
+    path: str | os.PathLike,
+    *,
+    max_row: int | None = None,
+    max_col: int | None = None,
+    what: str = "neurons",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read a TSV triples file (plain or ``.gz``).
+
+    Returns 0-based ``rows`` and ``cols`` (int64) and ``values`` (float64). ``max_row`` and
+    ``max_col`` bound the 1-based indices; a violation raises :class:`InputError` naming the
+    file and line. ``what`` names the bound in messages (e.g. "neurons").
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    if path.stat().st_size == 0:
+        raise InputError(f"file is empty; {TRIPLE_HINT}", path=path)
+    try:
+        frame = pd.read_csv(
+            path,
+            sep=r"\s+",
+            header=None,
+            names=["row", "col", "value"],
+            dtype={"row": np.int64, "col": np.int64, "value": np.float64},
+            engine="c",
+            compression="infer",
+        )
+    except pd.errors.EmptyDataError:
+        raise InputError(f"file has no data lines; {TRIPLE_HINT}", path=path) from None
+    except (ValueError, pd.errors.ParserError, OverflowError):
+        raise _diagnose_triples(path) from None
+    except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+        raise InputError(f"cannot read file: {exc}", path=path) from None
+    if frame.empty:
+        raise InputError(f"file has no data lines; {TRIPLE_HINT}", path=path)
+    values = frame["value"].to_numpy()
+    if frame.isna().to_numpy().any() or not np.isfinite(values).all():
+        raise _diagnose_triples(path)
+    rows = frame["row"].to_numpy()
+    cols = frame["col"].to_numpy()
+    _check_index_range(path, "row", rows, max_row, what)
+    _check_index_range(path, "col", cols, max_col, what)
+    return rows - 1, cols - 1, values
+
+
+def read_triples_matrix(
+    path: str | os.PathLike, shape: tuple[int | None, int | None], *, what: str = "neurons"
+) -> sp.csr_matrix:
+    """Read a triples file into a float32 CSR matrix of ``shape``.
+
+    A ``None`` dimension is taken from the largest index in the file. Duplicate entries
+    are summed, as MATLAB's ``sparse`` does.
+    """
+    rows, cols, values = read_triples(path, max_row=shape[0], max_col=shape[1], what=what)
+    n_rows = shape[0] if shape[0] is not None else int(rows.max()) + 1
+    n_cols = shape[1] if shape[1] is not None else int(cols.max()) + 1
+    matrix = sp.csr_matrix((values.astype(np.float32), (rows, cols)), shape=(n_rows, n_cols))
+    matrix.sum_duplicates()
+    return matrix
+
+
+def read_matrix_market(path: str | os.PathLike, shape: tuple[int, int] | None = None) -> sp.csr_matrix:
+    """Read a MatrixMarket coordinate file (pattern or real, general or symmetric) as float32 CSR."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    if path.stat().st_size == 0:
+        raise InputError("file is empty; expected a MatrixMarket coordinate file", path=path)
+    try:
+        matrix = scipy.io.mmread(path)
+    except Exception as exc:  # scipy raises ValueError, IndexError, OSError... on bad files
+        raise InputError(f"not a readable MatrixMarket coordinate file: {exc}", path=path) from None
+    if not sp.issparse(matrix):
+        raise InputError("MatrixMarket file is in array (dense) format; expected coordinate", path=path)
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    if shape is not None and matrix.shape != tuple(shape):
+        raise InputError(f"matrix is {matrix.shape[0]}x{matrix.shape[1]}; expected {shape[0]}x{shape[1]}", path=path)
+    return matrix
+
+
+def read_truth(path: str | os.PathLike) -> np.ndarray:
+    """Read a truth (categories) file: strictly increasing 1-based row indices, one per line.
+
+    An empty file is valid (no row survives). Returns int64 1-based indices.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    indices: list[int] = []
+    for number, text in _data_lines(path):
+        fields = text.split()
+        if len(fields) != 1:
+            raise InputError(f"expected one integer per line, found {text[:60]!r}", path=path, line=number)
+        try:
+            value = int(fields[0])
+        except ValueError:
+            raise InputError(f"{fields[0]!r} is not an integer row index", path=path, line=number) from None
+        if value < 1:
+            raise InputError(f"row index {value} is below 1; indices are 1-based", path=path, line=number)
+        if indices and value <= indices[-1]:
+            raise InputError(
+                f"row index {value} does not follow {indices[-1]}; expected strictly increasing indices",
+                path=path,
+                line=number,
+            )
+        indices.append(value)
+    return np.asarray(indices, dtype=np.int64)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> Path:
+    """Write a sparse matrix as 1-based TSV triples, gzipped when ``path`` ends in ``.gz``.
+
+    Entries are written row by row, columns ascending, as the official files are.
+    """
+    coo = sp.csr_matrix(matrix)
+    coo.sort_indices()
+    coo = coo.tocoo()
+    frame = pd.DataFrame({"row": coo.row + 1, "col": coo.col + 1, "value": coo.data})
+    text = frame.to_csv(sep="\t", header=False, index=False, float_format="%.6g").encode()
+    if Path(path).suffix == ".gz":
+        text = gzip.compress(text, compresslevel=6, mtime=0)
+    return atomic_write_bytes(path, text)
+
+
+def write_truth(path: str | os.PathLike, categories: np.ndarray) -> Path:
+    """Write 1-based category indices, one per line, atomically."""
+    text = "".join(f"{int(v)}\n" for v in np.sort(np.asarray(categories)))
+    return atomic_write_bytes(path, text.encode())

@@ -1,0 +1,208 @@
+"""Seeded generators of Graph Challenge-like networks and digit-like input rows.
+
+Networks follow the structure of the official RadiX-Net files. Neurons form 16 blocks of
+``M = N / 16``. In layer ``l`` of the first ``log2(M)`` layers, output neuron ``j`` reads
+the input neurons whose index within their block is ``j mod M`` or ``(j mod M + 2^(l-1))
+mod M``, in all 16 blocks: 32 inputs, every weight 1/16, so every row and every column
+holds exactly 32 non-zeros. (For N = 1024 this is exactly the official layers 1..6.)
+Later layers repeat that butterfly pattern under random relabelings of the input and
+output neurons, as the official later layers do.
+
+Inputs are binary images of hand-drawn-looking digits: strokes of a digit template, jittered
+by a random affine map and thickness, rasterized on a ``sqrt(N) x sqrt(N)`` grid, with about
+100 lit pixels per 1024.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.network import OFFICIAL_BIAS, OFFICIAL_CLAMP, Network
+
+BLOCKS = 16
+WEIGHT = 1.0 / 16.0
+
+
+def _check_neurons(neurons: int) -> int:
+    if neurons not in OFFICIAL_BIAS:
+        sizes = ", ".join(str(n) for n in OFFICIAL_BIAS)
+        raise InputError(f"generated networks have {sizes} neurons, not {neurons}")
+    return neurons
+
+
+def butterfly_layer(neurons: int, shift: int) -> sp.csr_matrix:
+    """The un-relabelled RadiX-Net layer with the given in-block ``shift`` (float32 CSR)."""
+    block = neurons // BLOCKS
+    outputs = np.arange(neurons)
+    lane = outputs % block
+    starts = np.arange(BLOCKS)[:, None] * block
+    same = starts + lane[None, :]
+    shifted = starts + ((lane + shift) % block)[None, :]
+    rows = np.concatenate([same, shifted]).ravel()
+    cols = np.tile(outputs, 2 * BLOCKS)
+    data = np.full(rows.size, WEIGHT, dtype=np.float32)
+    return sp.csr_matrix((data, (rows, cols)), shape=(neurons, neurons))
+
+
+class GeneratedLayers(Sequence):
+    """The layers of a generated network, built on demand from (seed, layer) and cached.
+
+    Lazy, so a 65536-neuron x 1920-layer network (4e9 edges) never has to be held at once.
+    """
+
+    def __init__(self, neurons: int, layers: int, seed: int, cache_layers: int = 256):
+        self.neurons = _check_neurons(neurons)
+        self.count = layers
+        self.seed = seed
+        self._period = int(math.log2(neurons // BLOCKS))
+        self._build = lru_cache(maxsize=cache_layers)(self._make)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return self._build(index)
+
+    def _make(self, index: int) -> sp.csr_matrix:
+        shift = 1 << (index % self._period)
+        layer = butterfly_layer(self.neurons, shift)
+        if index < self._period:
+            return layer
+        rng = np.random.default_rng([self.seed, index])
+        relabel_inputs = rng.permutation(self.neurons)
+        relabel_outputs = rng.permutation(self.neurons)
+        layer = layer[relabel_inputs][:, relabel_outputs]
+        layer.sort_indices()
+        return sp.csr_matrix(layer, dtype=np.float32)
+
+
+def generate_network(neurons: int, layers: int, seed: int = 0) -> Network:
+    """A seeded RadiX-Net-style network: 32 non-zeros of 1/16 per row and column, official bias."""
+    if layers < 1:
+        raise InputError(f"layers must be at least 1, got {layers}")
+    return Network(
+        neurons=neurons,
+        weights=GeneratedLayers(neurons, layers, seed),
+        bias=OFFICIAL_BIAS[_check_neurons(neurons)],
+        clamp=OFFICIAL_CLAMP,
+        source=f"generated:{neurons}:{seed}",
+    )
+
+
+# Digit templates: polylines in a unit box (x to the right, y downwards).
+def _arc(cx, cy, rx, ry, start_deg, end_deg, points=10):
+    angles = np.radians(np.linspace(start_deg, end_deg, points))
+    return np.stack([cx + rx * np.cos(angles), cy + ry * np.sin(angles)], axis=1)
+
+
+_GLYPHS: list[list[np.ndarray]] = [
+    [_arc(0.5, 0.5, 0.3, 0.45, 0, 360, 16)],  # 0
+    [np.array([[0.35, 0.2], [0.55, 0.05], [0.55, 0.95]])],  # 1
+    [np.vstack([_arc(0.5, 0.3, 0.3, 0.25, 200, 360 + 30, 8), [[0.2, 0.95], [0.85, 0.95]]])],  # 2
+    [_arc(0.5, 0.28, 0.28, 0.23, 200, 450, 9), _arc(0.5, 0.72, 0.3, 0.23, 270, 520, 9)],  # 3
+    [np.array([[0.6, 0.05], [0.15, 0.65], [0.85, 0.65]]), np.array([[0.65, 0.35], [0.65, 0.95]])],  # 4
+    [np.vstack([[[0.8, 0.05], [0.3, 0.05], [0.25, 0.45]], _arc(0.5, 0.68, 0.32, 0.27, 230, 490, 9)])],  # 5
+    [np.vstack([[[0.7, 0.05], [0.3, 0.5]], _arc(0.5, 0.7, 0.28, 0.25, 180, 540, 12)])],  # 6
+    [np.array([[0.15, 0.05], [0.85, 0.05], [0.4, 0.95]])],  # 7
+    [_arc(0.5, 0.27, 0.25, 0.22, 0, 360, 12), _arc(0.5, 0.72, 0.3, 0.24, 0, 360, 12)],  # 8
+    [np.vstack([_arc(0.5, 0.3, 0.28, 0.25, 0, 360, 12), [[0.78, 0.3], [0.65, 0.95]]])],  # 9
+]
+
+
+def _glyph_segments(digit: int) -> np.ndarray:
+    """Segments (S, 4) = (x0, y0, x1, y1) of a digit template."""
+    segments = [np.hstack([line[:-1], line[1:]]) for line in _GLYPHS[digit]]
+    return np.vstack(segments)
+
+
+_SEGMENTS = [_glyph_segments(d) for d in range(10)]
+_MAX_SEGMENTS = max(s.shape[0] for s in _SEGMENTS)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rasterize(segments, valid, radius, side):  # pragma: no cover - compiled
+    """Lit-pixel masks (B, side*side) of B images: pixel centres within ``radius`` of a segment."""
+    count = segments.shape[0]
+    masks = np.zeros((count, side * side), dtype=np.bool_)
+    for image in range(count):
+        r = radius[image]
+        r2 = r * r
+        for s in range(segments.shape[1]):
+            if not valid[image, s]:
+                continue
+            x0, y0, x1, y1 = segments[image, s, 0], segments[image, s, 1], segments[image, s, 2], segments[image, s, 3]
+            dx, dy = x1 - x0, y1 - y0
+            length2 = max(dx * dx + dy * dy, 1e-9)
+            lo_x = max(int(min(x0, x1) - r - 1.0), 0)
+            hi_x = min(int(max(x0, x1) + r + 1.0), side - 1)
+            lo_y = max(int(min(y0, y1) - r - 1.0), 0)
+            hi_y = min(int(max(y0, y1) + r + 1.0), side - 1)
+            for py in range(lo_y, hi_y + 1):
+                cy = py + 0.5
+                for px in range(lo_x, hi_x + 1):
+                    cx = px + 0.5
+                    t = ((cx - x0) * dx + (cy - y0) * dy) / length2
+                    t = min(max(t, 0.0), 1.0)
+                    ex = cx - x0 - t * dx
+                    ey = cy - y0 - t * dy
+                    if ex * ex + ey * ey <= r2:
+                        masks[image, py * side + px] = True
+    return masks
+
+
+def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 8192) -> sp.csr_matrix:
+    """``rows`` binary digit-like images of ``sqrt(neurons)`` pixels a side, as float32 CSR.
+
+    Each image is a random digit template under a random affine jitter (scale, shear,
+    rotation, translation) and stroke thickness, drawn inside the central 28/32 of the frame
+    as MNIST digits are; about 100 pixels per 1024 are lit.
+    """
+    side = math.isqrt(neurons)
+    if side * side != neurons:
+        raise InputError(f"inputs need a square number of neurons (an image), got {neurons}")
+    if rows < 1:
+        raise InputError(f"rows must be at least 1, got {rows}")
+    rng = np.random.default_rng([seed, neurons, 7])
+    scale_px = side / 32.0
+    pieces = []
+    for start in range(0, rows, chunk):
+        count = min(chunk, rows - start)
+        digits = rng.integers(0, 10, size=count)
+        segments = np.zeros((count, _MAX_SEGMENTS, 4))
+        valid = np.zeros((count, _MAX_SEGMENTS), dtype=bool)
+        for i, digit in enumerate(digits):
+            segs = _SEGMENTS[digit]
+            segments[i, : len(segs)] = segs
+            valid[i, : len(segs)] = True
+        # Map the unit box to a ~20x20-pixel (at 32x32) box around the centre, jittered.
+        height = rng.uniform(17.0, 22.0, count) * scale_px
+        width = height * rng.uniform(0.55, 0.95, count)
+        shear = rng.normal(0.0, 0.18, count)
+        angle = rng.normal(0.0, 0.12, count)
+        centre_x = 16.0 * scale_px + rng.normal(0.0, 1.0, count) * scale_px
+        centre_y = 16.0 * scale_px + rng.normal(0.0, 1.0, count) * scale_px
+        cos, sin = np.cos(angle), np.sin(angle)
+        for k in (0, 2):
+            u = segments[..., k] - 0.5
+            v = segments[..., k + 1] - 0.5
+            x = u * width[:, None] + shear[:, None] * v * height[:, None]
+            y = v * height[:, None]
+            segments[..., k] = centre_x[:, None] + cos[:, None] * x - sin[:, None] * y
+            segments[..., k + 1] = centre_y[:, None] + sin[:, None] * x + cos[:, None] * y
+        radius = rng.uniform(1.0, 1.6, count) * scale_px
+        masks = _rasterize(segments, valid, radius, side)
+        pieces.append(sp.csr_matrix(masks.astype(np.float32)))
+    return sp.vstack(pieces, format="csr", dtype=np.float32)

@@ -1,0 +1,187 @@
+"""Graph Challenge networks and input rows: the data model and loading from files.
+
+A network is a directory of ``n{N}-l{i}.tsv``, ``n{N}-l{i}.tsv.gz`` or ``n{N}-l{i}.mtx``
+files, ``i`` = 1..L. Weights are held as float32 CSR matrices with rows = input neurons and
+columns = output neurons, so that a layer computes ``Y @ W``.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.formats import read_matrix_market, read_triples_matrix
+
+#: Official bias by neuron count (the same value for every neuron of every layer).
+OFFICIAL_BIAS: dict[int, float] = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
+#: Official activation ceiling: ``Y = min(CLAMP, ReLU(...))``.
+OFFICIAL_CLAMP = 32.0
+#: Official layer counts.
+OFFICIAL_LAYER_COUNTS = (120, 480, 1920)
+
+_LAYER_NAME = re.compile(r"^n(\d+)-l(\d+)\.(tsv|tsv\.gz|mtx)$")
+_SUFFIX_PREFERENCE = ("tsv.gz", "tsv", "mtx")
+
+
+def official_bias(neurons: int) -> float:
+    """The official bias for a network of ``neurons`` neurons per layer."""
+    try:
+        return OFFICIAL_BIAS[neurons]
+    except KeyError:
+        sizes = ", ".join(str(n) for n in OFFICIAL_BIAS)
+        raise InputError(f"no official bias for {neurons} neurons; official sizes are {sizes}") from None
+
+
+@dataclass(frozen=True)
+class Network:
+    """A sparse DNN: ``layers`` square float32 CSR weight matrices, one bias, one clamp.
+
+    ``weights[i][a, b]`` is the weight from input neuron ``a`` to output neuron ``b`` of
+    layer ``i + 1``. ``bias`` is added to the non-zero entries of ``Y @ W`` only.
+    """
+
+    neurons: int
+    weights: tuple[sp.csr_matrix, ...]
+    bias: float
+    clamp: float = OFFICIAL_CLAMP
+    source: str = "memory"
+    _csc: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for number, matrix in enumerate(self.weights, start=1):
+            if matrix.shape != (self.neurons, self.neurons):
+                raise InputError(
+                    f"layer {number} is {matrix.shape[0]}x{matrix.shape[1]}; expected "
+                    f"{self.neurons}x{self.neurons} ({self.source})"
+                )
+
+    @property
+    def layers(self) -> int:
+        """Number of layers."""
+        return len(self.weights)
+
+    @property
+    def edges(self) -> int:
+        """Total number of weights (non-zeros) over all layers."""
+        return int(sum(matrix.nnz for matrix in self.weights))
+
+    def truncated(self, layers: int) -> "Network":
+        """The first ``layers`` layers of this network."""
+        if not 1 <= layers <= self.layers:
+            raise InputError(f"asked for {layers} layers; the network {self.source} has {self.layers}")
+        if layers == self.layers:
+            return self
+        return Network(self.neurons, self.weights[:layers], self.bias, self.clamp, self.source)
+
+    def column_major(self, layer: int) -> sp.csc_matrix:
+        """Layer ``layer`` (0-based) as CSC: for each output neuron, its inputs. Cached."""
+        matrix = self._csc.get(layer)
+        if matrix is None:
+            matrix = self.weights[layer].tocsc()
+            matrix.sort_indices()
+            self._csc[layer] = matrix
+        return matrix
+
+
+def _layer_files(directory: Path) -> dict[int, dict[int, Path]]:
+    """Map neurons -> layer number -> file, preferring .tsv.gz over .tsv over .mtx."""
+    found: dict[int, dict[int, tuple[int, Path]]] = {}
+    for entry in directory.iterdir():
+        match = _LAYER_NAME.match(entry.name)
+        if not match:
+            continue
+        neurons, layer, suffix = int(match[1]), int(match[2]), match[3]
+        rank = _SUFFIX_PREFERENCE.index(suffix)
+        current = found.setdefault(neurons, {}).get(layer)
+        if current is None or rank < current[0]:
+            found[neurons][layer] = (rank, entry)
+    return {n: {layer: p for layer, (_, p) in files.items()} for n, files in found.items()}
+
+
+def _read_layer(path: Path, neurons: int) -> sp.csr_matrix:
+    if path.suffix == ".mtx":
+        return read_matrix_market(path, (neurons, neurons))
+    return read_triples_matrix(path, (neurons, neurons), what=f"{neurons} neurons")
+
+
+def load_network(
+    directory: str | Path,
+    *,
+    neurons: int | None = None,
+    layers: int | None = None,
+    bias: float | None = None,
+    clamp: float = OFFICIAL_CLAMP,
+) -> Network:
+    """Load a network directory of ``n{N}-l{i}`` layer files.
+
+    ``neurons`` defaults to the only size present; ``layers`` to every consecutive layer
+    from 1; ``bias`` to the official bias for the size. A missing layer file, a layer of the
+    wrong size or a malformed line raises :class:`InputError` naming the file.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError("network directory not found", path=directory)
+    by_size = _layer_files(directory)
+    if not by_size:
+        raise InputError("no layer files named n{N}-l{i}.tsv, .tsv.gz or .mtx", path=directory)
+    if neurons is None:
+        if len(by_size) > 1:
+            sizes = ", ".join(str(n) for n in sorted(by_size))
+            raise InputError(f"layer files for several sizes ({sizes}); say which neurons to use", path=directory)
+        neurons = next(iter(by_size))
+    files = by_size.get(neurons)
+    if not files:
+        sizes = ", ".join(str(n) for n in sorted(by_size))
+        raise InputError(f"no layer files for {neurons} neurons (found sizes: {sizes})", path=directory)
+    if layers is None:
+        layers = 0
+        while layers + 1 in files:
+            layers += 1
+    if layers < 1:
+        raise InputError(f"layers must be at least 1, got {layers}")
+    missing = [number for number in range(1, layers + 1) if number not in files]
+    if missing:
+        expected = directory / f"n{neurons}-l{missing[0]}.tsv.gz"
+        raise InputError(
+            f"missing layer file {expected.name} (or .tsv / .mtx) for layer {missing[0]} of {layers}",
+            path=directory,
+        )
+    paths = [files[number] for number in range(1, layers + 1)]
+    # pandas' C parser releases the GIL while tokenizing, so threads overlap the reads.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        weights = tuple(pool.map(lambda p: _read_layer(p, neurons), paths))
+    return Network(
+        neurons=neurons,
+        weights=weights,
+        bias=official_bias(neurons) if bias is None else float(bias),
+        clamp=clamp,
+        source=str(directory),
+    )
+
+
+def load_inputs(path: str | Path, neurons: int, *, rows: int | None = None) -> sp.csr_matrix:
+    """Load input rows (TSV triples or ``.mtx``) as a float32 CSR matrix of ``rows`` x ``neurons``.
+
+    ``rows`` defaults to the largest row index in the file.
+    """
+    path = Path(path)
+    if path.name.endswith(".mtx"):
+        matrix = read_matrix_market(path)
+        if matrix.shape[1] != neurons:
+            raise InputError(f"inputs have {matrix.shape[1]} columns; the network has {neurons} neurons", path=path)
+        return matrix
+    return read_triples_matrix(path, (rows, neurons), what=f"the network's {neurons} neurons")
+
+
+def live_rows(matrix: sp.csr_matrix) -> np.ndarray:
+    """0-based indices of the rows of ``matrix`` that hold a non-zero value."""
+    if matrix.nnz and (matrix.data == 0).any():
+        matrix = matrix.copy()
+        matrix.eliminate_zeros()
+    return np.flatnonzero(np.diff(matrix.indptr) > 0)

@@ -1,0 +1,112 @@
+"""The kernel trace: one record per kernel launch (or CPU twin of one).
+
+One schema serves the engines (which write it), the cost model (which replays it), the
+runner and the report. Records are plain dataclasses; :func:`to_frame` and
+:func:`read_trace` / :func:`write_trace` move them to and from pandas tables (CSV or
+Parquet). Bump :data:`TRACE_SCHEMA_VERSION` whenever a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from spartan_py.errors import InputError
+
+TRACE_SCHEMA_VERSION = 1
+
+
+@dataclass
+class TraceRecord:
+    """What one kernel did. Counts are exact; ``measured_us`` is empty (NaN) unless timed.
+
+    Fields:
+        run: identifier of the run (free text, e.g. the experiment point).
+        layer: 1-based layer the kernel belongs to (0 for set-up work).
+        kernel: kernel name, ``<backend>.<what>`` (e.g. ``cpu.gather_rows``).
+        variant: implementation variant or tile configuration.
+        rows_in / rows_out: live rows read / live rows written.
+        cols: neurons (columns) of the activation matrix.
+        nnz_in / nnz_out: non-zero activations read / written.
+        tiles_total / tiles_active: activation tiles in the live rows / tiles with a non-zero.
+        tile_rows / tile_cols: tile shape used by the monitor or the tiled kernel (0 if none).
+        bytes_read / bytes_written: device-memory traffic the kernel needs (each operand once).
+        useful_macs: multiply-adds with a non-zero activation; executed_macs: those performed.
+        monitor_mode: ``off``, ``software``, ``fused`` or ``sampled``.
+        host_syncs: host round trips the kernel caused.
+        measured_us: measured time in microseconds, NaN when not measured.
+        device: where it ran (``cpu``, a GPU name, or ``simulated:<machine>``).
+    """
+
+    run: str
+    layer: int
+    kernel: str
+    variant: str = ""
+    rows_in: int = 0
+    rows_out: int = 0
+    cols: int = 0
+    nnz_in: int = 0
+    nnz_out: int = 0
+    tiles_total: int = 0
+    tiles_active: int = 0
+    tile_rows: int = 0
+    tile_cols: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    useful_macs: int = 0
+    executed_macs: int = 0
+    monitor_mode: str = "off"
+    host_syncs: int = 0
+    measured_us: float = float("nan")
+    device: str = "cpu"
+
+
+TRACE_COLUMNS = tuple(f.name for f in fields(TraceRecord))
+_DTYPES = {f.name: {"str": str, "int": np.int64, "float": np.float64}[f.type] for f in fields(TraceRecord)}
+
+
+def to_frame(records: list[TraceRecord]) -> pd.DataFrame:
+    """Records as a pandas table with the schema's columns in order."""
+    frame = pd.DataFrame([dataclasses.astuple(r) for r in records], columns=list(TRACE_COLUMNS))
+    frame = frame.astype(_DTYPES)
+    frame.attrs["trace_schema_version"] = TRACE_SCHEMA_VERSION
+    return frame
+
+
+def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> Path:
+    """Write a trace as CSV (``.csv``) or Parquet (``.parquet``), atomically."""
+    from spartan_py.graph_challenge.formats import atomic_write_bytes
+
+    frame = records if isinstance(records, pd.DataFrame) else to_frame(records)
+    path = Path(path)
+    if path.suffix == ".parquet":
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return atomic_write_bytes(path, buffer.getvalue())
+    text = f"# spartan_py trace schema {TRACE_SCHEMA_VERSION}\n" + frame.to_csv(index=False)
+    return atomic_write_bytes(path, text.encode())
+
+
+def read_trace(path: str | Path) -> pd.DataFrame:
+    """Read a trace written by :func:`write_trace`, checking its columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("trace file not found", path=path)
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+    else:
+        frame = pd.read_csv(path, comment="#", keep_default_na=False, na_values={"measured_us": ["", "nan", "NaN"]})
+    missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"not a spartan_py trace: missing columns {', '.join(missing)}", path=path)
+    try:
+        frame = frame[list(TRACE_COLUMNS)].astype(_DTYPES)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"trace column of the wrong type: {exc}", path=path) from None
+    frame.attrs["trace_schema_version"] = TRACE_SCHEMA_VERSION
+    return frame

@@ -1,0 +1,59 @@
+"""Shared fixtures: the official data folder (skipped when absent) and the GPU marker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("SPARTAN_GC_DATA", ROOT.parent / "shared" / "data" / "graph-challenge"))
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why GPU tests cannot run here, or None."""
+    from spartan_py.engines import unavailable_reason
+
+    return unavailable_reason("gpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            if reason is None:
+                reason = gpu_unavailable_reason() or ""
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"no GPU: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def gc_data() -> Path:
+    """The official Graph Challenge data folder; the test is skipped when it is absent."""
+    if not (DATA / "neuron1024").is_dir():
+        pytest.skip(f"official data not found at {DATA} (set SPARTAN_GC_DATA)")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def official_network(gc_data):
+    from spartan_py import load_network
+
+    return load_network(gc_data / "neuron1024")
+
+
+@pytest.fixture(scope="session")
+def official_first1200(gc_data):
+    from spartan_py import load_inputs, read_truth
+
+    inputs = load_inputs(gc_data / "sparse-images-1024-first1200.tsv.gz", 1024, rows=1200)
+    return inputs, read_truth(gc_data / "neuron1024-l120-categories-first1200.tsv")
+
+
+@pytest.fixture(scope="session")
+def official_proxy(gc_data):
+    from spartan_py import load_inputs, read_truth
+
+    inputs = load_inputs(gc_data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
+    return inputs, read_truth(gc_data / "neuron1024-l120-categories-proxy60k.tsv")

@@ -1,0 +1,88 @@
+"""The command line, run as a user would: ``python -m spartan_py`` from the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spartan(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "spartan_py", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
+
+
+def test_infer_json_generated(tmp_path):
+    out = tmp_path / "cats.tsv"
+    run = spartan(
+        "infer", "--network", "generated:1024:1", "--inputs", "generated:500:2", "--layers", "20",
+        "--backend", "cpu", "--json", "--categories-out", str(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    for key in ("backend", "device", "neurons", "layers", "rows", "categories", "passed", "seconds",
+                "load_seconds", "edges_per_second", "live_rows_by_layer"):  # fmt: skip
+        assert key in result
+    assert (result["backend"], result["neurons"], result["layers"], result["rows"]) == ("cpu", 1024, 20, 500)
+    assert result["passed"] is None and len(result["live_rows_by_layer"]) == 20
+    assert result["edges_per_second"] == pytest.approx(500 * 20 * 32768 / result["seconds"])
+    assert len(out.read_text().split()) == result["categories"] > 0
+
+    # the categories written are a valid truth file: the same run passes against them
+    again = spartan(
+        "infer", "--network", "generated:1024:1", "--inputs", "generated:500:2", "--layers", "20",
+        "--backend", "reference", "--json", "--truth", str(out),
+    )  # fmt: skip
+    assert json.loads(again.stdout)["passed"] is True
+
+
+def test_failed_truth_is_a_result_not_an_error(tmp_path):
+    (tmp_path / "t.tsv").write_text("1\n2\n3\n")
+    run = spartan("infer", "--network", "generated:1024", "--inputs", "generated:50", "--layers", "3",
+                  "--backend", "cpu", "--truth", str(tmp_path / "t.tsv"))  # fmt: skip
+    assert run.returncode == 0 and "FAILED" in run.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--network", "/no/such/dir", "--inputs", "generated:5"], "network directory not found"),
+        (["--network", "generated:1000", "--inputs", "generated:5"], "generated networks have 1024"),
+        (["--network", "generated:1024", "--inputs", "generated:x"], "N and SEED must be integers"),
+        (["--network", "generated:1024", "--inputs", "/no/inputs.tsv"], "file not found"),
+    ],
+)
+def test_bad_input_exits_2(args, fragment):
+    run = spartan("infer", *args, "--layers", "2", "--backend", "cpu")
+    assert run.returncode == 2
+    assert fragment in run.stderr and "Traceback" not in run.stderr
+
+
+def test_malformed_inputs_file_names_line(tmp_path):
+    (tmp_path / "in.tsv").write_text("1\t1\t1\n1\t2\n")
+    run = spartan("infer", "--network", "generated:1024", "--inputs", str(tmp_path / "in.tsv"), "--layers", "2")
+    assert run.returncode == 2
+    assert f"{tmp_path / 'in.tsv'}:2: found 2 field" in run.stderr
+
+
+def test_unknown_backend_is_rejected():
+    run = spartan("infer", "--network", "generated:1024", "--inputs", "generated:5", "--backend", "tpu")
+    assert run.returncode == 2 and "invalid choice" in run.stderr
+
+
+def test_official_truth_from_cli(gc_data):
+    run = spartan(
+        "infer", "--network", str(gc_data / "neuron1024"), "--inputs", str(gc_data / "sparse-images-1024-first1200.tsv.gz"),
+        "--rows", "1200", "--truth", str(gc_data / "neuron1024-l120-categories-first1200.tsv"), "--backend", "cpu", "--json",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["passed"] is True and result["categories"] == 19 and result["layers"] == 120

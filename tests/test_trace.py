@@ -1,0 +1,30 @@
+"""The trace schema and its files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from spartan_py import InputError, TraceRecord, read_trace, to_frame, write_trace
+from spartan_py.trace import TRACE_COLUMNS
+
+
+@pytest.mark.parametrize("suffix", [".csv"])
+def test_round_trip(tmp_path, suffix):
+    records = [
+        TraceRecord(run="r", layer=1, kernel="cpu.tile_layer", rows_in=5, bytes_read=100, measured_us=3.5),
+        TraceRecord(run="r", layer=2, kernel="cpu.repack", variant=""),
+    ]
+    path = write_trace(tmp_path / f"t{suffix}", records)
+    frame = read_trace(path)
+    assert list(frame.columns) == list(TRACE_COLUMNS)
+    assert frame["rows_in"].tolist() == [5, 0]
+    assert frame["measured_us"].iloc[0] == 3.5 and math.isnan(frame["measured_us"].iloc[1])
+    assert frame.equals(to_frame(records))
+
+
+def test_not_a_trace(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="missing columns run, layer"):
+        read_trace(tmp_path / "x.csv")
