@@ -23,6 +23,11 @@ from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
 
 THREADS = 512
+#: Kernel variants: "lanes" (kernels/gc_lanes.cu, rows as lanes) and "rows" (kernels/gc_layer.cu).
+KERNELS = ("lanes", "rows")
+#: Threads per block of the lanes kernels, and the column granularity they need.
+LANE_THREADS = 256
+LANE_BLOCK_COLUMNS = 256
 #: neurons -> (rows per tile, columns per thread) of the kernel instance used.
 TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
 
@@ -46,6 +51,15 @@ def device_name(cupy) -> str:
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _lane_kernels(device_id: int):
+    """Compile kernels/gc_lanes.cu once per device; returns (compute, compact, from_csr)."""
+    import cupy
+
+    module = cupy.RawModule(code=kernel_source("gc_lanes.cu"), options=("-std=c++17",))
+    return tuple(module.get_function(name) for name in ("gc_lanes_compute", "gc_lanes_compact", "gc_lanes_from_csr"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,21 +100,42 @@ class GpuEngine(Engine):
             return str(exc)
         return None
 
-    def __init__(self, network: Network, *, monitor: bool = True, use_graph: bool = True, rows_per_tile: int | None = None):
+    def __init__(
+        self,
+        network: Network,
+        *,
+        kernel: str = "lanes",
+        monitor: bool = True,
+        use_graph: bool = True,
+        rows_per_tile: int | None = None,
+        blocks_per_sm: int = 4,
+        max_batch_rows: int | None = None,
+    ):
         super().__init__(network)
         cp = self.cp = import_cupy()
-        if network.neurons not in TILE_SHAPES:
-            sizes = ", ".join(str(n) for n in TILE_SHAPES)
-            raise BackendUnavailableError(f"the gpu engine handles {sizes} neurons, not {network.neurons}")
-        shape = TILE_SHAPES[network.neurons]
-        if rows_per_tile is not None:
-            shape = (rows_per_tile, shape[1])
-        self.rows_per_tile, self.cols_per_thread = shape
-        self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
-        self.shared_bytes = self.rows_per_tile * network.neurons * 4
-        self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+        if kernel not in KERNELS:
+            raise BackendUnavailableError(f"unknown gpu kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
+        self.kernel_kind = kernel
+        if kernel == "lanes":
+            if network.neurons % LANE_BLOCK_COLUMNS:
+                raise BackendUnavailableError(f"the lanes kernel needs a multiple of {LANE_BLOCK_COLUMNS} neurons")
+            self.rows_per_tile, self.cols_per_thread = 32, 1
+            self.compute_kernel, self.compact_kernel, self.csr_kernel = _lane_kernels(cp.cuda.Device().id)
+            self.blocks_per_sm = blocks_per_sm
+        else:
+            if network.neurons not in TILE_SHAPES:
+                sizes = ", ".join(str(n) for n in TILE_SHAPES)
+                raise BackendUnavailableError(f"the rows kernel handles {sizes} neurons, not {network.neurons}")
+            shape = TILE_SHAPES[network.neurons]
+            if rows_per_tile is not None:
+                shape = (rows_per_tile, shape[1])
+            self.rows_per_tile, self.cols_per_thread = shape
+            self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
+            self.shared_bytes = self.rows_per_tile * network.neurons * 4
+            self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
         self.monitor = monitor
         self.use_graph = use_graph
+        self.max_batch_rows = max_batch_rows
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
         self._device = device_name(cp)
@@ -118,8 +153,10 @@ class GpuEngine(Engine):
         n = matrix.shape[0]
         index, weight = padded_ell(csc.indptr, csc.indices, csc.data, n)
         k = index.shape[1] * index.shape[2]
-        index = index.reshape(n, k).T.copy()  # k-major: coalesced across output columns
-        weight = weight.reshape(n, k).T.copy()
+        index = index.reshape(n, k)
+        weight = weight.reshape(n, k)
+        if self.kernel_kind == "rows":  # k-major: coalesced across the threads' output columns
+            index, weight = index.T.copy(), weight.T.copy()
         values = csc.data
         uniform = bool(values.size) and bool(np.all(values == values[0])) and bool(np.all(np.diff(csc.indptr) == k))
         try:
@@ -143,14 +180,54 @@ class GpuEngine(Engine):
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
     def _launch_layers(self, batch: "DeviceBatch", stream, events=None) -> None:
-        cp = self.cp
+        if self.kernel_kind == "lanes":
+            self._launch_lanes(batch, events)
+        else:
+            self._launch_rows(batch, events)
+
+    def _launch_lanes(self, batch: "DeviceBatch", events=None) -> None:
+        n = self.network.neurons
+        batch.counts[1:].fill(0)
+        batch.nnz_counts.fill(0)
+        batch.row_nnz.fill(0)
+        current, spare = batch.buffers
+        current.values.fill(0)
+        if events is not None:
+            events[0].record()
+        rows = batch.rows
+        self.csr_kernel(
+            ((rows + 7) // 8 or 1,), (LANE_THREADS,),
+            (batch.csr_ptr, batch.csr_idx, batch.csr_val, np.int32(rows), np.int32(n), current.values, current.ids),
+        )  # fmt: skip
+        grid = self.sm_count * self.blocks_per_sm
+        bias, clamp = np.float32(self.network.bias), np.float32(self.network.clamp)
+        for index, layer in enumerate(self.layers):
+            if events is not None and index:
+                events[index].record()
+            self.compute_kernel(
+                (grid,), (LANE_THREADS,),
+                (current.values, batch.counts, np.int32(index), layer.index,
+                 layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
+                 np.int32(layer.inputs_per_output), np.int32(n), bias, clamp,
+                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL),
+            )  # fmt: skip
+            self.compact_kernel(
+                (grid,), (LANE_THREADS,),
+                (batch.z, current.ids, batch.row_nnz, batch.counts, batch.nnz_counts, np.int32(index), np.int32(n),
+                 spare.values, spare.ids),
+            )  # fmt: skip
+            current, spare = spare, current
+        if events is not None:
+            events[-1].record()
+
+    def _launch_rows(self, batch: "DeviceBatch", events=None) -> None:
         grid = self._grid()
         batch.counts[1:].fill(0)
         batch.nnz_counts.fill(0)
         network = self.network
         for index, layer in enumerate(self.layers):
             if events is not None:
-                events[index].record(stream)
+                events[index].record()
             src, dst = batch.buffers[index % 2], batch.buffers[(index + 1) % 2]
             first = index == 0
             args = (
@@ -165,7 +242,7 @@ class GpuEngine(Engine):
             )  # fmt: skip
             self.kernel((grid,), (THREADS,), args, shared_mem=self.shared_bytes)
         if events is not None:
-            events[-1].record(stream)
+            events[-1].record()
 
     def run_device(self, batch: "DeviceBatch", *, per_layer_times: bool = False) -> float:
         """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
@@ -212,12 +289,9 @@ class GpuEngine(Engine):
             nnz = batch.nnz_counts.get()
             live_total += counts[1:]
             nnz_total += nnz[1:].astype(np.int64)
-            final = batch.buffers[network.layers % 2]
-            alive = int(counts[-1])
-            ids = final.ids[:alive].get() + first
-            order = np.argsort(ids)
-            live_parts.append(ids[order])
-            value_parts.append(final.values[: alive * network.neurons].reshape(alive, network.neurons).get()[order])
+            ids, values = batch.final_rows(self)
+            live_parts.append(ids + first)
+            value_parts.append(values)
             trace += self._records(batch, counts, nnz, part.nnz, run_id)
             del batch
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
@@ -228,8 +302,11 @@ class GpuEngine(Engine):
     def _batch_rows(self, rows: int) -> int:
         """Rows per batch: what two activation buffers can hold in half the free memory."""
         free, _ = self.cp.cuda.runtime.memGetInfo()
-        per_row = 2 * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
-        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
+        buffers = 3 if self.kernel_kind == "lanes" else 2
+        per_row = buffers * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
+        fit = max(32, int(0.5 * free) // per_row // 32 * 32)
+        if self.max_batch_rows:
+            fit = min(fit, self.max_batch_rows)
         return min(rows, fit) if rows else 1
 
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
@@ -239,14 +316,21 @@ class GpuEngine(Engine):
             rows_in, rows_out = int(counts[index]), int(counts[index + 1])
             tiles = -(-rows_in // self.rows_per_tile)
             nnz_in = input_nnz if index == 0 else int(nnz[index])
-            read = (input_nnz * 8 + (rows_in + 1) * 4) if index == 0 else rows_in * (n * 4 + 4)
+            padded = tiles * self.rows_per_tile * n * 4
+            if self.kernel_kind == "lanes":  # compute reads tiles, writes z; compact moves live rows
+                read = padded + rows_out * n * 4 + (input_nnz * 8 if index == 0 else 0)
+                written = padded + rows_out * (n * 4 + 4) + (padded if index == 0 else 0)
+            else:
+                read = (input_nnz * 8 + (rows_in + 1) * 4) if index == 0 else rows_in * (n * 4 + 4)
+                written = rows_out * (n * 4 + 4)
+            written += rows_in * (n // 32) * 4 * self.monitor
             records.append(
                 TraceRecord(
-                    run=run_id, layer=index + 1, kernel="gpu.gc_layer",
+                    run=run_id, layer=index + 1, kernel=f"gpu.{self.kernel_kind}_layer",
                     variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}" + ("-uniform" if layer.weight is None else ""),
                     rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=nnz_in, nnz_out=int(nnz[index + 1]),
-                    tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
-                    bytes_read=read + layer.nbytes, bytes_written=rows_out * (n * 4 + 4 + (n // 32 + 1) * 4 * self.monitor),
+                    tiles_total=rows_in * (n // 32), tile_rows=1, tile_cols=32,
+                    bytes_read=read + layer.nbytes, bytes_written=written,
                     useful_macs=0, executed_macs=tiles * self.rows_per_tile * n * layer.inputs_per_output,
                     monitor_mode="fused" if self.monitor else "off", host_syncs=0,
                     measured_us=batch.layer_seconds[index] * 1e6 if batch.layer_seconds else float("nan"),
@@ -268,13 +352,18 @@ class _Buffers:
 
 
 class DeviceBatch:
-    """A batch of input rows on the device with its ping-pong buffers and counters."""
+    """A batch of input rows on the device with its work buffers and counters.
+
+    Buffers are poisoned with NaN (ids with -1) so that an element a kernel should have
+    written but did not shows up in the checks.
+    """
 
     def __init__(self, engine: GpuEngine, inputs: sp.csr_matrix):
         cp = engine.cp
         n = engine.network.neurons
-        rows = inputs.shape[0]
-        capacity = max(rows, 1)
+        self.rows = rows = inputs.shape[0]
+        lanes = engine.kernel_kind == "lanes"
+        capacity = max(-(-rows // 32) * 32 if lanes else rows, 1)
         try:
             self.csr_ptr = cp.asarray(inputs.indptr.astype(np.int32))
             self.csr_idx = cp.asarray(inputs.indices.astype(np.int32))
@@ -282,18 +371,37 @@ class DeviceBatch:
             self.buffers = [
                 _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]
+            self.z = cp.empty(capacity * n, dtype=cp.float32) if lanes else None
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
-            self.row_nnz = cp.empty(capacity, dtype=cp.int32)
+            self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
         except cp.cuda.memory.OutOfMemoryError:
-            need = 2 * capacity * n * 4
+            need = (3 if lanes else 2) * capacity * n * 4
             raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
-        for buffer in self.buffers:  # poison: an unwritten element shows up as NaN
+        for buffer in self.buffers:
             buffer.values.fill(np.nan)
             buffer.ids.fill(-1)
+        if self.z is not None:
+            self.z.fill(np.nan)
         self.counts[0] = rows
         self.nnz_counts[0] = inputs.nnz
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graph = None
         self.layer_seconds: list[float] = []
+
+    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray]:
+        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id."""
+        n = engine.network.neurons
+        layers = engine.network.layers
+        alive = int(self.counts[layers].get())
+        final = self.buffers[layers % 2]
+        ids = final.ids[:alive].get()
+        if engine.kernel_kind == "lanes":
+            tiles = -(-alive // 32)
+            block = final.values[: tiles * n * 32].reshape(tiles, n, 32).transpose(0, 2, 1).reshape(tiles * 32, n)
+            values = block[:alive].get()
+        else:
+            values = final.values[: alive * n].reshape(alive, n).get()
+        order = np.argsort(ids, kind="stable")
+        return ids[order], values[order]

@@ -1,0 +1,156 @@
+// Sparse DNN Graph Challenge, lane-major variant: rows are lanes.
+//
+// Activations live in global memory as tiles of 32 rows, *lane-major*: element (row r of
+// tile t, neuron i) is at a[(t * n + i) * 32 + (r % 32)]. A warp computes one output
+// neuron j for the 32 rows of a tile at once: every operand load is one 128-byte line
+// (conflict-free, coalesced), and the weights of column j are the same for all lanes
+// (warp-uniform 16-byte loads of 8 indices at a time).
+//
+// Per layer, two kernels:
+//   gc_lanes_compute  units = (tile, column chunk); the number of chunks per tile is picked
+//                     on the device from the live-row count, so that a layer with few live
+//                     rows still spreads over every SM. Writes the outputs uncompacted to z
+//                     (same tile/lane as the input), adds each row's non-zeros to row_nnz,
+//                     and writes the fused monitor: non-zeros per (row, 32-column tile).
+//   gc_lanes_compact  per tile: live lanes get consecutive positions (one atomicAdd per
+//                     tile on counts[layer + 1]); their values and ids move to a_out.
+// Sizes never leave the device: counts[layer] is read by both kernels.
+//
+// Weights: padded ELL, column-major: w_idx[j * k + q] (uint16), k a multiple of 8;
+// w_val likewise, or null with every weight equal to w_uniform.
+
+#define LANES 32
+
+__device__ __forceinline__ int lanes_chunks(int tiles, int n, int warps_per_block) {
+    // enough (tile, chunk) units to give every block of the grid work, but chunks of at
+    // least one warp-width of columns per warp
+    const int max_chunks = max(1, n / (32 * warps_per_block));
+    if (tiles <= 0) return 1;
+    const int want = (gridDim.x + tiles - 1) / tiles;
+    int chunks = 1;
+    while (chunks < want && chunks * 2 <= max_chunks) chunks *= 2;
+    return chunks;
+}
+
+extern "C" __global__ void gc_lanes_compute(const float* __restrict__ a_in, const int* __restrict__ counts, int layer,
+                                            const unsigned short* __restrict__ w_idx, const float* __restrict__ w_val,
+                                            float w_uniform, int k, int n, float bias, float clamp,
+                                            float* __restrict__ z, int* __restrict__ row_nnz,
+                                            int* __restrict__ tile_nnz) {
+    const int rows = counts[layer];
+    const int tiles = (rows + LANES - 1) / LANES;
+    const int warps = blockDim.x / 32;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int chunks = lanes_chunks(tiles, n, warps);
+    const int chunk_cols = n / chunks;
+    const int units = tiles * chunks;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const int t = u / chunks;
+        const int c = u - t * chunks;
+        const bool valid = t * LANES + lane < rows;
+        const float* __restrict__ tile = a_in + (size_t)t * n * LANES + lane;
+        float* __restrict__ out = z + (size_t)t * n * LANES + lane;
+        int row_count = 0;
+        for (int j0 = c * chunk_cols + warp * 32; j0 < (c + 1) * chunk_cols; j0 += warps * 32) {
+            int group_count = 0;
+            for (int jj = 0; jj < 32; ++jj) {
+                const int j = j0 + jj;
+                const unsigned short* idx = w_idx + (size_t)j * k;
+                float acc = 0.0f;
+                if (w_val == nullptr) {
+                    for (int q = 0; q < k; q += 8) {
+                        const uint4 packed = __ldg(reinterpret_cast<const uint4*>(idx + q));
+                        acc += tile[(packed.x & 0xffff) * LANES] + tile[(packed.x >> 16) * LANES]
+                             + tile[(packed.y & 0xffff) * LANES] + tile[(packed.y >> 16) * LANES]
+                             + tile[(packed.z & 0xffff) * LANES] + tile[(packed.z >> 16) * LANES]
+                             + tile[(packed.w & 0xffff) * LANES] + tile[(packed.w >> 16) * LANES];
+                    }
+                    acc *= w_uniform;
+                } else {
+                    const float* val = w_val + (size_t)j * k;
+                    for (int q = 0; q < k; q += 8) {
+                        const uint4 packed = __ldg(reinterpret_cast<const uint4*>(idx + q));
+                        const float4 w0 = __ldg(reinterpret_cast<const float4*>(val + q));
+                        const float4 w1 = __ldg(reinterpret_cast<const float4*>(val + q + 4));
+                        acc = fmaf(w0.x, tile[(packed.x & 0xffff) * LANES], acc);
+                        acc = fmaf(w0.y, tile[(packed.x >> 16) * LANES], acc);
+                        acc = fmaf(w0.z, tile[(packed.y & 0xffff) * LANES], acc);
+                        acc = fmaf(w0.w, tile[(packed.y >> 16) * LANES], acc);
+                        acc = fmaf(w1.x, tile[(packed.z & 0xffff) * LANES], acc);
+                        acc = fmaf(w1.y, tile[(packed.z >> 16) * LANES], acc);
+                        acc = fmaf(w1.z, tile[(packed.w & 0xffff) * LANES], acc);
+                        acc = fmaf(w1.w, tile[(packed.w >> 16) * LANES], acc);
+                    }
+                }
+                const float y = (acc != 0.0f) ? fminf(fmaxf(acc + bias, 0.0f), clamp) : 0.0f;
+                out[(size_t)j * LANES] = y;
+                group_count += (y != 0.0f);
+            }
+            if (valid) {
+                if (tile_nnz) tile_nnz[(size_t)(t * LANES + lane) * (n / 32) + j0 / 32] = group_count;
+                row_count += group_count;
+            }
+        }
+        if (valid && row_count) atomicAdd(&row_nnz[t * LANES + lane], row_count);
+    }
+}
+
+extern "C" __global__ void gc_lanes_compact(const float* __restrict__ z, const int* __restrict__ ids_in,
+                                            int* __restrict__ row_nnz, int* __restrict__ counts,
+                                            unsigned long long* __restrict__ nnz_counts, int layer, int n,
+                                            float* __restrict__ a_out, int* __restrict__ ids_out) {
+    __shared__ int s_base;
+    __shared__ unsigned s_mask;
+    const int rows = counts[layer];
+    const int tiles = (rows + LANES - 1) / LANES;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x / 32;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int row = t * LANES + lane;
+        if (warp == 0) {
+            const int count = row < rows ? row_nnz[row] : 0;
+            const unsigned mask = __ballot_sync(0xffffffffu, count > 0);
+            int sum = count;
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                s_mask = mask;
+                s_base = mask ? atomicAdd(&counts[layer + 1], __popc(mask)) : 0;
+                if (sum) atomicAdd(&nnz_counts[layer + 1], (unsigned long long)sum);
+            }
+            __syncwarp();
+            if (count > 0) {
+                const int position = s_base + __popc(mask & ((1u << lane) - 1u));
+                ids_out[position] = ids_in[row];
+            }
+            if (row < rows) row_nnz[row] = 0;  // ready for the next layer
+        }
+        __syncthreads();
+        const unsigned mask = s_mask;
+        if (mask) {
+            const bool live = (mask >> lane) & 1u;
+            const int position = s_base + __popc(mask & ((1u << lane) - 1u));
+            const float* src = z + (size_t)t * n * LANES + lane;
+            float* dst = a_out + ((size_t)(position / LANES) * n) * LANES + position % LANES;
+            for (int i = warp; i < n; i += warps) {
+                const float v = src[(size_t)i * LANES];
+                if (live) dst[(size_t)i * LANES] = v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Layer 1's input: CSR rows -> lane-major tiles (a must be zeroed first). One warp a row.
+extern "C" __global__ void gc_lanes_from_csr(const int* __restrict__ ptr, const int* __restrict__ idx,
+                                             const float* __restrict__ val, int rows, int n,
+                                             float* __restrict__ a, int* __restrict__ ids) {
+    const int lane = threadIdx.x & 31;
+    const int warps_total = gridDim.x * (blockDim.x / 32);
+    for (int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5); row < rows; row += warps_total) {
+        float* dst = a + ((size_t)(row / LANES) * n) * LANES + row % LANES;
+        for (int e = ptr[row] + lane; e < ptr[row + 1]; e += 32) dst[(size_t)idx[e] * LANES] = val[e];
+        if (lane == 0) ids[row] = row;
+    }
+}
