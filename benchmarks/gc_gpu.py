@@ -105,8 +105,8 @@ def main() -> int:
 
     variants = {}
     best = None
-    for label, options in (("lanes-4", {"kernel": "lanes", "blocks_per_sm": 4}), ("lanes-8", {"kernel": "lanes", "blocks_per_sm": 8}),
-                           ("lanes-2", {"kernel": "lanes", "blocks_per_sm": 2}), ("rows", {"kernel": "rows"})):  # fmt: skip
+    for label, options in (("lanes-staged", {"kernel": "lanes"}), ("lanes-l1-8", {"kernel": "lanes", "staged": False, "blocks_per_sm": 8}),
+                           ("rows", {"kernel": "rows"})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)

@@ -32,11 +32,15 @@ __device__ __forceinline__ int lanes_chunks(int tiles, int n, int warps_per_bloc
     return chunks;
 }
 
+// When staged is non-zero the block first copies the unit's whole input tile (n x 32
+// floats) into dynamic shared memory, so that the 32-fold reuse of every input line is
+// served there instead of by L1/L2; otherwise operands are read through L1.
 extern "C" __global__ void gc_lanes_compute(const float* __restrict__ a_in, const int* __restrict__ counts, int layer,
                                             const unsigned short* __restrict__ w_idx, const float* __restrict__ w_val,
                                             float w_uniform, int k, int n, float bias, float clamp,
                                             float* __restrict__ z, int* __restrict__ row_nnz,
-                                            int* __restrict__ tile_nnz) {
+                                            int* __restrict__ tile_nnz, int staged) {
+    extern __shared__ float4 s_tile4[];
     const int rows = counts[layer];
     const int tiles = (rows + LANES - 1) / LANES;
     const int warps = blockDim.x / 32;
@@ -50,6 +54,13 @@ extern "C" __global__ void gc_lanes_compute(const float* __restrict__ a_in, cons
         const int c = u - t * chunks;
         const bool valid = t * LANES + lane < rows;
         const float* __restrict__ tile = a_in + (size_t)t * n * LANES + lane;
+        if (staged) {
+            const float4* src = reinterpret_cast<const float4*>(a_in + (size_t)t * n * LANES);
+            __syncthreads();  // the previous unit is done with the shared tile
+            for (int e = threadIdx.x; e < n * LANES / 4; e += blockDim.x) s_tile4[e] = __ldg(src + e);
+            __syncthreads();
+            tile = reinterpret_cast<const float*>(s_tile4) + lane;
+        }
         float* __restrict__ out = z + (size_t)t * n * LANES + lane;
         int row_count = 0;
         for (int j0 = c * chunk_cols + warp * 32; j0 < (c + 1) * chunk_cols; j0 += warps * 32) {

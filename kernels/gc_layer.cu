@@ -36,6 +36,7 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+#pragma unroll 8
         for (int kk = 0; kk < k; ++kk) {
             const int i = __ldg(w_idx + (size_t)kk * n + j);
             const float w = w_val ? __ldg(w_val + (size_t)kk * n + j) : w_uniform;

@@ -109,6 +109,7 @@ class GpuEngine(Engine):
         use_graph: bool = True,
         rows_per_tile: int | None = None,
         blocks_per_sm: int = 4,
+        staged: bool = True,
         max_batch_rows: int | None = None,
     ):
         super().__init__(network)
@@ -122,6 +123,14 @@ class GpuEngine(Engine):
             self.rows_per_tile, self.cols_per_thread = 32, 1
             self.compute_kernel, self.compact_kernel, self.csr_kernel = _lane_kernels(cp.cuda.Device().id)
             self.blocks_per_sm = blocks_per_sm
+            # Stage each 32-row tile in shared memory when it fits (n <= 1024 on a Hopper's 227 KiB).
+            limit = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("sharedMemPerBlockOptin", 0)
+            tile_bytes = 32 * network.neurons * 4
+            self.staged = bool(staged) and tile_bytes <= limit
+            self.lane_threads = 512 if self.staged else LANE_THREADS
+            if self.staged:
+                self.compute_kernel.max_dynamic_shared_size_bytes = tile_bytes
+                self.blocks_per_sm = max(1, min(blocks_per_sm, limit // tile_bytes))
         else:
             if network.neurons not in TILE_SHAPES:
                 sizes = ", ".join(str(n) for n in TILE_SHAPES)
@@ -205,11 +214,12 @@ class GpuEngine(Engine):
             if events is not None and index:
                 events[index].record()
             self.compute_kernel(
-                (grid,), (LANE_THREADS,),
+                (grid,), (self.lane_threads,),
                 (current.values, batch.counts, np.int32(index), layer.index,
                  layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
                  np.int32(layer.inputs_per_output), np.int32(n), bias, clamp,
-                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL),
+                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL, np.int32(self.staged)),
+                shared_mem=32 * n * 4 if self.staged else 0,
             )  # fmt: skip
             self.compact_kernel(
                 (grid,), (LANE_THREADS,),
