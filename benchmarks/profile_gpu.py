@@ -1,0 +1,35 @@
+"""Run the GPU engine once per kernel variant on the proxy input, for a profiler to watch.
+
+    ncu --kernel-name regex:gc_ --launch-skip S --launch-count C python benchmarks/profile_gpu.py [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._results import DEFAULT_DATA  # noqa: E402
+
+import spartan_py as sp  # noqa: E402
+from spartan_py.engines.gpu import GpuEngine  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--kernel", default="lanes")
+    parser.add_argument("--layers", type=int, default=120)
+    args = parser.parse_args()
+    network = sp.load_network(args.data / "neuron1024", layers=args.layers)
+    inputs = sp.load_inputs(args.data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
+    engine = GpuEngine(network, kernel=args.kernel, use_graph=False)
+    batch = engine.upload(inputs)
+    seconds = engine.run_device(batch, per_layer_times=True)
+    print(f"{args.kernel}: {seconds * 1e3:.3f} ms; categories {int(batch.counts[-1].get())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
