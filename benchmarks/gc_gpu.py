@@ -106,7 +106,7 @@ def main() -> int:
     variants = {}
     best = None
     for label, options in (("lanes-staged", {"kernel": "lanes"}), ("lanes-l1-8", {"kernel": "lanes", "staged": False, "blocks_per_sm": 8}),
-                           ("rows", {"kernel": "rows"})):  # fmt: skip
+                           ("rows", {"kernel": "rows"}), ("rows-R8", {"kernel": "rows", "rows_per_tile": 8})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)

@@ -12,8 +12,9 @@
 //                     rows still spreads over every SM. Writes the outputs uncompacted to z
 //                     (same tile/lane as the input), adds each row's non-zeros to row_nnz,
 //                     and writes the fused monitor: non-zeros per (row, 32-column tile).
-//   gc_lanes_compact  per tile: live lanes get consecutive positions (one atomicAdd per
-//                     tile on counts[layer + 1]); their values and ids move to a_out.
+//                     The last unit of each tile (a ticket per tile) gives the tile's live
+//                     lanes consecutive positions: one atomicAdd on counts[layer + 1].
+//   gc_lanes_compact  moves live lanes and their ids to a_out, split over (tile, neuron slice).
 // Sizes never leave the device: counts[layer] is read by both kernels.
 //
 // Weights: padded ELL, column-major: w_idx[j * k + q] (uint16), k a multiple of 8;
@@ -39,8 +40,12 @@ extern "C" __global__ void gc_lanes_compute(const float* __restrict__ a_in, cons
                                             const unsigned short* __restrict__ w_idx, const float* __restrict__ w_val,
                                             float w_uniform, int k, int n, float bias, float clamp,
                                             float* __restrict__ z, int* __restrict__ row_nnz,
-                                            int* __restrict__ tile_nnz, int staged) {
+                                            int* __restrict__ tile_nnz, int staged,
+                                            int* __restrict__ tile_ticket, int* __restrict__ tile_base,
+                                            unsigned* __restrict__ tile_mask, int* __restrict__ counts_out,
+                                            unsigned long long* __restrict__ nnz_out) {
     extern __shared__ float4 s_tile4[];
+    __shared__ int s_last;
     const int rows = counts[layer];
     const int tiles = (rows + LANES - 1) / LANES;
     const int warps = blockDim.x / 32;
@@ -104,52 +109,58 @@ extern "C" __global__ void gc_lanes_compute(const float* __restrict__ a_in, cons
             }
         }
         if (valid && row_count) atomicAdd(&row_nnz[t * LANES + lane], row_count);
-    }
-}
-
-extern "C" __global__ void gc_lanes_compact(const float* __restrict__ z, const int* __restrict__ ids_in,
-                                            int* __restrict__ row_nnz, int* __restrict__ counts,
-                                            unsigned long long* __restrict__ nnz_counts, int layer, int n,
-                                            float* __restrict__ a_out, int* __restrict__ ids_out) {
-    __shared__ int s_base;
-    __shared__ unsigned s_mask;
-    const int rows = counts[layer];
-    const int tiles = (rows + LANES - 1) / LANES;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int warps = blockDim.x / 32;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int row = t * LANES + lane;
-        if (warp == 0) {
-            const int count = row < rows ? row_nnz[row] : 0;
+        __threadfence();  // this thread's counts are visible before the block takes its ticket
+        // The last unit of tile t to finish allocates the tile's output positions.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            s_last = atomicAdd(&tile_ticket[t], 1) == chunks - 1;
+        }
+        __syncthreads();
+        if (s_last && warp == 0) {
+            __threadfence();
+            const int row = t * LANES + lane;
+            const int count = row < rows ? __ldcg(&row_nnz[row]) : 0;
             const unsigned mask = __ballot_sync(0xffffffffu, count > 0);
             int sum = count;
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
             if (lane == 0) {
-                s_mask = mask;
-                s_base = mask ? atomicAdd(&counts[layer + 1], __popc(mask)) : 0;
-                if (sum) atomicAdd(&nnz_counts[layer + 1], (unsigned long long)sum);
-            }
-            __syncwarp();
-            if (count > 0) {
-                const int position = s_base + __popc(mask & ((1u << lane) - 1u));
-                ids_out[position] = ids_in[row];
+                tile_base[t] = mask ? atomicAdd(counts_out, __popc(mask)) : 0;
+                tile_mask[t] = mask;
+                tile_ticket[t] = 0;
+                if (sum) atomicAdd(nnz_out, (unsigned long long)sum);
             }
             if (row < rows) row_nnz[row] = 0;  // ready for the next layer
         }
-        __syncthreads();
-        const unsigned mask = s_mask;
-        if (mask) {
-            const bool live = (mask >> lane) & 1u;
-            const int position = s_base + __popc(mask & ((1u << lane) - 1u));
-            const float* src = z + (size_t)t * n * LANES + lane;
-            float* dst = a_out + ((size_t)(position / LANES) * n) * LANES + position % LANES;
-            for (int i = warp; i < n; i += warps) {
-                const float v = src[(size_t)i * LANES];
-                if (live) dst[(size_t)i * LANES] = v;
-            }
-        }
-        __syncthreads();
+    }
+}
+
+// Moves the live lanes of every tile to their positions (allocated by gc_lanes_compute).
+// Units are (tile, slice of neurons), so that even a few tiles spread over the GPU.
+extern "C" __global__ void gc_lanes_compact(const float* __restrict__ z, const int* __restrict__ ids_in,
+                                            const int* __restrict__ counts, int layer, int n,
+                                            const int* __restrict__ tile_base, const unsigned* __restrict__ tile_mask,
+                                            float* __restrict__ a_out, int* __restrict__ ids_out) {
+    constexpr int SLICE = 64;  // neurons per unit
+    const int rows = counts[layer];
+    const int tiles = (rows + LANES - 1) / LANES;
+    const int slices = n / SLICE;
+    const int lane = threadIdx.x & 31;
+    const int warps_total = gridDim.x * (blockDim.x / 32);
+    for (int u = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5); u < tiles * slices; u += warps_total) {
+        const int t = u / slices;
+        const int slice = u - t * slices;
+        const unsigned mask = tile_mask[t];
+        if (!((mask >> lane) & 1u)) continue;
+        const int position = tile_base[t] + __popc(mask & ((1u << lane) - 1u));
+        if (slice == 0) ids_out[position] = ids_in[t * LANES + lane];
+        const float* src = z + ((size_t)t * n + slice * SLICE) * LANES + lane;
+        float* dst = a_out + ((size_t)(position / LANES) * n + slice * SLICE) * LANES + position % LANES;
+        float v[SLICE];
+#pragma unroll
+        for (int i = 0; i < SLICE; ++i) v[i] = __ldcs(src + (size_t)i * LANES);
+#pragma unroll
+        for (int i = 0; i < SLICE; ++i) dst[(size_t)i * LANES] = v[i];
     }
 }
 

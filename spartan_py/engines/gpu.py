@@ -199,6 +199,7 @@ class GpuEngine(Engine):
         batch.counts[1:].fill(0)
         batch.nnz_counts.fill(0)
         batch.row_nnz.fill(0)
+        batch.tile_ticket.fill(0)
         current, spare = batch.buffers
         current.values.fill(0)
         if events is not None:
@@ -218,12 +219,13 @@ class GpuEngine(Engine):
                 (current.values, batch.counts, np.int32(index), layer.index,
                  layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
                  np.int32(layer.inputs_per_output), np.int32(n), bias, clamp,
-                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL, np.int32(self.staged)),
+                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL, np.int32(self.staged),
+                 batch.tile_ticket, batch.tile_base, batch.tile_mask, batch.counts[index + 1:], batch.nnz_counts[index + 1:]),
                 shared_mem=32 * n * 4 if self.staged else 0,
             )  # fmt: skip
             self.compact_kernel(
-                (grid,), (LANE_THREADS,),
-                (batch.z, current.ids, batch.row_nnz, batch.counts, batch.nnz_counts, np.int32(index), np.int32(n),
+                (self.sm_count * 8,), (LANE_THREADS,),
+                (batch.z, current.ids, batch.counts, np.int32(index), np.int32(n), batch.tile_base, batch.tile_mask,
                  spare.values, spare.ids),
             )  # fmt: skip
             current, spare = spare, current
@@ -386,6 +388,10 @@ class DeviceBatch:
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
+            tiles = capacity // 32 + 1
+            self.tile_ticket = cp.zeros(tiles, dtype=cp.int32)
+            self.tile_base = cp.zeros(tiles, dtype=cp.int32)
+            self.tile_mask = cp.zeros(tiles, dtype=cp.uint32)
         except cp.cuda.memory.OutOfMemoryError:
             need = (3 if lanes else 2) * capacity * n * 4
             raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
