@@ -158,6 +158,12 @@ template __global__ void gc_layer<16, 2>(const float*, const int*, const int*, c
 template __global__ void gc_layer<8, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
                                         int*, int*, float, float);
+template __global__ void gc_layer<2, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                        int*, int*, float, float);
+template __global__ void gc_layer<4, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
+                                        int*, int*, float, float);
 template __global__ void gc_layer<4, 8>(const float*, const int*, const int*, const int*, const float*, float*, int*,
                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
                                         int*, int*, float, float);

@@ -68,7 +68,8 @@ def _layer_kernels(device_id: int):
     import cupy
 
     names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in TILE_SHAPES.values()}
-    names[(8, 2)] = "gc_layer<8, 2>"
+    for rows in (8, 4, 2):  # smaller tiles for n = 1024, selectable with rows_per_tile
+        names[(rows, 2)] = f"gc_layer<{rows}, 2>"
     module = cupy.RawModule(
         code=kernel_source("gc_layer.cu"),
         options=("-std=c++17", f"-DGC_THREADS={THREADS}"),
