@@ -8,9 +8,13 @@
 //   ids_in/out  : the input-row number of each live row.
 //   w_idx,w_val : padded ELL, k-major: input index / weight of output j's k-th input at
 //                 [k * n + j] (coalesced across j). Padding: index 0, weight 0.
-//   counts      : counts[l] = live rows entering layer l (0-based); this kernel reads
-//                 counts[layer] and adds its survivors to counts[layer + 1]. The host never
-//                 needs a row count between layers.
+//   counts      : counts[l] = live rows entering layer l (0-based). A launch runs layers
+//                 layer .. layer + layer_count - 1 on the counts[layer] rows of y_in: each
+//                 block keeps its tile in shared memory across those layers (a row's output
+//                 depends on that row alone) and adds its live rows to counts[l + 1] after
+//                 every layer; at the last one that addition also gives the tile's output
+//                 positions (compaction). The host never needs a row count between layers.
+//   w_*_ptrs    : per-layer device pointers (as 64-bit integers) of the weights below.
 //   nnz_counts  : nnz_counts[layer + 1] += non-zeros written by this layer.
 //   tile_nnz    : optional monitor, per output row: non-zeros of each 32-column tile
 //                 [row * (n / 32) + tile]; row_nnz: optional per-row non-zero count.
@@ -36,7 +40,7 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-#pragma unroll 8
+#pragma unroll 4
         for (int kk = 0; kk < k; ++kk) {
             const int i = __ldg(w_idx + (size_t)kk * n + j);
             const float w = w_val ? __ldg(w_val + (size_t)kk * n + j) : w_uniform;
@@ -53,12 +57,13 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
 }
 
 template <int R, int CPT>
-__global__ void __launch_bounds__(GC_THREADS)
+__global__ void __launch_bounds__(GC_THREADS, 1)
 gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
          float* __restrict__ y_out, int* __restrict__ ids_out,
-         const unsigned short* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform, int k,
-         int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer,
+         const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
+         const float* __restrict__ w_uniforms, const int* __restrict__ ks,
+         int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          int* __restrict__ tile_nnz, int* __restrict__ row_nnz,
          float bias, float clamp) {
     constexpr int N = CPT * GC_THREADS;
@@ -68,11 +73,13 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
     __shared__ int s_tile_count[R][TILES_PER_ROW];
     __shared__ int s_rank[R];
     __shared__ int s_base;
+    __shared__ int s_any;
 
     const int rows = counts[layer];
     const int n_tiles = (rows + R - 1) / R;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
+    const int last = layer + layer_count - 1;
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * R;
@@ -93,46 +100,54 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
             for (int e = threadIdx.x; e < R * N / 4; e += GC_THREADS)
                 dst[e] = e < valid ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
-        __syncthreads();
 
-        // 2. compute every output of the tile into registers
-        float out[CPT][R];
-        gc_tile_compute<R, CPT>(tile, w_idx, w_val, w_uniform, N, k, bias, clamp, out);
-        __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
+        // 2. run the chunk's layers on the tile, in shared memory; rows are independent
+        for (int l = layer; l <= last; ++l) {
+            if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
+            __syncthreads();
+            float out[CPT][R];
+            gc_tile_compute<R, CPT>(tile, reinterpret_cast<const unsigned short*>(w_idx_ptrs[l]),
+                                    reinterpret_cast<const float*>(w_val_ptrs[l]), w_uniforms[l], N, ks[l], bias,
+                                    clamp, out);
+            __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
 
-        // 3. store in place and count non-zeros per row and per 32-column tile (the monitor)
+            // store in place; count non-zeros per row and per 32-column tile (the monitor)
 #pragma unroll
-        for (int c = 0; c < CPT; ++c) {
-            const int j = c * GC_THREADS + threadIdx.x;
+            for (int c = 0; c < CPT; ++c) {
+                const int j = c * GC_THREADS + threadIdx.x;
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                tile[r * N + j] = out[c][r];
-                const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
-                if (lane == 0) {
-                    s_tile_count[r][j >> 5] = lit;
-                    if (lit) atomicAdd(&s_row_count[r], lit);
+                for (int r = 0; r < R; ++r) {
+                    tile[r * N + j] = out[c][r];
+                    const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
+                    if (lane == 0) {
+                        if (l == last) s_tile_count[r][j >> 5] = lit;
+                        if (lit) atomicAdd(&s_row_count[r], lit);
+                    }
                 }
             }
-        }
-        __syncthreads();
+            __syncthreads();
 
-        // 4. live rows of the tile get consecutive output positions
-        if (warp == 0) {
-            const bool live = lane < R && first + lane < rows && s_row_count[lane] > 0;
-            const unsigned mask = __ballot_sync(0xffffffffu, live);
-            if (lane < R) s_rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
-            int tile_nnz_sum = (lane < R && live) ? s_row_count[lane] : 0;
-            for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
-            if (lane == 0) {
-                const int n_live = __popc(mask);
-                s_base = n_live ? atomicAdd(&counts[layer + 1], n_live) : 0;
-                if (tile_nnz_sum) atomicAdd(&nnz_counts[layer + 1], (unsigned long long)tile_nnz_sum);
+            // per-layer counts; at the chunk's last layer the count also allocates positions
+            if (warp == 0) {
+                const bool live = lane < R && first + lane < rows && s_row_count[lane] > 0;
+                const unsigned mask = __ballot_sync(0xffffffffu, live);
+                if (l == last && lane < R) s_rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+                int tile_nnz_sum = live ? s_row_count[lane] : 0;
+                for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
+                if (lane == 0) {
+                    const int n_live = __popc(mask);
+                    const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
+                    if (l == last) s_base = base;
+                    if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
+                    s_any = n_live;
+                }
             }
+            __syncthreads();
+            if (!s_any) break;  // every row of the tile is dead: later layers add nothing
         }
-        __syncthreads();
+        if (!s_any) continue;  // (uniform across the block)
 
-        // 5. copy the live rows out, coalesced, with their ids and monitor counts
+        // 3. copy the live rows out, coalesced, with their ids and monitor counts
         for (int r = 0; r < R; ++r) {
             const int rank = s_rank[r];
             if (rank < 0) continue;
@@ -153,20 +168,20 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 
 // Instances used by the engine: (rows per tile, columns per thread) for n = CPT * 512.
 template __global__ void gc_layer<16, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                         int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<8, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                        int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<2, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                        int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<4, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                        int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<4, 8>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                        const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                        int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<1, 32>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned short*, const float*, float, int, int*, unsigned long long*, int,
-                                         int*, int*, float, float);
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);

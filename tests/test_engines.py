@@ -145,8 +145,22 @@ def test_gpu_kernel_variants(kernel):
     engine = GpuEngine(network, kernel=kernel, max_batch_rows=352)
     got = engine.run(inputs)
     assert_same_run(got, want)
-    assert [r.layer for r in got.trace][:25] == list(range(1, 26))
-    assert all(r.measured_us > 0 for r in got.trace)
+    firsts = [r.layer for r in got.trace]
+    assert firsts[0] == 1 and all(r.measured_us > 0 for r in got.trace)
+    every_layer = GpuEngine(network, kernel=kernel, compact_every=1).run(inputs)
+    assert np.array_equal(every_layer.live_rows, got.live_rows)
+    assert every_layer.live_rows_by_layer == got.live_rows_by_layer
+    assert every_layer.nonzeros_by_layer == got.nonzeros_by_layer
+
+
+def test_chunk_schedule():
+    from spartan_py.engines.gpu import chunk_schedule
+
+    assert chunk_schedule(120) == [1, 1, 1, 1, 2, 4, 8, 16, 32, 32, 22]
+    assert chunk_schedule(3) == [1, 1, 1]
+    assert chunk_schedule(7, 3) == [3, 3, 1]
+    with pytest.raises(ValueError):
+        chunk_schedule(5, 0)
 
 
 @pytest.mark.gpu

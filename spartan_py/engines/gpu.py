@@ -32,6 +32,28 @@ LANE_BLOCK_COLUMNS = 256
 TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
 
 
+def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[int]:
+    """Layers per launch of the rows kernel; live rows are compacted after each launch.
+
+    ``"doubling"``: one layer per launch for the first four layers (where most rows of a
+    sparse DNN die), then 2, 4, 8, ... layers per launch, at most 32. An integer gives
+    launches of that many layers.
+    """
+    if isinstance(compact_every, int):
+        if compact_every < 1:
+            raise ValueError("compact_every must be at least 1")
+        sizes = [compact_every] * (layers // compact_every)
+        return sizes + ([layers % compact_every] if layers % compact_every else [])
+    if compact_every != "doubling":
+        raise ValueError(f"compact_every must be 'doubling' or a positive integer, not {compact_every!r}")
+    sizes, size = [], 1
+    while sum(sizes) < layers:
+        sizes.append(min(size, layers - sum(sizes)))
+        if len(sizes) >= 4:
+            size = min(size * 2, 32)
+    return sizes
+
+
 def import_cupy():
     """CuPy, whichever wheel provides it; BackendUnavailableError when absent or GPU-less."""
     try:
@@ -112,6 +134,7 @@ class GpuEngine(Engine):
         blocks_per_sm: int = 4,
         staged: bool = True,
         max_batch_rows: int | None = None,
+        compact_every: str | int = "doubling",
     ):
         super().__init__(network)
         cp = self.cp = import_cupy()
@@ -150,7 +173,13 @@ class GpuEngine(Engine):
         self.sm_count = props["multiProcessorCount"]
         self._device = device_name(cp)
         self.layers = [self._upload_layer(w) for w in network.weights]
-        self._graphs: dict[int, object] = {}
+        self.chunks = chunk_schedule(network.layers, compact_every) if kernel == "rows" else [1] * network.layers
+        self._layer_pointers = {
+            "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
+            "weight": cp.asarray(np.array([0 if l.weight is None else l.weight.data.ptr for l in self.layers], dtype=np.uint64)),
+            "uniform": cp.asarray(np.array([layer.uniform for layer in self.layers], dtype=np.float32)),
+            "k": cp.asarray(np.array([layer.inputs_per_output for layer in self.layers], dtype=np.int32)),
+        }
 
     @property
     def device(self) -> str:
@@ -238,22 +267,24 @@ class GpuEngine(Engine):
         batch.counts[1:].fill(0)
         batch.nnz_counts.fill(0)
         network = self.network
-        for index, layer in enumerate(self.layers):
+        pointers = self._layer_pointers
+        start = 0
+        for chunk, length in enumerate(self.chunks):
             if events is not None:
-                events[index].record()
-            src, dst = batch.buffers[index % 2], batch.buffers[(index + 1) % 2]
-            first = index == 0
+                events[chunk].record()
+            src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
+            first = start == 0
             args = (
                 src.values, src.ids,
                 batch.csr_ptr if first else _NULL, batch.csr_idx if first else _NULL, batch.csr_val if first else _NULL,
                 dst.values, dst.ids,
-                layer.index, layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
-                np.int32(layer.inputs_per_output),
-                batch.counts, batch.nnz_counts, np.int32(index),
+                pointers["index"], pointers["weight"], pointers["uniform"], pointers["k"],
+                batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
                 batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL,
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
             self.kernel((grid,), (THREADS,), args, shared_mem=self.shared_bytes)
+            start += length
         if events is not None:
             events[-1].record()
 
@@ -266,7 +297,7 @@ class GpuEngine(Engine):
         cp = self.cp
         stream = batch.stream
         if per_layer_times or not self.use_graph:
-            events = [cp.cuda.Event() for _ in range(len(self.layers) + 1)]
+            events = [cp.cuda.Event() for _ in range(len(self.chunks) + 1)]
             with stream:
                 self._launch_layers(batch, stream, events)
             events[-1].synchronize()
@@ -323,33 +354,44 @@ class GpuEngine(Engine):
         return min(rows, fit) if rows else 1
 
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
+        """One record per kernel launch (a launch of the rows kernel runs a chunk of layers).
+
+        Rows are compacted only at a chunk's end, so every layer of a chunk executes the
+        tiles that entered it (less those whose rows all died): ``executed_macs`` counts
+        the entering tiles, an upper bound.
+        """
         n = self.network.neurons
-        records = []
-        for index, layer in enumerate(self.layers):
-            rows_in, rows_out = int(counts[index]), int(counts[index + 1])
+        records, start = [], 0
+        for launch, length in enumerate(self.chunks):
+            stop = start + length
+            rows_in, rows_out = int(counts[start]), int(counts[stop])
             tiles = -(-rows_in // self.rows_per_tile)
-            nnz_in = input_nnz if index == 0 else int(nnz[index])
             padded = tiles * self.rows_per_tile * n * 4
+            layers = self.layers[start:stop]
+            weights = sum(layer.nbytes for layer in layers)
             if self.kernel_kind == "lanes":  # compute reads tiles, writes z; compact moves live rows
-                read = padded + rows_out * n * 4 + (input_nnz * 8 if index == 0 else 0)
-                written = padded + rows_out * (n * 4 + 4) + (padded if index == 0 else 0)
+                read = padded + rows_out * n * 4 + (input_nnz * 8 if start == 0 else 0)
+                written = padded + rows_out * (n * 4 + 4) + (padded if start == 0 else 0)
             else:
-                read = (input_nnz * 8 + (rows_in + 1) * 4) if index == 0 else rows_in * (n * 4 + 4)
+                read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
                 written = rows_out * (n * 4 + 4)
-            written += rows_in * (n // 32) * 4 * self.monitor
+            written += rows_out * (n // 32) * 4 * self.monitor
+            uniform = all(layer.weight is None for layer in layers)
             records.append(
                 TraceRecord(
-                    run=run_id, layer=index + 1, kernel=f"gpu.{self.kernel_kind}_layer",
-                    variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}" + ("-uniform" if layer.weight is None else ""),
-                    rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=nnz_in, nnz_out=int(nnz[index + 1]),
-                    tiles_total=rows_in * (n // 32), tile_rows=1, tile_cols=32,
-                    bytes_read=read + layer.nbytes, bytes_written=written,
-                    useful_macs=0, executed_macs=tiles * self.rows_per_tile * n * layer.inputs_per_output,
+                    run=run_id, layer=start + 1, kernel=f"gpu.{self.kernel_kind}_layer",
+                    variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
+                    rows_in=rows_in, rows_out=rows_out, cols=n,
+                    nnz_in=input_nnz if start == 0 else int(nnz[start]), nnz_out=int(nnz[stop]),
+                    tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
+                    bytes_read=read + weights, bytes_written=written,
+                    useful_macs=0, executed_macs=sum(tiles * self.rows_per_tile * n * l.inputs_per_output for l in layers),
                     monitor_mode="fused" if self.monitor else "off", host_syncs=0,
-                    measured_us=batch.layer_seconds[index] * 1e6 if batch.layer_seconds else float("nan"),
+                    measured_us=batch.layer_seconds[launch] * 1e6 if batch.layer_seconds else float("nan"),
                     device=self.device,
                 )
             )  # fmt: skip
+            start = stop
         if records:
             records[-1].host_syncs = 1
         return records
@@ -412,7 +454,7 @@ class DeviceBatch:
         n = engine.network.neurons
         layers = engine.network.layers
         alive = int(self.counts[layers].get())
-        final = self.buffers[layers % 2]
+        final = self.buffers[len(engine.chunks) % 2]
         ids = final.ids[:alive].get()
         if engine.kernel_kind == "lanes":
             tiles = -(-alive // 32)
