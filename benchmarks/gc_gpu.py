@@ -120,14 +120,14 @@ def main() -> int:
             "options": options, "median_seconds": median, "p10_seconds": float(np.percentile(times, 10)),
             "p90_seconds": float(np.percentile(times, 90)), "repeats": len(times), "edges_per_second": edges / median,
             "timing": "CUDA graph replay, events", "per_layer_events_total_seconds": sum(batch.layer_seconds),
-            "layer_seconds": batch.layer_seconds, "floor": floors,
+            "launch_seconds": batch.layer_seconds, "layers_per_launch": variant.chunks, "floor": floors,
             "gap_vs_smem_floor": median / floors["smem_s"], "gap_vs_memory_floor": median / floors["memory_s"],
         })  # fmt: skip
         variants[label] = result
         log(f"{label}: median {median * 1e3:.3f} ms ({edges / median:.3e} edges/s), truth {result['passed_truth']}, "
             f"poison {result['poison_left']}, max diff vs cpu {result.get('max_abs_diff_vs_cpu')}; per-layer sum "
-            f"{sum(batch.layer_seconds) * 1e3:.3f} ms; first layers us {[round(x * 1e6) for x in batch.layer_seconds[:8]]}, "
-            f"tail us {round(statistics.median(batch.layer_seconds[40:]) * 1e6, 1)}; floors: memory {floors['memory_s'] * 1e3:.3f} ms, "
+            f"{sum(batch.layer_seconds) * 1e3:.3f} ms; launches (layers: us) "
+            f"{[(n, round(x * 1e6)) for n, x in zip(variant.chunks, batch.layer_seconds)][:12]}; floors: memory {floors['memory_s'] * 1e3:.3f} ms, "
             f"smem/L1 {floors['smem_s'] * 1e3:.3f} ms")  # fmt: skip
         if result["passed_truth"] and result["poison_left"] == 0 and (best is None or median < variants[best]["median_seconds"]):
             best = label
