@@ -6,8 +6,9 @@
 // Layout
 //   y_in, y_out : live rows only, row-major [rows x n] float32.
 //   ids_in/out  : the input-row number of each live row.
-//   w_idx,w_val : padded ELL, k-major: input index / weight of output j's k-th input at
-//                 [k * n + j] (coalesced across j). Padding: index 0, weight 0.
+//   w_idx,w_val : ELL, k-major: input index / weight of output j's k-th input at
+//                 [k * n + j] (coalesced across j), ordered so that a warp's 32 reads at
+//                 each step hit 32 different banks; padding reads a zero entry n + b.
 //   counts      : counts[l] = live rows entering layer l (0-based). A launch runs layers
 //                 layer .. layer + layer_count - 1 on the counts[layer] rows of y_in: each
 //                 block keeps its tile in shared memory across those layers (a row's output
@@ -29,6 +30,10 @@
 #ifndef GC_THREADS
 #define GC_THREADS 512
 #endif
+// Each tile row in shared memory has PAD extra always-zero entries, one per bank: the
+// weight schedule (spartan_py/engines/bank_schedule.py) points steps where an output has
+// no input at a zero entry in a bank no other thread of the warp reads at that step.
+#define PAD 32
 
 template <int R, int CPT>
 __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, const unsigned short* __restrict__ w_idx,
@@ -45,7 +50,7 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
             const int i = __ldg(w_idx + (size_t)kk * n + j);
             const float w = w_val ? __ldg(w_val + (size_t)kk * n + j) : w_uniform;
 #pragma unroll
-            for (int r = 0; r < R; ++r) acc[r] = fmaf(w, tile[r * n + i], acc[r]);
+            for (int r = 0; r < R; ++r) acc[r] = fmaf(w, tile[r * (n + PAD) + i], acc[r]);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -68,7 +73,8 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          float bias, float clamp) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
-    extern __shared__ float tile[];                 // R * N floats
+    constexpr int NS = N + PAD;                     // tile row stride
+    extern __shared__ float tile[];                 // R * NS floats
     __shared__ int s_row_count[R];
     __shared__ int s_tile_count[R][TILES_PER_ROW];
     __shared__ int s_rank[R];
@@ -85,20 +91,22 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
         const int first = t * R;
         // 1. load the tile (rows past the end are zero)
         if (csr_ptr) {
-            for (int e = threadIdx.x; e < R * N; e += GC_THREADS) tile[e] = 0.0f;
+            for (int e = threadIdx.x; e < R * NS; e += GC_THREADS) tile[e] = 0.0f;
             __syncthreads();
             for (int r = warp; r < R; r += GC_THREADS / 32) {
                 const int row = first + r;
                 if (row < rows) {
-                    for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) tile[r * N + csr_idx[e]] = csr_val[e];
+                    for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) tile[r * NS + csr_idx[e]] = csr_val[e];
                 }
             }
         } else {
             const float4* src = reinterpret_cast<const float4*>(y_in + (size_t)first * N);
             float4* dst = reinterpret_cast<float4*>(tile);
-            const int valid = min(R, rows - first) * (N / 4);
-            for (int e = threadIdx.x; e < R * N / 4; e += GC_THREADS)
-                dst[e] = e < valid ? __ldg(src + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const int valid_rows = min(R, rows - first);
+            for (int e = threadIdx.x; e < R * NS / 4; e += GC_THREADS) {
+                const int r = e / (NS / 4), c = e - r * (NS / 4);
+                dst[e] = (r < valid_rows && c < N / 4) ? __ldg(src + r * (N / 4) + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
 
         // 2. run the chunk's layers on the tile, in shared memory; rows are independent
@@ -117,7 +125,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
                 const int j = c * GC_THREADS + threadIdx.x;
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    tile[r * N + j] = out[c][r];
+                    tile[r * NS + j] = out[c][r];
                     const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
                     if (lane == 0) {
                         if (l == last) s_tile_count[r][j >> 5] = lit;
@@ -152,7 +160,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
             const int rank = s_rank[r];
             if (rank < 0) continue;
             const size_t dst_row = (size_t)s_base + rank;
-            const float4* src = reinterpret_cast<const float4*>(tile + r * N);
+            const float4* src = reinterpret_cast<const float4*>(tile + r * NS);
             float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
             for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
             if (threadIdx.x == 0) {

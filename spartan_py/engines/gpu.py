@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from spartan_py.engines.bank_schedule import conflict_free_ell
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.cpu_kernels import padded_ell
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
@@ -164,7 +165,7 @@ class GpuEngine(Engine):
                 shape = (rows_per_tile, shape[1])
             self.rows_per_tile, self.cols_per_thread = shape
             self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
-            self.shared_bytes = self.rows_per_tile * network.neurons * 4
+            self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
             self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
         self.monitor = monitor
         self.use_graph = use_graph
@@ -190,14 +191,18 @@ class GpuEngine(Engine):
         csc = sp.csc_matrix(matrix, dtype=np.float32)
         csc.sort_indices()
         n = matrix.shape[0]
-        index, weight = padded_ell(csc.indptr, csc.indices, csc.data, n)
-        k = index.shape[1] * index.shape[2]
-        index = index.reshape(n, k)
-        weight = weight.reshape(n, k)
-        if self.kernel_kind == "rows":  # k-major: coalesced across the threads' output columns
-            index, weight = index.T.copy(), weight.T.copy()
         values = csc.data
-        uniform = bool(values.size) and bool(np.all(values == values[0])) and bool(np.all(np.diff(csc.indptr) == k))
+        if self.kernel_kind == "rows":
+            # k-major, each warp's reads conflict-free; padding reads zero columns, so a
+            # layer whose weights are all equal can skip the weight array
+            index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, n)
+            k = index.shape[0]
+            uniform = bool(values.size) and bool(np.all(values == values[0]))
+        else:
+            index, weight = padded_ell(csc.indptr, csc.indices, csc.data, n)
+            k = index.shape[1] * index.shape[2]
+            index, weight = index.reshape(n, k), weight.reshape(n, k)
+            uniform = bool(values.size) and bool(np.all(values == values[0])) and bool(np.all(np.diff(csc.indptr) == k))
         try:
             d_index = cp.asarray(index.astype(np.uint16).ravel())
             d_weight = None if uniform else cp.asarray(weight.ravel())
