@@ -181,6 +181,9 @@ template __global__ void gc_layer<16, 2>(const float*, const int*, const int*, c
 template __global__ void gc_layer<8, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
                                          const unsigned long long*, const unsigned long long*, const float*, const int*,
                                          int*, unsigned long long*, int, int, int*, int*, float, float);
+template __global__ void gc_layer<12, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
+                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
+                                         int*, unsigned long long*, int, int, int*, int*, float, float);
 template __global__ void gc_layer<2, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
                                          const unsigned long long*, const unsigned long long*, const float*, const int*,
                                          int*, unsigned long long*, int, int, int*, int*, float, float);

@@ -91,7 +91,7 @@ def _layer_kernels(device_id: int):
     import cupy
 
     names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in TILE_SHAPES.values()}
-    for rows in (8, 4, 2):  # smaller tiles for n = 1024, selectable with rows_per_tile
+    for rows in (12, 8, 4, 2):  # other tile heights for n = 1024, selectable with rows_per_tile
         names[(rows, 2)] = f"gc_layer<{rows}, 2>"
     module = cupy.RawModule(
         code=kernel_source("gc_layer.cu"),
