@@ -128,7 +128,7 @@ class GpuEngine(Engine):
         self,
         network: Network,
         *,
-        kernel: str = "lanes",
+        kernel: str = "rows",
         monitor: bool = True,
         use_graph: bool = True,
         rows_per_tile: int | None = None,
