@@ -106,9 +106,8 @@ def main() -> int:
     variants = {}
     best = None
     for label, options in (("rows-R16", {"kernel": "rows", "rows_per_tile": 16}), ("rows-R8", {"kernel": "rows", "rows_per_tile": 8}),
-                           ("rows-R12", {"kernel": "rows", "rows_per_tile": 12}),
-                           ("rows-R16-every-layer", {"kernel": "rows", "rows_per_tile": 16, "compact_every": 1}),
-                           ("lanes-staged", {"kernel": "lanes"})):  # fmt: skip
+                           ("rows-R12", {"kernel": "rows", "rows_per_tile": 12}), ("rows-R4", {"kernel": "rows", "rows_per_tile": 4}),
+                           ("rows-R16-every-layer", {"kernel": "rows", "rows_per_tile": 16, "compact_every": 1})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)

@@ -167,6 +167,8 @@ class GpuEngine(Engine):
             self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
             self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
             self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+            # all of the unified L1/shared memory as shared memory, so that several tiles fit
+            self.kernel.preferred_shared_memory_carveout = 100
         self.monitor = monitor
         self.use_graph = use_graph
         self.max_batch_rows = max_batch_rows
