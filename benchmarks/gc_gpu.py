@@ -82,7 +82,7 @@ def main() -> int:
     cpu_out = sp.make_engine("cpu", network).run(inputs)
     log(f"cpu oracle: {cpu_out.seconds:.2f} s, {cpu_out.live_rows.size} categories ({time.perf_counter() - start:.1f} s)")
 
-    engine = GpuEngine(network, kernel="rows")
+    engine = GpuEngine(network)
     device = engine.device
     props = cp.cuda.runtime.getDeviceProperties(0)
     log(f"device {device}: {engine.sm_count} SMs, kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
@@ -105,9 +105,8 @@ def main() -> int:
 
     variants = {}
     best = None
-    for label, options in (("rows-R16", {"kernel": "rows", "rows_per_tile": 16}), ("rows-R8", {"kernel": "rows", "rows_per_tile": 8}),
-                           ("rows-R12", {"kernel": "rows", "rows_per_tile": 12}), ("rows-R4", {"kernel": "rows", "rows_per_tile": 4}),
-                           ("rows-R16-every-layer", {"kernel": "rows", "rows_per_tile": 16, "compact_every": 1})):  # fmt: skip
+    for label, options in (("R16", {"rows_per_tile": 16}), ("R12", {"rows_per_tile": 12}), ("R8", {"rows_per_tile": 8}),
+                           ("R16-compact-every-layer", {"rows_per_tile": 16, "compact_every": 1})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)
@@ -133,7 +132,7 @@ def main() -> int:
         del batch, variant
     payload["variants"] = variants
     payload["best_variant"] = best
-    ours = variants[best] if best else variants["rows-R16"]
+    ours = variants[best] if best else variants["R16"]
     median = ours["median_seconds"]
     payload["ours"] = ours
     payload["measured_copy_bandwidth_bytes_per_s"] = bandwidth

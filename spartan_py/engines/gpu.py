@@ -1,15 +1,16 @@
 """The GPU engine: our fused CUDA layer kernel (``kernels/gc_layer.cu``) driven by CuPy.
 
-One launch per layer, sizes kept on the device: layer ``l`` reads its live-row count from
-``counts[l]`` and adds its survivors to ``counts[l + 1]``; the host synchronises once, at
-the end. Weights and inputs are uploaded before timing; ``seconds`` is measured with CUDA
-events around the layer launches only.
+Each launch runs a chunk of layers (:func:`chunk_schedule`) with every tile of live rows
+kept in shared memory, then compacts the live rows. Sizes stay on the device: a launch
+reads its live-row count from ``counts[l]`` and adds survivors to ``counts[l + 1]`` after
+every layer, so the host synchronises once, at the end. Weights and inputs are uploaded
+before timing; ``seconds`` is measured with CUDA events around the launches only
+(:meth:`GpuEngine.run_device` can also replay them as one CUDA graph).
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,18 +18,12 @@ import scipy.sparse as sp
 
 from spartan_py.engines.bank_schedule import conflict_free_ell
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.cpu_kernels import padded_ell
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
 
 THREADS = 512
-#: Kernel variants: "lanes" (kernels/gc_lanes.cu, rows as lanes) and "rows" (kernels/gc_layer.cu).
-KERNELS = ("lanes", "rows")
-#: Threads per block of the lanes kernels, and the column granularity they need.
-LANE_THREADS = 256
-LANE_BLOCK_COLUMNS = 256
 #: neurons -> (rows per tile, columns per thread) of the kernel instance used.
 TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
 
@@ -77,15 +72,6 @@ def device_name(cupy) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _lane_kernels(device_id: int):
-    """Compile kernels/gc_lanes.cu once per device; returns (compute, compact, from_csr)."""
-    import cupy
-
-    module = cupy.RawModule(code=kernel_source("gc_lanes.cu"), options=("-std=c++17",))
-    return tuple(module.get_function(name) for name in ("gc_lanes_compute", "gc_lanes_compact", "gc_lanes_from_csr"))
-
-
-@functools.lru_cache(maxsize=None)
 def _layer_kernels(device_id: int):
     """Compile kernels/gc_layer.cu once per device; returns {(R, CPT): RawKernel}."""
     import cupy
@@ -128,47 +114,28 @@ class GpuEngine(Engine):
         self,
         network: Network,
         *,
-        kernel: str = "rows",
         monitor: bool = True,
         use_graph: bool = True,
         rows_per_tile: int | None = None,
-        blocks_per_sm: int = 4,
-        staged: bool = True,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
     ):
         super().__init__(network)
         cp = self.cp = import_cupy()
-        if kernel not in KERNELS:
-            raise BackendUnavailableError(f"unknown gpu kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
-        self.kernel_kind = kernel
-        if kernel == "lanes":
-            if network.neurons % LANE_BLOCK_COLUMNS:
-                raise BackendUnavailableError(f"the lanes kernel needs a multiple of {LANE_BLOCK_COLUMNS} neurons")
-            self.rows_per_tile, self.cols_per_thread = 32, 1
-            self.compute_kernel, self.compact_kernel, self.csr_kernel = _lane_kernels(cp.cuda.Device().id)
-            self.blocks_per_sm = blocks_per_sm
-            # Stage each 32-row tile in shared memory when it fits (n <= 1024 on a Hopper's 227 KiB).
-            limit = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("sharedMemPerBlockOptin", 0)
-            tile_bytes = 32 * network.neurons * 4
-            self.staged = bool(staged) and tile_bytes <= limit
-            self.lane_threads = 512 if self.staged else LANE_THREADS
-            if self.staged:
-                self.compute_kernel.max_dynamic_shared_size_bytes = tile_bytes
-                self.blocks_per_sm = max(1, min(blocks_per_sm, limit // tile_bytes))
-        else:
-            if network.neurons not in TILE_SHAPES:
-                sizes = ", ".join(str(n) for n in TILE_SHAPES)
-                raise BackendUnavailableError(f"the rows kernel handles {sizes} neurons, not {network.neurons}")
-            shape = TILE_SHAPES[network.neurons]
-            if rows_per_tile is not None:
-                shape = (rows_per_tile, shape[1])
-            self.rows_per_tile, self.cols_per_thread = shape
-            self.kernel = _layer_kernels(cp.cuda.Device().id)[shape]
-            self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
-            self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
-            # all of the unified L1/shared memory as shared memory, so that several tiles fit
-            self.kernel.preferred_shared_memory_carveout = 100
+        if network.neurons not in TILE_SHAPES:
+            sizes = ", ".join(str(n) for n in TILE_SHAPES)
+            raise BackendUnavailableError(f"the gpu engine handles {sizes} neurons, not {network.neurons}")
+        shape = TILE_SHAPES[network.neurons]
+        if rows_per_tile is not None:
+            shape = (rows_per_tile, shape[1])
+        kernels = _layer_kernels(cp.cuda.Device().id)
+        if shape not in kernels:
+            choices = sorted(r for r, c in kernels if c == shape[1])
+            raise BackendUnavailableError(f"no kernel with {shape[0]} rows per tile for {network.neurons} neurons; have {choices}")
+        self.rows_per_tile, self.cols_per_thread = shape
+        self.kernel = kernels[shape]
+        self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
+        self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
         self.monitor = monitor
         self.use_graph = use_graph
         self.max_batch_rows = max_batch_rows
@@ -176,7 +143,7 @@ class GpuEngine(Engine):
         self.sm_count = props["multiProcessorCount"]
         self._device = device_name(cp)
         self.layers = [self._upload_layer(w) for w in network.weights]
-        self.chunks = chunk_schedule(network.layers, compact_every) if kernel == "rows" else [1] * network.layers
+        self.chunks = chunk_schedule(network.layers, compact_every)
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
             "weight": cp.asarray(np.array([0 if l.weight is None else l.weight.data.ptr for l in self.layers], dtype=np.uint64)),
@@ -194,17 +161,11 @@ class GpuEngine(Engine):
         csc.sort_indices()
         n = matrix.shape[0]
         values = csc.data
-        if self.kernel_kind == "rows":
-            # k-major, each warp's reads conflict-free; padding reads zero columns, so a
-            # layer whose weights are all equal can skip the weight array
-            index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, n)
-            k = index.shape[0]
-            uniform = bool(values.size) and bool(np.all(values == values[0]))
-        else:
-            index, weight = padded_ell(csc.indptr, csc.indices, csc.data, n)
-            k = index.shape[1] * index.shape[2]
-            index, weight = index.reshape(n, k), weight.reshape(n, k)
-            uniform = bool(values.size) and bool(np.all(values == values[0])) and bool(np.all(np.diff(csc.indptr) == k))
+        # k-major, each warp's reads conflict-free; padding reads zero columns, so a layer
+        # whose weights are all equal can skip the weight array
+        index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, n)
+        k = index.shape[0]
+        uniform = bool(values.size) and bool(np.all(values == values[0]))
         try:
             d_index = cp.asarray(index.astype(np.uint16).ravel())
             d_weight = None if uniform else cp.asarray(weight.ravel())
@@ -225,51 +186,7 @@ class GpuEngine(Engine):
         by_threads = 2048 // THREADS
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
-    def _launch_layers(self, batch: "DeviceBatch", stream, events=None) -> None:
-        if self.kernel_kind == "lanes":
-            self._launch_lanes(batch, events)
-        else:
-            self._launch_rows(batch, events)
-
-    def _launch_lanes(self, batch: "DeviceBatch", events=None) -> None:
-        n = self.network.neurons
-        batch.counts[1:].fill(0)
-        batch.nnz_counts.fill(0)
-        batch.row_nnz.fill(0)
-        batch.tile_ticket.fill(0)
-        current, spare = batch.buffers
-        current.values.fill(0)
-        if events is not None:
-            events[0].record()
-        rows = batch.rows
-        self.csr_kernel(
-            ((rows + 7) // 8 or 1,), (LANE_THREADS,),
-            (batch.csr_ptr, batch.csr_idx, batch.csr_val, np.int32(rows), np.int32(n), current.values, current.ids),
-        )  # fmt: skip
-        grid = self.sm_count * self.blocks_per_sm
-        bias, clamp = np.float32(self.network.bias), np.float32(self.network.clamp)
-        for index, layer in enumerate(self.layers):
-            if events is not None and index:
-                events[index].record()
-            self.compute_kernel(
-                (grid,), (self.lane_threads,),
-                (current.values, batch.counts, np.int32(index), layer.index,
-                 layer.weight if layer.weight is not None else _NULL, np.float32(layer.uniform),
-                 np.int32(layer.inputs_per_output), np.int32(n), bias, clamp,
-                 batch.z, batch.row_nnz, batch.tile_nnz if self.monitor else _NULL, np.int32(self.staged),
-                 batch.tile_ticket, batch.tile_base, batch.tile_mask, batch.counts[index + 1:], batch.nnz_counts[index + 1:]),
-                shared_mem=32 * n * 4 if self.staged else 0,
-            )  # fmt: skip
-            self.compact_kernel(
-                (self.sm_count * 8,), (LANE_THREADS,),
-                (batch.z, current.ids, batch.counts, np.int32(index), np.int32(n), batch.tile_base, batch.tile_mask,
-                 spare.values, spare.ids),
-            )  # fmt: skip
-            current, spare = spare, current
-        if events is not None:
-            events[-1].record()
-
-    def _launch_rows(self, batch: "DeviceBatch", events=None) -> None:
+    def _launch_layers(self, batch: "DeviceBatch", events=None) -> None:
         grid = self._grid()
         batch.counts[1:].fill(0)
         batch.nnz_counts.fill(0)
@@ -306,14 +223,14 @@ class GpuEngine(Engine):
         if per_layer_times or not self.use_graph:
             events = [cp.cuda.Event() for _ in range(len(self.chunks) + 1)]
             with stream:
-                self._launch_layers(batch, stream, events)
+                self._launch_layers(batch, events)
             events[-1].synchronize()
             batch.layer_seconds = [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(events, events[1:])]
             return cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3
         if batch.graph is None:
             with stream:
                 stream.begin_capture()
-                self._launch_layers(batch, stream)
+                self._launch_layers(batch)
                 batch.graph = stream.end_capture()
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record(stream)
@@ -353,9 +270,8 @@ class GpuEngine(Engine):
     def _batch_rows(self, rows: int) -> int:
         """Rows per batch: what two activation buffers can hold in half the free memory."""
         free, _ = self.cp.cuda.runtime.memGetInfo()
-        buffers = 3 if self.kernel_kind == "lanes" else 2
-        per_row = buffers * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
-        fit = max(32, int(0.5 * free) // per_row // 32 * 32)
+        per_row = 2 * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
+        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
         if self.max_batch_rows:
             fit = min(fit, self.max_batch_rows)
         return min(rows, fit) if rows else 1
@@ -373,20 +289,15 @@ class GpuEngine(Engine):
             stop = start + length
             rows_in, rows_out = int(counts[start]), int(counts[stop])
             tiles = -(-rows_in // self.rows_per_tile)
-            padded = tiles * self.rows_per_tile * n * 4
             layers = self.layers[start:stop]
             weights = sum(layer.nbytes for layer in layers)
-            if self.kernel_kind == "lanes":  # compute reads tiles, writes z; compact moves live rows
-                read = padded + rows_out * n * 4 + (input_nnz * 8 if start == 0 else 0)
-                written = padded + rows_out * (n * 4 + 4) + (padded if start == 0 else 0)
-            else:
-                read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
-                written = rows_out * (n * 4 + 4)
+            read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
+            written = rows_out * (n * 4 + 4)
             written += rows_out * (n // 32) * 4 * self.monitor
             uniform = all(layer.weight is None for layer in layers)
             records.append(
                 TraceRecord(
-                    run=run_id, layer=start + 1, kernel=f"gpu.{self.kernel_kind}_layer",
+                    run=run_id, layer=start + 1, kernel="gpu.gc_layer",
                     variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
                     rows_in=rows_in, rows_out=rows_out, cols=n,
                     nnz_in=input_nnz if start == 0 else int(nnz[start]), nnz_out=int(nnz[stop]),
@@ -424,8 +335,7 @@ class DeviceBatch:
         cp = engine.cp
         n = engine.network.neurons
         self.rows = rows = inputs.shape[0]
-        lanes = engine.kernel_kind == "lanes"
-        capacity = max(-(-rows // 32) * 32 if lanes else rows, 1)
+        capacity = max(rows, 1)
         try:
             self.csr_ptr = cp.asarray(inputs.indptr.astype(np.int32))
             self.csr_idx = cp.asarray(inputs.indices.astype(np.int32))
@@ -433,23 +343,16 @@ class DeviceBatch:
             self.buffers = [
                 _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]
-            self.z = cp.empty(capacity * n, dtype=cp.float32) if lanes else None
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
-            tiles = capacity // 32 + 1
-            self.tile_ticket = cp.zeros(tiles, dtype=cp.int32)
-            self.tile_base = cp.zeros(tiles, dtype=cp.int32)
-            self.tile_mask = cp.zeros(tiles, dtype=cp.uint32)
         except cp.cuda.memory.OutOfMemoryError:
-            need = (3 if lanes else 2) * capacity * n * 4
+            need = 2 * capacity * n * 4
             raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
         for buffer in self.buffers:
             buffer.values.fill(np.nan)
             buffer.ids.fill(-1)
-        if self.z is not None:
-            self.z.fill(np.nan)
         self.counts[0] = rows
         self.nnz_counts[0] = inputs.nnz
         self.stream = cp.cuda.Stream(non_blocking=True)
@@ -463,11 +366,6 @@ class DeviceBatch:
         alive = int(self.counts[layers].get())
         final = self.buffers[len(engine.chunks) % 2]
         ids = final.ids[:alive].get()
-        if engine.kernel_kind == "lanes":
-            tiles = -(-alive // 32)
-            block = final.values[: tiles * n * 32].reshape(tiles, n, 32).transpose(0, 2, 1).reshape(tiles * 32, n)
-            values = block[:alive].get()
-        else:
-            values = final.values[: alive * n].reshape(alive, n).get()
+        values = final.values[: alive * n].reshape(alive, n).get()
         order = np.argsort(ids, kind="stable")
         return ids[order], values[order]
