@@ -355,6 +355,9 @@ class DeviceBatch:
             buffer.ids.fill(-1)
         self.counts[0] = rows
         self.nnz_counts[0] = inputs.nnz
+        # The uploads and fills above ran on the default stream; the layers run on a
+        # non-blocking stream that does not wait for it.
+        cp.cuda.Device().synchronize()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graph = None
         self.layer_seconds: list[float] = []
