@@ -10,7 +10,11 @@ from spartan_py import Network, generate_inputs, generate_network, infer, make_e
 from spartan_py.engines.reference import ReferenceEngine
 
 # Backends checked against the reference here; GPU ones carry the gpu marker.
-BACKENDS = [pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
+BACKENDS = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("gpu-twin", id="gpu-twin"),
+    pytest.param("gpu", id="gpu", marks=pytest.mark.gpu),
+]
 
 
 def assert_same_run(got, want, *, exact_categories=True):
@@ -181,3 +185,23 @@ def test_gpu_monitor_counts_match_outputs():
     assert np.all(monitor >= 0) and np.all(monitor <= 32)
     assert np.array_equal(monitor.sum(axis=1), batch.row_nnz[:live].get())
     del cp
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compact_every", ["doubling", 1])
+def test_gpu_twin_matches_gpu_exactly(compact_every):
+    """The CPU twin computes the GPU kernel's float32 results bit for bit, and its trace."""
+    from spartan_py.trace import to_frame
+
+    network = generate_network(1024, 30, seed=8)
+    inputs = generate_inputs(900, 1024, seed=8)
+    options = {"max_batch_rows": 500, "compact_every": compact_every}
+    gpu = make_engine("gpu", network, **options).run(inputs)
+    twin = make_engine("gpu-twin", network, **options).run(inputs)
+    assert np.array_equal(gpu.live_rows, twin.live_rows)
+    assert gpu.live_rows_by_layer == twin.live_rows_by_layer
+    assert gpu.nonzeros_by_layer == twin.nonzeros_by_layer
+    assert (gpu.values != twin.values).nnz == 0
+    columns = [c for c in to_frame(gpu.trace).columns if c not in ("measured_us", "device")]
+    assert to_frame(gpu.trace)[columns].equals(to_frame(twin.trace)[columns])
+    assert twin.simulated and not gpu.simulated

@@ -14,6 +14,7 @@ BACKENDS: dict[str, str] = {
     "reference": "spartan_py.engines.reference:ReferenceEngine",
     "cpu": "spartan_py.engines.cpu:CpuEngine",
     "gpu": "spartan_py.engines.gpu:GpuEngine",
+    "gpu-twin": "spartan_py.engines.gpu_twin:GpuTwinEngine",
     "gpu-cusparse-spgemm": "spartan_py.engines.gpu_baselines:CusparseSpgemmEngine",
     "gpu-cusparse-spmm": "spartan_py.engines.gpu_baselines:CusparseSpmmEngine",
     "gpu-cublas-dense": "spartan_py.engines.gpu_baselines:CublasDenseEngine",

@@ -16,39 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.bank_schedule import conflict_free_ell
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.gpu_plan import THREADS, TILE_SHAPES, LayerPlan, chunk_schedule, launch_records, plan_layer
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
-
-THREADS = 512
-#: neurons -> (rows per tile, columns per thread) of the kernel instance used.
-TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
-
-
-def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[int]:
-    """Layers per launch of the rows kernel; live rows are compacted after each launch.
-
-    ``"doubling"``: one layer per launch for the first four layers (where most rows of a
-    sparse DNN die), then 2, 4, 8, ... layers per launch, at most 32. An integer gives
-    launches of that many layers.
-    """
-    if isinstance(compact_every, int):
-        if compact_every < 1:
-            raise ValueError("compact_every must be at least 1")
-        sizes = [compact_every] * (layers // compact_every)
-        return sizes + ([layers % compact_every] if layers % compact_every else [])
-    if compact_every != "doubling":
-        raise ValueError(f"compact_every must be 'doubling' or a positive integer, not {compact_every!r}")
-    sizes, size = [], 1
-    while sum(sizes) < layers:
-        sizes.append(min(size, layers - sum(sizes)))
-        if len(sizes) >= 4:
-            size = min(size * 2, 32)
-    return sizes
-
 
 def import_cupy():
     """CuPy, whichever wheel provides it; BackendUnavailableError when absent or GPU-less."""
@@ -89,12 +62,9 @@ def _layer_kernels(device_id: int):
 
 @dataclass
 class _DeviceLayer:
-    index: object  # cupy uint16 [K * N], k-major
-    weight: object | None  # cupy float32 [K * N], or None when every weight equals `uniform`
-    uniform: float
-    inputs_per_output: int
-    nnz: int
-    nbytes: int
+    index: object  # cupy uint16 [steps * n], k-major
+    weight: object | None  # cupy float32 [steps * n], or None when every weight is plan.uniform
+    plan: LayerPlan
 
 
 class GpuEngine(Engine):
@@ -142,37 +112,28 @@ class GpuEngine(Engine):
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
         self._device = device_name(cp)
-        self.layers = [self._upload_layer(w) for w in network.weights]
+        self.plans = [plan_layer(w) for w in network.weights]
+        self.layers = [self._upload_layer(plan) for plan in self.plans]
         self.chunks = chunk_schedule(network.layers, compact_every)
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
             "weight": cp.asarray(np.array([0 if l.weight is None else l.weight.data.ptr for l in self.layers], dtype=np.uint64)),
-            "uniform": cp.asarray(np.array([layer.uniform for layer in self.layers], dtype=np.float32)),
-            "k": cp.asarray(np.array([layer.inputs_per_output for layer in self.layers], dtype=np.int32)),
+            "uniform": cp.asarray(np.array([p.uniform or 0.0 for p in self.plans], dtype=np.float32)),
+            "k": cp.asarray(np.array([p.steps for p in self.plans], dtype=np.int32)),
         }
 
     @property
     def device(self) -> str:
         return self._device
 
-    def _upload_layer(self, matrix: sp.csr_matrix) -> _DeviceLayer:
+    def _upload_layer(self, plan: LayerPlan) -> _DeviceLayer:
         cp = self.cp
-        csc = sp.csc_matrix(matrix, dtype=np.float32)
-        csc.sort_indices()
-        n = matrix.shape[0]
-        values = csc.data
-        # k-major, each warp's reads conflict-free; padding reads zero columns, so a layer
-        # whose weights are all equal can skip the weight array
-        index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, n)
-        k = index.shape[0]
-        uniform = bool(values.size) and bool(np.all(values == values[0]))
         try:
-            d_index = cp.asarray(index.astype(np.uint16).ravel())
-            d_weight = None if uniform else cp.asarray(weight.ravel())
+            index = cp.asarray(plan.index.ravel())
+            weight = None if plan.uniform is not None else cp.asarray(plan.weight.ravel())
         except cp.cuda.memory.OutOfMemoryError:
-            raise DeviceMemoryError(f"layer weights ({index.nbytes // 2 + weight.nbytes} bytes) do not fit the GPU") from None
-        nbytes = int(d_index.nbytes + (0 if d_weight is None else d_weight.nbytes))
-        return _DeviceLayer(d_index, d_weight, float(values[0]) if uniform else 0.0, k, int(csc.nnz), nbytes)
+            raise DeviceMemoryError(f"layer weights ({plan.device_bytes} bytes) do not fit the GPU") from None
+        return _DeviceLayer(index, weight, plan)
 
     # -- device state for one batch of rows -------------------------------------------------
     def upload(self, inputs: sp.csr_matrix) -> "DeviceBatch":
@@ -277,42 +238,11 @@ class GpuEngine(Engine):
         return min(rows, fit) if rows else 1
 
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
-        """One record per kernel launch (a launch of the rows kernel runs a chunk of layers).
-
-        Rows are compacted only at a chunk's end, so every layer of a chunk executes the
-        tiles that entered it (less those whose rows all died): ``executed_macs`` counts
-        the entering tiles, an upper bound.
-        """
-        n = self.network.neurons
-        records, start = [], 0
-        for launch, length in enumerate(self.chunks):
-            stop = start + length
-            rows_in, rows_out = int(counts[start]), int(counts[stop])
-            tiles = -(-rows_in // self.rows_per_tile)
-            layers = self.layers[start:stop]
-            weights = sum(layer.nbytes for layer in layers)
-            read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
-            written = rows_out * (n * 4 + 4)
-            written += rows_out * (n // 32) * 4 * self.monitor
-            uniform = all(layer.weight is None for layer in layers)
-            records.append(
-                TraceRecord(
-                    run=run_id, layer=start + 1, kernel="gpu.gc_layer",
-                    variant=f"R{self.rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
-                    rows_in=rows_in, rows_out=rows_out, cols=n,
-                    nnz_in=input_nnz if start == 0 else int(nnz[start]), nnz_out=int(nnz[stop]),
-                    tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
-                    bytes_read=read + weights, bytes_written=written,
-                    useful_macs=0, executed_macs=sum(tiles * self.rows_per_tile * n * l.inputs_per_output for l in layers),
-                    monitor_mode="fused" if self.monitor else "off", host_syncs=0,
-                    measured_us=batch.layer_seconds[launch] * 1e6 if batch.layer_seconds else float("nan"),
-                    device=self.device,
-                )
-            )  # fmt: skip
-            start = stop
-        if records:
-            records[-1].host_syncs = 1
-        return records
+        """The trace of one batch: one record per launch (see :func:`launch_records`)."""
+        return launch_records(
+            self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
+            monitor=self.monitor, device=self.device, run_id=run_id, launch_seconds=batch.layer_seconds,
+        )
 
 
 _NULL = np.uint64(0)  # a null device pointer for optional kernel arguments

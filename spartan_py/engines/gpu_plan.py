@@ -1,0 +1,130 @@
+"""What the GPU kernel will do, worked out on the host (no CuPy needed).
+
+Shared by the GPU engine, which uploads and launches it, and by its CPU twin
+(:mod:`spartan_py.engines.gpu_twin`), which computes the same thing in the same order and
+writes the same trace records: the layer plan (each output's inputs in bank-conflict-free
+order), the chunk schedule (layers per launch), and the record of each launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.bank_schedule import conflict_free_ell
+from spartan_py.trace import TraceRecord
+
+THREADS = 512
+#: neurons -> (rows per tile, columns per thread) of the kernel instance used.
+TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
+
+
+def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[int]:
+    """Layers per launch of the rows kernel; live rows are compacted after each launch.
+
+    ``"doubling"``: one layer per launch for the first four layers (where most rows of a
+    sparse DNN die), then 2, 4, 8, ... layers per launch, at most 32. An integer gives
+    launches of that many layers.
+    """
+    if isinstance(compact_every, int):
+        if compact_every < 1:
+            raise ValueError("compact_every must be at least 1")
+        sizes = [compact_every] * (layers // compact_every)
+        return sizes + ([layers % compact_every] if layers % compact_every else [])
+    if compact_every != "doubling":
+        raise ValueError(f"compact_every must be 'doubling' or a positive integer, not {compact_every!r}")
+    sizes, size = [], 1
+    while sum(sizes) < layers:
+        sizes.append(min(size, layers - sum(sizes)))
+        if len(sizes) >= 4:
+            size = min(size * 2, 32)
+    return sizes
+
+
+@dataclass
+class LayerPlan:
+    """One layer as the kernel reads it.
+
+    ``index``/``weight`` (steps x n, k-major): output j's input and weight at each step, in
+    bank-conflict-free order; a padding step reads one of the zero columns ``n .. n + 31``
+    with weight 0. ``uniform`` is the common weight when every weight of the layer is equal
+    (the kernel then skips the weight array), else None.
+    """
+
+    index: np.ndarray
+    weight: np.ndarray
+    uniform: float | None
+    nnz: int
+
+    @property
+    def steps(self) -> int:
+        """Inputs summed per output, padding included."""
+        return int(self.index.shape[0])
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes the layer occupies on the device (uint16 indices, float32 weights unless uniform)."""
+        return self.index.size * 2 + (0 if self.uniform is not None else self.weight.size * 4)
+
+
+def plan_layer(matrix: sp.spmatrix) -> LayerPlan:
+    """The kernel's view of one weight matrix (rows = inputs, columns = outputs)."""
+    csc = sp.csc_matrix(matrix, dtype=np.float32)
+    csc.sort_indices()
+    index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, matrix.shape[0])
+    values = csc.data
+    uniform = float(values[0]) if values.size and np.all(values == values[0]) else None
+    return LayerPlan(index.astype(np.uint16), weight, uniform, int(csc.nnz))
+
+
+def launch_records(
+    plans: list[LayerPlan],
+    chunks: list[int],
+    rows_per_tile: int,
+    cols_per_thread: int,
+    counts: np.ndarray,
+    nnz: np.ndarray,
+    input_nnz: int,
+    *,
+    monitor: bool,
+    device: str,
+    run_id: str = "",
+    launch_seconds: list[float] | None = None,
+) -> list[TraceRecord]:
+    """One trace record per launch of the kernel over one batch of rows.
+
+    ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows);
+    ``nnz[l + 1]``: non-zeros after layer l. Rows are compacted only at a chunk's end, so
+    every layer of a chunk executes the tiles that entered it (less those whose rows all
+    died): ``executed_macs`` counts the entering tiles, an upper bound.
+    """
+    n = plans[0].index.shape[1] if plans else 0
+    records, start = [], 0
+    for launch, length in enumerate(chunks):
+        stop = start + length
+        rows_in, rows_out = int(counts[start]), int(counts[stop])
+        tiles = -(-rows_in // rows_per_tile)
+        layers = plans[start:stop]
+        read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
+        written = rows_out * (n * 4 + 4) + rows_out * (n // 32) * 4 * monitor
+        uniform = all(layer.uniform is not None for layer in layers)
+        records.append(
+            TraceRecord(
+                run=run_id, layer=start + 1, kernel="gpu.gc_layer",
+                variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
+                rows_in=rows_in, rows_out=rows_out, cols=n,
+                nnz_in=input_nnz if start == 0 else int(nnz[start]), nnz_out=int(nnz[stop]),
+                tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
+                bytes_read=read + sum(layer.device_bytes for layer in layers), bytes_written=written,
+                useful_macs=0, executed_macs=sum(tiles * rows_per_tile * n * layer.steps for layer in layers),
+                monitor_mode="fused" if monitor else "off", host_syncs=0,
+                measured_us=launch_seconds[launch] * 1e6 if launch_seconds else float("nan"),
+                device=device,
+            )
+        )  # fmt: skip
+        start = stop
+    if records:
+        records[-1].host_syncs = 1
+    return records
