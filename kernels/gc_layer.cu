@@ -175,24 +175,14 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 }
 
 // Instances used by the engine: (rows per tile, columns per thread) for n = CPT * 512.
-template __global__ void gc_layer<16, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<8, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<12, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<2, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<4, 2>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<4, 8>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
-template __global__ void gc_layer<1, 32>(const float*, const int*, const int*, const int*, const float*, float*, int*,
-                                         const unsigned long long*, const unsigned long long*, const float*, const int*,
-                                         int*, unsigned long long*, int, int, int*, int*, float, float);
+#define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
+    template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
+                                              int*, const unsigned long long*, const unsigned long long*, const float*, \
+                                              const int*, int*, unsigned long long*, int, int, int*, int*, float, float);
+GC_LAYER_INSTANCE(16, 2)
+GC_LAYER_INSTANCE(12, 2)
+GC_LAYER_INSTANCE(8, 2)
+GC_LAYER_INSTANCE(4, 2)
+GC_LAYER_INSTANCE(2, 2)
+GC_LAYER_INSTANCE(4, 8)
+GC_LAYER_INSTANCE(1, 32)

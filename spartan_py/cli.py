@@ -41,7 +41,7 @@ def _cmd_infer(args) -> int:
     else:
         verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
         print(
-            f"{result.backend} on {result.device}: {result.neurons} neurons x {result.layers} layers, "
+            f"backend {result.backend} on {result.device}: {result.neurons} neurons x {result.layers} layers, "
             f"{result.rows} rows -> {result.categories.size} categories ({verdict})\n"
             f"inference {result.seconds:.3f} s, {result.edges_per_second:.3e} edges/s "
             f"(loading {result.load_seconds:.2f} s, preparing {result.prepare_seconds:.2f} s)"

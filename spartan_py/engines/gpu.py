@@ -37,6 +37,15 @@ def import_cupy():
     return cupy
 
 
+def cupy_unavailable_reason() -> str | None:
+    """Why CuPy cannot drive a GPU here, or None when it can."""
+    try:
+        import_cupy()
+    except BackendUnavailableError as exc:
+        return str(exc)
+    return None
+
+
 def device_name(cupy) -> str:
     """Name of the current CUDA device, e.g. 'NVIDIA H100 80GB HBM3'."""
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -74,11 +83,7 @@ class GpuEngine(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        try:
-            import_cupy()
-        except BackendUnavailableError as exc:
-            return str(exc)
-        return None
+        return cupy_unavailable_reason()
 
     def __init__(
         self,

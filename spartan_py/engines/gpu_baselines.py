@@ -18,8 +18,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu import device_name, import_cupy
-from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
+from spartan_py.engines.gpu import cupy_unavailable_reason, device_name, import_cupy
+from spartan_py.errors import DeviceMemoryError
 from spartan_py.trace import TraceRecord
 
 
@@ -42,11 +42,7 @@ class _CupyBaseline(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        try:
-            import_cupy()
-        except BackendUnavailableError as exc:
-            return str(exc)
-        return None
+        return cupy_unavailable_reason()
 
     def __init__(self, network):
         super().__init__(network)
