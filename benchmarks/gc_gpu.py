@@ -72,6 +72,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--baseline-repeats", type=int, default=3)
     parser.add_argument("--generated", action="store_true", help="also time generated networks")
+    parser.add_argument("--cases", default="1024x120x60000,1024x480x60000,1024x1920x60000,4096x120x60000,4096x480x60000,16384x120x20000",
+                        help="generated cases NEURONSxLAYERSxROWS, comma-separated (with --generated)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     import cupy as cp
@@ -165,8 +167,8 @@ def main() -> int:
 
     if args.generated:
         generated = []
-        for neurons, layers, rows in ((1024, 120, 60000), (1024, 480, 60000), (1024, 1920, 60000),
-                                      (4096, 120, 60000), (4096, 480, 60000), (16384, 120, 20000)):  # fmt: skip
+        for case in args.cases.split(","):
+            neurons, layers, rows = (int(v) for v in case.split("x"))
             t0 = time.perf_counter()
             net = sp.generate_network(neurons, layers, seed=0)
             rows_in = sp.generate_inputs(rows, neurons, seed=0)

@@ -86,3 +86,11 @@ def test_official_truth_from_cli(gc_data):
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["passed"] is True and result["categories"] == 19 and result["layers"] == 120
+
+
+@pytest.mark.gpu
+def test_auto_picks_the_gpu():
+    run = spartan("infer", "--network", "generated:1024", "--inputs", "generated:300", "--layers", "6", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["backend"] == "gpu" and "NVIDIA" in result["device"]
