@@ -18,6 +18,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spartan_py.engines.ell import ell_from_csc
+
 BANKS = 32
 
 
@@ -99,12 +101,7 @@ def conflict_free_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.nda
         raise ValueError(f"neurons must be a multiple of {BANKS}, got {neurons}")
     degree = np.diff(col_ptr).astype(np.int64)
     width = max(int(degree.max(initial=0)), 1)
-    dense_inputs = np.zeros((neurons, width), np.int64)
-    dense_values = np.zeros((neurons, width), np.float32)
-    slot = np.arange(row_index.size) - np.repeat(col_ptr[:-1], degree)
-    column = np.repeat(np.arange(neurons), degree)
-    dense_inputs[column, slot] = row_index
-    dense_values[column, slot] = values
+    dense_inputs, dense_values = ell_from_csc(col_ptr, row_index, values, neurons, width)
     slots = []
     steps_needed = []
     for start in range(0, neurons, BANKS):

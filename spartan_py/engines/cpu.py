@@ -36,7 +36,8 @@ class _GatherWeights:
 
 
 class CpuEngine(Engine):
-    """Numba engine: dense live rows in 16-row tiles, gathers over each output's inputs."""
+    """Numba engine: live rows in lane-major 128-row tiles kept across layers, each output a
+    SIMD weighted sum over its inputs (padded ELL), rows repacked as they die."""
 
     name = "cpu"
 

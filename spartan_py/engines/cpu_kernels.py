@@ -19,6 +19,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from spartan_py.engines.ell import ell_from_csc
+
 #: Rows per tile. 128 rows x 1024 neurons x 4 B = 512 KiB per tile, inside a core's L2.
 TILE_ROWS = 128
 #: Inputs per ELL group (terms summed per pass over an output row).
@@ -135,13 +137,6 @@ def padded_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, n
     Padding entries point at input 0 with weight 0, which adds exactly zero (activations
     are finite).
     """
-    degree = np.diff(col_ptr)
-    groups = int(-(-degree.max(initial=0) // GROUP))
-    width = groups * GROUP
-    index = np.zeros((neurons, width), dtype=np.int32)
-    weight = np.zeros((neurons, width), dtype=np.float32)
-    slot = np.arange(row_index.size) - np.repeat(col_ptr[:-1], degree)
-    column = np.repeat(np.arange(neurons), degree)
-    index[column, slot] = row_index
-    weight[column, slot] = values
-    return index.reshape(neurons, groups, GROUP), weight.reshape(neurons, groups, GROUP)
+    groups = int(-(-np.diff(col_ptr).max(initial=0) // GROUP))
+    index, weight = ell_from_csc(col_ptr, row_index, values, neurons, groups * GROUP)
+    return index.astype(np.int32).reshape(neurons, groups, GROUP), weight.reshape(neurons, groups, GROUP)

@@ -72,8 +72,7 @@ def _layer_kernels(device_id: int):
 @dataclass
 class _DeviceLayer:
     index: object  # cupy uint16 [steps * n], k-major
-    weight: object | None  # cupy float32 [steps * n], or None when every weight is plan.uniform
-    plan: LayerPlan
+    weight: object | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
 
 
 class GpuEngine(Engine):
@@ -138,7 +137,7 @@ class GpuEngine(Engine):
             weight = None if plan.uniform is not None else cp.asarray(plan.weight.ravel())
         except cp.cuda.memory.OutOfMemoryError:
             raise DeviceMemoryError(f"layer weights ({plan.device_bytes} bytes) do not fit the GPU") from None
-        return _DeviceLayer(index, weight, plan)
+        return _DeviceLayer(index, weight)
 
     # -- device state for one batch of rows -------------------------------------------------
     def upload(self, inputs: sp.csr_matrix) -> "DeviceBatch":
