@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -16,7 +17,13 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "graph-challenge"
 
 
 def commit() -> str:
-    """The checkout's commit, with ``+dirty`` when the tree has uncommitted changes."""
+    """The checkout's commit, with ``+dirty`` when the tree has uncommitted changes.
+
+    Where the tree has no git history (a copy sent to a GPU machine), ``$SPARTAN_COMMIT``
+    names it: set it from the checkout the copy was made from.
+    """
+    if os.environ.get("SPARTAN_COMMIT"):
+        return os.environ["SPARTAN_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
