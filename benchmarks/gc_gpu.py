@@ -112,7 +112,10 @@ def main() -> int:
 
     variants = {}
     best = None
-    for label, options in (("R16", {"rows_per_tile": 16}), ("R12", {"rows_per_tile": 12}), ("R8", {"rows_per_tile": 8}),
+    for label, options in (("R16", {"rows_per_tile": 16}), ("R12", {"rows_per_tile": 12}),
+                           ("R16-1024threads", {"rows_per_tile": 16, "threads": 1024}),
+                           ("R12-1024threads", {"rows_per_tile": 12, "threads": 1024}),
+                           ("R8-1024threads", {"rows_per_tile": 8, "threads": 1024}),
                            ("R16-compact-every-layer", {"rows_per_tile": 16, "compact_every": 1})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)

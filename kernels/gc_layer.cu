@@ -174,7 +174,8 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
     }
 }
 
-// Instances used by the engine: (rows per tile, columns per thread) for n = CPT * 512.
+#ifndef GC_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
+// Instances used by the engine: (rows per tile, columns per thread) for n = CPT * GC_THREADS.
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
@@ -186,3 +187,4 @@ GC_LAYER_INSTANCE(4, 2)
 GC_LAYER_INSTANCE(2, 2)
 GC_LAYER_INSTANCE(4, 8)
 GC_LAYER_INSTANCE(1, 32)
+#endif

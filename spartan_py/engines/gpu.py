@@ -17,7 +17,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu_plan import THREADS, TILE_SHAPES, LayerPlan, chunk_schedule, launch_records, plan_layer
+from spartan_py.engines.gpu_plan import (
+    ROWS_PER_TILE,
+    THREAD_CHOICES,
+    LayerPlan,
+    chunk_schedule,
+    kernel_shapes,
+    launch_records,
+    plan_layer,
+)
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
@@ -54,16 +62,14 @@ def device_name(cupy) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _layer_kernels(device_id: int):
-    """Compile kernels/gc_layer.cu once per device; returns {(R, CPT): RawKernel}."""
+def _layer_kernels(device_id: int, threads: int):
+    """Compile kernels/gc_layer.cu once per device and block size; {(R, CPT): RawKernel}."""
     import cupy
 
-    names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in TILE_SHAPES.values()}
-    for rows in (12, 8, 4, 2):  # other tile heights for n = 1024, selectable with rows_per_tile
-        names[(rows, 2)] = f"gc_layer<{rows}, 2>"
+    names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in kernel_shapes(threads)}
     module = cupy.RawModule(
         code=kernel_source("gc_layer.cu"),
-        options=("-std=c++17", f"-DGC_THREADS={THREADS}"),
+        options=("-std=c++17", f"-DGC_THREADS={threads}", "-DGC_NO_EXPLICIT_INSTANCES"),
         name_expressions=list(names.values()),
     )
     return {shape: module.get_function(name) for shape, name in names.items()}
@@ -93,16 +99,18 @@ class GpuEngine(Engine):
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
+        threads: int = 512,
     ):
         super().__init__(network)
         cp = self.cp = import_cupy()
-        if network.neurons not in TILE_SHAPES:
-            sizes = ", ".join(str(n) for n in TILE_SHAPES)
+        if network.neurons not in ROWS_PER_TILE:
+            sizes = ", ".join(str(n) for n in ROWS_PER_TILE)
             raise BackendUnavailableError(f"the gpu engine handles {sizes} neurons, not {network.neurons}")
-        shape = TILE_SHAPES[network.neurons]
-        if rows_per_tile is not None:
-            shape = (rows_per_tile, shape[1])
-        kernels = _layer_kernels(cp.cuda.Device().id)
+        if threads not in THREAD_CHOICES:
+            raise BackendUnavailableError(f"threads must be one of {THREAD_CHOICES}, not {threads}")
+        self.threads = threads
+        shape = (rows_per_tile or ROWS_PER_TILE[network.neurons], network.neurons // threads)
+        kernels = _layer_kernels(cp.cuda.Device().id, threads)
         if shape not in kernels:
             choices = sorted(r for r, c in kernels if c == shape[1])
             raise BackendUnavailableError(f"no kernel with {shape[0]} rows per tile for {network.neurons} neurons; have {choices}")
@@ -146,9 +154,9 @@ class GpuEngine(Engine):
 
     def _grid(self) -> int:
         regs = max(int(self.kernel.num_regs), 1)
-        by_regs = 65536 // (regs * THREADS)
+        by_regs = 65536 // (regs * self.threads)
         by_smem = (228 * 1024) // (self.shared_bytes + 3 * 1024)
-        by_threads = 2048 // THREADS
+        by_threads = 2048 // self.threads
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
     def _launch_layers(self, batch: "DeviceBatch", events=None) -> None:
@@ -172,7 +180,7 @@ class GpuEngine(Engine):
                 batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL,
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
-            self.kernel((grid,), (THREADS,), args, shared_mem=self.shared_bytes)
+            self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length
         if events is not None:
             events[-1].record()

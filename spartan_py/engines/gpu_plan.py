@@ -16,9 +16,18 @@ import scipy.sparse as sp
 from spartan_py.engines.bank_schedule import conflict_free_ell
 from spartan_py.trace import TraceRecord
 
-THREADS = 512
-#: neurons -> (rows per tile, columns per thread) of the kernel instance used.
-TILE_SHAPES: dict[int, tuple[int, int]] = {1024: (16, 2), 4096: (4, 8), 16384: (1, 32)}
+#: Threads per block (one kernel build each); output columns per thread = neurons / threads.
+THREAD_CHOICES = (512, 1024)
+#: neurons -> default rows per tile (the tile, R x (neurons + 32) floats, is ~64 KiB).
+ROWS_PER_TILE: dict[int, int] = {1024: 16, 4096: 4, 16384: 1}
+#: Other tile heights built for 1024 neurons (``rows_per_tile=``).
+EXTRA_ROWS_1024 = (12, 8, 4, 2)
+
+
+def kernel_shapes(threads: int) -> list[tuple[int, int]]:
+    """(rows per tile, columns per thread) of every kernel instance built for ``threads``."""
+    shapes = [(rows, n // threads) for n, rows in ROWS_PER_TILE.items()]
+    return shapes + [(rows, 1024 // threads) for rows in EXTRA_ROWS_1024]
 
 
 def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[int]:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from numba import prange
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu_plan import TILE_SHAPES, chunk_schedule, launch_records, plan_layer
+from spartan_py.engines.gpu_plan import ROWS_PER_TILE, THREAD_CHOICES, chunk_schedule, launch_records, plan_layer
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
@@ -70,14 +70,17 @@ class GpuTwinEngine(Engine):
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
+        threads: int = 512,
         device_name: str = "simulated",
     ):
         super().__init__(network)
-        if network.neurons not in TILE_SHAPES:
-            sizes = ", ".join(str(n) for n in TILE_SHAPES)
+        if network.neurons not in ROWS_PER_TILE:
+            sizes = ", ".join(str(n) for n in ROWS_PER_TILE)
             raise BackendUnavailableError(f"the gpu kernel (and its twin) handles {sizes} neurons, not {network.neurons}")
-        default_rows, self.cols_per_thread = TILE_SHAPES[network.neurons]
-        self.rows_per_tile = rows_per_tile or default_rows
+        if threads not in THREAD_CHOICES:
+            raise BackendUnavailableError(f"threads must be one of {THREAD_CHOICES}, not {threads}")
+        self.cols_per_thread = network.neurons // threads
+        self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
         self.monitor = monitor
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
