@@ -180,6 +180,15 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
                                               const int*, int*, unsigned long long*, int, int, int*, int*, float, float);
+#if GC_THREADS == 1024
+GC_LAYER_INSTANCE(12, 1)
+GC_LAYER_INSTANCE(16, 1)
+GC_LAYER_INSTANCE(8, 1)
+GC_LAYER_INSTANCE(4, 1)
+GC_LAYER_INSTANCE(2, 1)
+GC_LAYER_INSTANCE(4, 4)
+GC_LAYER_INSTANCE(1, 16)
+#else
 GC_LAYER_INSTANCE(16, 2)
 GC_LAYER_INSTANCE(12, 2)
 GC_LAYER_INSTANCE(8, 2)
@@ -187,4 +196,5 @@ GC_LAYER_INSTANCE(4, 2)
 GC_LAYER_INSTANCE(2, 2)
 GC_LAYER_INSTANCE(4, 8)
 GC_LAYER_INSTANCE(1, 32)
+#endif
 #endif

@@ -138,20 +138,20 @@ def test_official_proxy60k(backend, official_network, official_proxy):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows_per_tile", [16, 12, 4])
-def test_gpu_tile_heights(rows_per_tile):
+@pytest.mark.parametrize("rows_per_tile, threads", [(12, 1024), (16, 1024), (4, 1024), (16, 512)])
+def test_gpu_tile_heights(rows_per_tile, threads):
     """Kernel instances, several batches (row counts not multiples of a tile), monitor on."""
     from spartan_py.engines.gpu import GpuEngine
 
     network = generate_network(1024, 25, seed=4)
     inputs = generate_inputs(1000, 1024, seed=6)
     want = ReferenceEngine(network).run(inputs)
-    engine = GpuEngine(network, rows_per_tile=rows_per_tile, max_batch_rows=352)
+    engine = GpuEngine(network, rows_per_tile=rows_per_tile, threads=threads, max_batch_rows=352)
     got = engine.run(inputs)
     assert_same_run(got, want)
     firsts = [r.layer for r in got.trace]
     assert firsts[0] == 1 and all(r.measured_us > 0 for r in got.trace)
-    every_layer = GpuEngine(network, rows_per_tile=rows_per_tile, compact_every=1).run(inputs)
+    every_layer = GpuEngine(network, rows_per_tile=rows_per_tile, threads=threads, compact_every=1).run(inputs)
     assert np.array_equal(every_layer.live_rows, got.live_rows)
     assert every_layer.live_rows_by_layer == got.live_rows_by_layer
     assert every_layer.nonzeros_by_layer == got.nonzeros_by_layer

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.gpu_plan import (
+    DEFAULT_THREADS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
     LayerPlan,
@@ -99,7 +100,7 @@ class GpuEngine(Engine):
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
-        threads: int = 512,
+        threads: int = DEFAULT_THREADS,
     ):
         super().__init__(network)
         cp = self.cp = import_cupy()

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from numba import prange
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu_plan import ROWS_PER_TILE, THREAD_CHOICES, chunk_schedule, launch_records, plan_layer
+from spartan_py.engines.gpu_plan import DEFAULT_THREADS, ROWS_PER_TILE, THREAD_CHOICES, chunk_schedule, launch_records, plan_layer
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
@@ -70,7 +70,7 @@ class GpuTwinEngine(Engine):
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
-        threads: int = 512,
+        threads: int = DEFAULT_THREADS,
         device_name: str = "simulated",
     ):
         super().__init__(network)
