@@ -112,7 +112,7 @@ def main() -> int:
 
     variants = {}
     best = None
-    for label, options in (("default", {}), ("R16", {"rows_per_tile": 16}), ("R16-512threads", {"rows_per_tile": 16, "threads": 512}),
+    for label, options in (("default", {}), ("R12", {"rows_per_tile": 12}), ("R16-512threads", {"rows_per_tile": 16, "threads": 512}),
                            ("default-compact-every-layer", {"compact_every": 1})):  # fmt: skip
         variant = GpuEngine(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)

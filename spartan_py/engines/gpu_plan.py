@@ -21,9 +21,9 @@ THREAD_CHOICES = (1024, 512)
 #: The default: one block of 32 warps per SM (measured faster than 512; benchmarks/NOTES.md).
 DEFAULT_THREADS = 1024
 #: neurons -> default rows per tile (the tile, R x (neurons + 32) floats, is ~64 KiB).
-ROWS_PER_TILE: dict[int, int] = {1024: 12, 4096: 4, 16384: 1}
+ROWS_PER_TILE: dict[int, int] = {1024: 16, 4096: 4, 16384: 1}
 #: Other tile heights built for 1024 neurons (``rows_per_tile=``).
-EXTRA_ROWS_1024 = (16, 8, 4, 2)
+EXTRA_ROWS_1024 = (12, 8, 4, 2)
 
 
 def kernel_shapes(threads: int) -> list[tuple[int, int]]:
