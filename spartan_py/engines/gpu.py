@@ -124,6 +124,9 @@ class GpuEngine(Engine):
         self.max_batch_rows = max_batch_rows
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
+        self._sm_registers = props["regsPerMultiprocessor"]
+        self._sm_shared_bytes = props["sharedMemPerMultiprocessor"]
+        self._sm_threads = props["maxThreadsPerMultiProcessor"]
         self._device = device_name(cp)
         self.plans = [plan_layer(w) for w in network.weights]
         self.layers = [self._upload_layer(plan) for plan in self.plans]
@@ -154,10 +157,12 @@ class GpuEngine(Engine):
         return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
 
     def _grid(self) -> int:
+        """A persistent grid: as many blocks as fit on every SM at once."""
         regs = max(int(self.kernel.num_regs), 1)
-        by_regs = 65536 // (regs * self.threads)
-        by_smem = (228 * 1024) // (self.shared_bytes + 3 * 1024)
-        by_threads = 2048 // self.threads
+        by_regs = self._sm_registers // (regs * self.threads)
+        static = int(self.kernel.shared_size_bytes) + 1024  # + the runtime's per-block reserve
+        by_smem = self._sm_shared_bytes // (self.shared_bytes + static)
+        by_threads = self._sm_threads // self.threads
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
     def _launch_layers(self, batch: "DeviceBatch", events=None) -> None:
@@ -189,8 +194,8 @@ class GpuEngine(Engine):
     def run_device(self, batch: "DeviceBatch", *, per_layer_times: bool = False) -> float:
         """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
 
-        ``per_layer_times`` records an event between layers (stored on the batch) instead of
-        replaying the whole inference as one CUDA graph.
+        ``per_layer_times`` records an event between launches (times stored on the batch)
+        instead of replaying the whole inference as one CUDA graph.
         """
         cp = self.cp
         stream = batch.stream
