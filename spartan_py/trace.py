@@ -4,6 +4,9 @@ One schema serves the engines (which write it), the cost model (which replays it
 runner and the report. Records are plain dataclasses; :func:`to_frame` and
 :func:`read_trace` / :func:`write_trace` move them to and from pandas tables (CSV or
 Parquet). Bump :data:`TRACE_SCHEMA_VERSION` whenever a field changes meaning.
+
+Version 2 added the launch geometry the cost model needs (``blocks``, ``block_rows``,
+``block_threads``, ``block_shared_bytes``, ``fused_layers``) and ``monitor_bytes``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pandas as pd
 
 from spartan_py.errors import InputError
 
-TRACE_SCHEMA_VERSION = 1
+TRACE_SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -38,6 +41,11 @@ class TraceRecord:
         bytes_read / bytes_written: device-memory traffic the kernel needs (each operand once).
         useful_macs: multiply-adds with a non-zero activation; executed_macs: those performed.
         monitor_mode: ``off``, ``software``, ``fused`` or ``sampled``.
+        monitor_bytes: the part of ``bytes_written`` (or ``bytes_read``) that is monitor output.
+        blocks: independent work items the kernel runs as thread blocks (row tiles), 0 if none.
+        block_rows: activation rows per work item; block_threads: threads per block;
+            block_shared_bytes: dynamic shared memory per block.
+        fused_layers: network layers the launch computes (a fused kernel runs several).
         host_syncs: host round trips the kernel caused.
         measured_us: measured time in microseconds, NaN when not measured.
         device: where it ran (``cpu``, a GPU name, or ``simulated:<machine>``).
@@ -61,6 +69,12 @@ class TraceRecord:
     useful_macs: int = 0
     executed_macs: int = 0
     monitor_mode: str = "off"
+    monitor_bytes: int = 0
+    blocks: int = 0
+    block_rows: int = 0
+    block_threads: int = 0
+    block_shared_bytes: int = 0
+    fused_layers: int = 1
     host_syncs: int = 0
     measured_us: float = float("nan")
     device: str = "cpu"
@@ -100,6 +114,12 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     if path.suffix == ".parquet":
         frame = pd.read_parquet(path)
     else:
+        with path.open(encoding="utf-8") as handle:
+            first = handle.readline()
+        if first.startswith("# spartan_py trace schema "):
+            version = first.rsplit(" ", 1)[-1].strip()
+            if version != str(TRACE_SCHEMA_VERSION):
+                raise InputError(f"trace schema {version}; this version reads schema {TRACE_SCHEMA_VERSION}", path=path, line=1)
         frame = pd.read_csv(path, comment="#", keep_default_na=False, na_values={"measured_us": ["", "nan", "NaN"]})
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
     if missing:

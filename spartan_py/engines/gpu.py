@@ -11,6 +11,7 @@ before timing; ``seconds`` is measured with CUDA events around the launches only
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from spartan_py.engines.gpu_plan import (
     kernel_shapes,
     launch_records,
     plan_layer,
+    transfer_records,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
@@ -232,14 +234,20 @@ class GpuEngine(Engine):
             part = inputs[first : first + batch_rows]
             batch = self.upload(part)
             seconds += self.run_device(batch, per_layer_times=True)
+            clock = time.perf_counter()
             counts = batch.counts.get()
             nnz = batch.nnz_counts.get()
+            ids, values = batch.final_rows(self)
+            download_seconds = time.perf_counter() - clock
             live_total += counts[1:]
             nnz_total += nnz[1:].astype(np.int64)
-            ids, values = batch.final_rows(self)
             live_parts.append(ids + first)
             value_parts.append(values)
             trace += self._records(batch, counts, nnz, part.nnz, run_id)
+            trace += transfer_records(
+                part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
+                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
+            )  # fmt: skip
             del batch
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
         values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
@@ -285,9 +293,11 @@ class DeviceBatch:
         self.rows = rows = inputs.shape[0]
         capacity = max(rows, 1)
         try:
-            self.csr_ptr = cp.asarray(inputs.indptr.astype(np.int32))
-            self.csr_idx = cp.asarray(inputs.indices.astype(np.int32))
-            self.csr_val = cp.asarray(inputs.data.astype(np.float32))
+            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
+            clock = time.perf_counter()
+            self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
+            cp.cuda.Device().synchronize()
+            self.upload_seconds = time.perf_counter() - clock
             self.buffers = [
                 _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]

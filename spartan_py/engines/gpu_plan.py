@@ -107,11 +107,13 @@ def launch_records(
     """One trace record per launch of the kernel over one batch of rows.
 
     ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows);
-    ``nnz[l + 1]``: non-zeros after layer l. Rows are compacted only at a chunk's end, so
-    every layer of a chunk executes the tiles that entered it (less those whose rows all
-    died): ``executed_macs`` counts the entering tiles, an upper bound.
+    ``nnz[l]``: non-zeros entering layer l. Rows are compacted only at a chunk's end, so
+    every layer of a chunk executes the tiles that entered it: ``executed_macs`` counts
+    every step of every entering tile; ``useful_macs`` counts one multiply-add per non-zero
+    input activation and outgoing edge.
     """
     n = plans[0].index.shape[1] if plans else 0
+    threads = n // cols_per_thread if cols_per_thread else 0
     records, start = [], 0
     for launch, length in enumerate(chunks):
         stop = start + length
@@ -119,23 +121,52 @@ def launch_records(
         tiles = -(-rows_in // rows_per_tile)
         layers = plans[start:stop]
         read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
-        written = rows_out * (n * 4 + 4) + rows_out * (n // 32) * 4 * monitor
+        monitor_bytes = rows_out * (n // 32 + 1) * 4 * monitor
+        written = rows_out * (n * 4 + 4) + monitor_bytes
         uniform = all(layer.uniform is not None for layer in layers)
+        entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
+        useful = sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers))
         records.append(
             TraceRecord(
                 run=run_id, layer=start + 1, kernel="gpu.gc_layer",
                 variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
                 rows_in=rows_in, rows_out=rows_out, cols=n,
-                nnz_in=input_nnz if start == 0 else int(nnz[start]), nnz_out=int(nnz[stop]),
+                nnz_in=entering[0], nnz_out=int(nnz[stop]),
                 tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
                 bytes_read=read + sum(layer.device_bytes for layer in layers), bytes_written=written,
-                useful_macs=0, executed_macs=sum(tiles * rows_per_tile * n * layer.steps for layer in layers),
-                monitor_mode="fused" if monitor else "off", host_syncs=0,
+                useful_macs=useful, executed_macs=sum(tiles * rows_per_tile * n * layer.steps for layer in layers),
+                monitor_mode="fused" if monitor else "off", monitor_bytes=monitor_bytes,
+                blocks=tiles, block_rows=rows_per_tile, block_threads=threads,
+                block_shared_bytes=rows_per_tile * (n + 32) * 4, fused_layers=length,
                 measured_us=launch_seconds[launch] * 1e6 if launch_seconds else float("nan"),
                 device=device,
             )
         )  # fmt: skip
         start = stop
-    if records:
-        records[-1].host_syncs = 1
     return records
+
+
+def transfer_records(
+    input_rows: int,
+    input_nnz: int,
+    final_rows: int,
+    neurons: int,
+    layers: int,
+    *,
+    device: str,
+    run_id: str = "",
+    seconds: tuple[float, float] | None = None,
+) -> list[TraceRecord]:
+    """The batch's copies (host to device: the input CSR; device to host: the live rows,
+    their ids and the per-layer counters) and the one host synchronisation before them."""
+    up = (input_rows + 1) * 4 + input_nnz * 8
+    down = final_rows * (neurons * 4 + 4) + (layers + 1) * 12
+    h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
+    return [
+        TraceRecord(run=run_id, layer=0, kernel="gpu.transfer", variant="h2d", rows_in=input_rows, rows_out=input_rows,
+                    cols=neurons, nnz_in=input_nnz, nnz_out=input_nnz, bytes_read=up, bytes_written=up,
+                    measured_us=h2d * 1e6, device=device),
+        TraceRecord(run=run_id, layer=layers, kernel="gpu.sync", variant="stream", host_syncs=1, device=device),
+        TraceRecord(run=run_id, layer=layers, kernel="gpu.transfer", variant="d2h", rows_in=final_rows, rows_out=final_rows,
+                    cols=neurons, bytes_read=down, bytes_written=down, measured_us=d2h * 1e6, device=device),
+    ]  # fmt: skip

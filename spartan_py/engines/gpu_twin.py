@@ -18,7 +18,15 @@ import scipy.sparse as sp
 from numba import prange
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu_plan import DEFAULT_THREADS, ROWS_PER_TILE, THREAD_CHOICES, chunk_schedule, launch_records, plan_layer
+from spartan_py.engines.gpu_plan import (
+    DEFAULT_THREADS,
+    ROWS_PER_TILE,
+    THREAD_CHOICES,
+    chunk_schedule,
+    launch_records,
+    plan_layer,
+    transfer_records,
+)
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
@@ -129,6 +137,9 @@ class GpuTwinEngine(Engine):
                 self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, part.nnz,
                 monitor=self.monitor, device=self.device, run_id=run_id,
             )  # fmt: skip
+            trace += transfer_records(
+                part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
+            )
         seconds = time.perf_counter() - start
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
         values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)

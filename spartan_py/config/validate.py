@@ -1,0 +1,102 @@
+"""Validate parsed YAML with a pydantic v2 model and report every problem in one pass.
+
+Each problem names the line (from :class:`~spartan_py.config.yaml_marks.MarkedYaml`), the
+field path, what was expected, and for an unknown key the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from pathlib import Path
+from typing import TypeVar
+
+import pydantic
+
+from spartan_py.config.yaml_marks import MarkedYaml, load_yaml
+from spartan_py.errors import InputError
+
+Model = TypeVar("Model", bound=pydantic.BaseModel)
+
+
+class ConfigError(InputError):
+    """One or more invalid fields in a configuration file; ``problems`` lists them."""
+
+    def __init__(self, problems: list[str], *, path: Path | None):
+        self.problems = problems
+        heading = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the configuration"
+        super().__init__(heading + ":\n  " + "\n  ".join(problems), path=path)
+
+
+def _models_in(annotation) -> list[type[pydantic.BaseModel]]:
+    """BaseModel classes reachable from a type annotation (through Optional, list, dict...)."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    found = []
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def _known_keys(model: type[pydantic.BaseModel], location: tuple) -> list[str]:
+    """Field names (and aliases) of the model that holds the key at ``location``."""
+    candidates = [model]
+    for part in location[:-1]:
+        if isinstance(part, int):
+            continue
+        following = []
+        for candidate in candidates:
+            info = candidate.model_fields.get(part)
+            if info is not None:
+                following += _models_in(info.annotation)
+        candidates = following or candidates
+    keys: list[str] = []
+    for candidate in candidates:
+        for name, info in candidate.model_fields.items():
+            keys.append(info.alias or name)
+    return keys
+
+
+def _describe(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
+    location = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+    full = (*root, *location)
+    line = marked.line_of(full)
+    field = ".".join(str(part) for part in full) or "(top level)"
+    where = f"line {line}, " if line is not None else ""
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = _known_keys(model, location)
+        message = f"{where}unknown field `{field}`"
+        close = difflib.get_close_matches(str(location[-1]), known, n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean `{close[0]}`?"
+        else:
+            message += f"; expected one of: {', '.join(sorted(known))}"
+        return message
+    if kind == "missing":
+        return f"{where}missing field `{field}`"
+    given = error.get("input")
+    shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{where}field `{field}`: {error['msg']} (got {shown})"
+
+
+def validate_model(model: type[Model], marked: MarkedYaml, *, root: tuple = ()) -> Model:
+    """``model`` built from ``marked.data`` (at key path ``root``), or ConfigError listing every problem."""
+    data = marked.data
+    for part in root:
+        data = data[part]
+    if not isinstance(data, dict):
+        line = marked.line_of(root)
+        raise InputError(f"expected a YAML mapping, got {type(data).__name__}", path=marked.path, line=line)
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = [_describe(error, model, marked, root) for error in exc.errors()]
+        raise ConfigError(problems, path=marked.path) from None
+
+
+def load_model(model: type[Model], path: str | Path) -> Model:
+    """Read a YAML file and validate it with ``model`` (see :func:`validate_model`)."""
+    return validate_model(model, load_yaml(path))

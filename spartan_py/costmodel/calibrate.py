@@ -1,0 +1,92 @@
+"""Fit a machine's free cost-model parameters to measured traces (SciPy least squares).
+
+Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
+``memory_efficiency`` and ``step_overhead_us`` (fewer for copies and syncs). The fit
+minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
+that a few noisy short launches do not dominate).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from spartan_py.costmodel.machine import FamilyCalibration, Machine
+from spartan_py.costmodel.model import family_of, predict
+from spartan_py.errors import InputError
+
+#: Parameters fitted per family unit, with (lower, upper, start).
+_FREE = {
+    "kernel": {"launch_us": (0.0, 50.0, 3.0), "compute_efficiency": (0.005, 1.0, 0.3),
+               "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0)},
+    "memory": {"launch_us": (0.0, 50.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
+    "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
+}  # fmt: skip
+_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0}
+
+
+def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:
+    family = family_of(kernel)
+    if family is None or family.unit == "sync":
+        return None
+    return _FREE["link" if family.unit == "link" else "memory" if family.unit == "memory" else "kernel"]
+
+
+def _with_family(machine: Machine, kernel: str, values: dict, source: str, records: int) -> Machine:
+    params = FamilyCalibration(**{**_FIXED, **values}, source=source, records=records)
+    return machine.model_copy(update={"calibration": {**machine.calibration, kernel: params}})
+
+
+def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
+    """Median of |predicted - measured| / measured, in percent."""
+    return float(np.median(np.abs(predicted.to_numpy(float) - measured.to_numpy(float)) / measured.to_numpy(float)) * 100)
+
+
+def calibrate(trace: pd.DataFrame, machine: Machine, *, source: str) -> Machine:
+    """The machine with every kernel family that has measured records in ``trace`` refitted.
+
+    ``source`` says which traces these are (it is stored with each fitted family).
+    """
+    measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
+    fitted = machine
+    families = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
+    if not families:
+        raise InputError("no measured records of a modelled GPU kernel to calibrate on")
+    for kernel in families:
+        rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
+        free = _free_parameters(kernel)
+        names = list(free)
+        lower = np.array([free[n][0] for n in names])
+        upper = np.array([free[n][1] for n in names])
+        start = np.array([free[n][2] for n in names])
+        target = np.log(rows["measured_us"].to_numpy(float))
+
+        def residuals(x, rows=rows, kernel=kernel, names=names, target=target):
+            trial = _with_family(machine, kernel, dict(zip(names, x)), source, len(rows))
+            return np.log(predict(rows, trial)["predicted_us"].to_numpy(float)) - target
+
+        solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
+        values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
+        trial = _with_family(fitted, kernel, values, source, len(rows))
+        error = median_abs_error_pct(predict(rows, trial)["predicted_us"], rows["measured_us"])
+        fitted = trial.model_copy(update={"calibration": {
+            **trial.calibration,
+            kernel: trial.calibration[kernel].model_copy(update={"fit_median_error_pct": round(error, 2)}),
+        }})  # fmt: skip
+    return fitted
+
+
+def carry_over(calibrated: Machine, target: Machine) -> Machine:
+    """``target`` with ``calibrated``'s efficiencies and per-step overheads (scaled by clock),
+    for machines we could not measure; each family's source says where it came from."""
+    clock_ratio = calibrated.specs.boost_clock_mhz / target.specs.boost_clock_mhz
+    families = {}
+    for kernel, params in calibrated.calibration.items():
+        families[kernel] = params.model_copy(update={
+            "launch_us": params.launch_us,
+            "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
+            "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
+            "records": 0, "fit_median_error_pct": None,
+        })  # fmt: skip
+    return target.model_copy(update={"calibration": families})

@@ -1,0 +1,161 @@
+"""Described GPUs (``sim/<name>.yaml``) and what-if variants (``sim/variants.yaml``).
+
+A machine file has ``specs`` (datasheet figures, units in the names), ``sources`` (where
+each spec came from: every spec needs one), and ``calibration`` (per kernel family, the
+cost model's free parameters fitted on measured traces, with their provenance). See
+``sim/README.md`` for the format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from spartan_py.config import load_model, load_yaml, validate_model
+from spartan_py.errors import InputError
+from spartan_py.resources import data_folder
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Specs(_Frozen):
+    """Datasheet figures of one GPU."""
+
+    sm_count: PositiveInt
+    boost_clock_mhz: PositiveFloat
+    memory_bandwidth_gb_s: PositiveFloat = Field(description="DRAM bandwidth, 1e9 bytes/s")
+    l2_cache_mib: PositiveFloat
+    shared_memory_per_sm_kib: PositiveFloat = Field(description="shared memory one SM can give its blocks")
+    shared_memory_per_block_kib: PositiveFloat = Field(description="most one block may opt in to")
+    shared_memory_bytes_per_clock_per_sm: PositiveFloat = 128.0
+    registers_per_sm: PositiveInt = 65536
+    max_threads_per_sm: PositiveInt
+    max_blocks_per_sm: PositiveInt
+    fp32_tflops: PositiveFloat
+    tf32_tflops: PositiveFloat | None = Field(None, description="dense tensor-core TF32; null when absent")
+    bf16_tflops: PositiveFloat | None = Field(None, description="dense tensor-core BF16; null when absent")
+    pcie_gb_s: PositiveFloat = Field(description="host link, one direction, 1e9 bytes/s")
+    launch_latency_us: PositiveFloat
+    sync_latency_us: PositiveFloat
+
+
+class FamilyCalibration(_Frozen):
+    """Fitted parameters of one kernel family on one machine, and where they came from."""
+
+    launch_us: float = Field(ge=0, description="fixed cost per launch (or per copy)")
+    compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
+    memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
+    step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
+    source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
+    records: int = Field(0, ge=0, description="measured records fitted")
+    fit_median_error_pct: float | None = None
+
+
+class Machine(_Frozen):
+    """One described GPU."""
+
+    name: str
+    description: str
+    specs: Specs
+    sources: dict[str, str]
+    calibration: dict[str, FamilyCalibration] = {}
+
+    @model_validator(mode="after")
+    def _every_spec_has_a_source(self):
+        missing = [name for name in Specs.model_fields if getattr(self.specs, name) is not None and name not in self.sources]
+        if missing:
+            raise ValueError(f"specs without a source in `sources`: {', '.join(missing)}")
+        unknown = [name for name in self.sources if name not in Specs.model_fields]
+        if unknown:
+            raise ValueError(f"`sources` names unknown specs: {', '.join(unknown)}")
+        return self
+
+    def with_specs(self, **changes) -> "Machine":
+        """A copy with some specs replaced (for what-if variants)."""
+        specs = self.specs.model_copy(update=changes)
+        return self.model_copy(update={"specs": Specs.model_validate(specs.model_dump())})
+
+
+class Variant(_Frozen):
+    """A what-if change applied to a machine and to the replayed records."""
+
+    name: str
+    description: str
+    hardware_monitor: bool = Field(False, description="monitor counters beside the store path: no monitor traffic or pass")
+    block_rows: PositiveInt | None = Field(None, description="replay tiled kernels with this many rows per work item")
+    spec_scale: dict[str, PositiveFloat] = Field({}, description="spec multipliers, e.g. memory_bandwidth_gb_s: 2")
+
+
+class _VariantFile(_Frozen):
+    variants: list[Variant]
+
+
+def sim_folder() -> Path:
+    """The folder of machine files (``sim/`` in a checkout, packaged data in a wheel)."""
+    return data_folder("sim")
+
+
+def machine_names() -> list[str]:
+    """Names of the machines described in ``sim/``."""
+    return sorted(p.stem for p in sim_folder().glob("*.yaml") if p.stem != "variants")
+
+
+def machine_path(name: str | Path) -> Path:
+    """Path of a machine file from its name (``h100-sxm``) or a path to a YAML file."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml"):
+        if not candidate.is_file():
+            raise InputError("machine file not found", path=candidate)
+        return candidate
+    path = sim_folder() / f"{name}.yaml"
+    if not path.is_file():
+        raise InputError(f"unknown machine {name!r}; known: {', '.join(machine_names())}")
+    return path
+
+
+def load_machine(name: str | Path) -> Machine:
+    """A machine by name or path, validated (errors name the file, line and field)."""
+    path = machine_path(name)
+    machine = load_model(Machine, path)
+    by_name = Path(name).suffix not in (".yaml", ".yml")
+    if by_name and machine.name != name:
+        raise InputError(f"the file describes {machine.name!r}, not {name!r}; its `name` must match the file name", path=path)
+    return machine
+
+
+def load_variants(path: str | Path | None = None) -> dict[str, Variant]:
+    """The what-if variants, by name (``sim/variants.yaml`` unless ``path`` is given)."""
+    path = Path(path) if path else sim_folder() / "variants.yaml"
+    marked = load_yaml(path)
+    variants = validate_model(_VariantFile, marked).variants
+    return {variant.name: variant for variant in variants}
+
+
+def apply_variant(machine: Machine, variant: Variant | None) -> Machine:
+    """The machine with the variant's spec multipliers (record changes happen in the model)."""
+    if variant is None or not variant.spec_scale:
+        return machine
+    unknown = [key for key in variant.spec_scale if key not in Specs.model_fields]
+    if unknown:
+        raise InputError(f"variant {variant.name!r} scales unknown specs: {', '.join(unknown)}")
+    changes = {key: getattr(machine.specs, key) * factor for key, factor in variant.spec_scale.items()}
+    return machine.with_specs(**changes)
+
+
+def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> Path:
+    """Replace the ``calibration:`` block at the end of a machine file, keeping the rest as written."""
+    from spartan_py.graph_challenge.formats import atomic_write_bytes
+
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    cut = next((i for i, line in enumerate(lines) if line.startswith("calibration:")), len(lines))
+    rest = [line for line in lines[cut + 1 :] if line and not line.startswith((" ", "#"))]
+    if rest:
+        raise InputError("the calibration block must be the last block of a machine file", path=path, line=cut + 1)
+    block = {"calibration": {family: values.model_dump(exclude_none=True) for family, values in calibration.items()}}
+    body = "\n".join(lines[:cut]).rstrip() + "\n\n" + yaml.safe_dump(block, sort_keys=False, width=120)
+    return atomic_write_bytes(path, body.encode())

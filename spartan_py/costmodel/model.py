@@ -1,0 +1,214 @@
+"""The analytical cost model: predict each trace record's time on a described GPU.
+
+For a kernel record (terms in microseconds; see ``sim/README.md`` for the derivation)::
+
+    predicted = launch + max(compute, memory)
+    memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
+    compute   = waves x (MACs per work item / rate per work item + fused_layers x step_overhead)
+    waves     = ceil(blocks / (SMs x co-resident blocks per SM))
+
+The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
+operand loads for ``gpu.gc_layer``, FP32/TF32/BF16 pipes for GEMMs) times
+``compute_efficiency``, shared by the blocks resident on the SM. Occupancy comes from the
+block's threads and shared memory against the SM's limits; a block that needs more shared
+memory than the machine allows cannot run (NaN, with the reason in ``note``). Copies cost
+``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
+sync latency. ``launch``, the two efficiencies and ``step_overhead`` are fitted per kernel
+family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
+datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """How a kernel uses the machine: ``unit`` is ``smem``, ``fp32``, ``tf32``, ``bf16``,
+    ``memory`` (bandwidth only), ``link`` (host copies) or ``sync``."""
+
+    unit: str
+    bytes_per_mac: float = 4.0  # for the smem unit: operand bytes loaded per multiply-add
+    monitor_pass: bool = False  # a separate counting pass, free under a hardware monitor
+
+
+#: Kernel name (or prefix ending in '.') -> family. Kernels not listed are not modelled.
+FAMILIES: dict[str, KernelFamily] = {
+    "gpu.gc_layer": KernelFamily("smem"),
+    "gpu.monitor_pass": KernelFamily("memory", monitor_pass=True),
+    "gpu.compact": KernelFamily("memory"),
+    "gpu.tile_gemm.fp32": KernelFamily("fp32"),
+    "gpu.tile_gemm.tf32": KernelFamily("tf32"),
+    "gpu.tile_gemm.bf16": KernelFamily("bf16"),
+    "gpu.dense_gemm.fp32": KernelFamily("fp32"),
+    "gpu.dense_gemm.tf32": KernelFamily("tf32"),
+    "gpu.transfer": KernelFamily("link"),
+    "gpu.sync": KernelFamily("sync"),
+}
+
+DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
+
+PREDICTION_COLUMNS = (
+    "predicted_us", "launch_us", "compute_us", "memory_us", "waves", "blocks_per_sm", "bound", "calibrated", "note",
+)  # fmt: skip
+
+
+def family_of(kernel: str) -> KernelFamily | None:
+    """The family of a kernel name, or None when the model does not cover it."""
+    return FAMILIES.get(kernel)
+
+
+def family_parameters(machine: Machine, kernel: str) -> tuple[FamilyCalibration, bool]:
+    """(parameters, calibrated?) of a kernel family on a machine."""
+    fitted = machine.calibration.get(kernel)
+    if fitted is not None:
+        return fitted, True
+    default = FamilyCalibration(
+        launch_us=machine.specs.launch_latency_us,
+        compute_efficiency=DEFAULT_EFFICIENCY["compute"],
+        memory_efficiency=DEFAULT_EFFICIENCY["memory"],
+        source="uncalibrated defaults",
+    )
+    return default, False
+
+
+def unit_rate_per_sm(machine: Machine, family: KernelFamily) -> float:
+    """Peak multiply-adds per second of one SM on the family's unit (NaN if the machine lacks it)."""
+    specs = machine.specs
+    if family.unit == "smem":
+        return specs.shared_memory_bytes_per_clock_per_sm * specs.boost_clock_mhz * 1e6 / family.bytes_per_mac
+    tflops = {"fp32": specs.fp32_tflops, "tf32": specs.tf32_tflops, "bf16": specs.bf16_tflops}.get(family.unit)
+    return np.nan if tflops is None else tflops * 1e12 / 2 / specs.sm_count
+
+
+def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd.DataFrame:
+    """Records as they would be under the variant: no monitor traffic, other tile heights."""
+    if variant is None:
+        return frame
+    frame = frame.copy()
+    if variant.hardware_monitor:
+        frame["bytes_written"] -= frame["monitor_bytes"]
+        frame["monitor_bytes"] = 0
+    if variant.block_rows:
+        tiled = (frame["blocks"] > 0) & (frame["block_rows"] > 0)
+        old_rows = frame.loc[tiled, "block_rows"].astype(float)
+        old_blocks = frame.loc[tiled, "blocks"].astype(float)
+        new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)
+        scale = (new_blocks * variant.block_rows) / (old_blocks * old_rows)
+        frame.loc[tiled, "executed_macs"] = np.round(frame.loc[tiled, "executed_macs"] * scale).astype(np.int64)
+        frame.loc[tiled, "block_shared_bytes"] = (frame.loc[tiled, "block_shared_bytes"] / old_rows * variant.block_rows).astype(np.int64)
+        frame.loc[tiled, "blocks"] = new_blocks.astype(np.int64)
+        frame.loc[tiled, "block_rows"] = variant.block_rows
+    return frame
+
+
+def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily, params: FamilyCalibration) -> dict:
+    specs = machine.specs
+    n = len(rows)
+    launch = np.full(n, params.launch_us)
+    memory = (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float) / (specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency)
+    blocks = rows["blocks"].to_numpy(float)
+    executed = rows["executed_macs"].to_numpy(float)
+    note = np.full(n, "", dtype=object)
+    rate = unit_rate_per_sm(machine, family) * params.compute_efficiency / 1e6  # MACs per microsecond per SM
+    if family.unit == "memory":
+        compute, waves, per_sm = np.zeros(n), np.zeros(n), np.zeros(n)
+    else:
+        shared = rows["block_shared_bytes"].to_numpy(float)
+        threads = np.maximum(rows["block_threads"].to_numpy(float), 1)
+        by_threads = np.floor(specs.max_threads_per_sm / threads)
+        by_shared = np.where(shared > 0, np.floor(specs.shared_memory_per_sm_kib * 1024 / (shared + 1024)), np.inf)
+        occupancy = np.minimum(np.minimum(by_threads, by_shared), specs.max_blocks_per_sm)
+        geometry = blocks > 0
+        per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
+        waves = np.where(geometry, np.ceil(blocks / (specs.sm_count * np.maximum(per_sm, 1))), 0)
+        per_item = np.where(geometry, executed / np.maximum(blocks, 1) / (rate / np.maximum(per_sm, 1)), 0)
+        steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us
+        compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
+        too_big = shared > specs.shared_memory_per_block_kib * 1024
+        note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"
+        if np.isnan(rate):
+            note[:] = f"{machine.name} has no {family.unit} unit"
+        bad = too_big | np.isnan(np.full(n, rate))
+        compute = np.where(bad, np.nan, compute)
+    predicted = launch + np.maximum(compute, memory)
+    bound = np.where(compute >= memory, "compute", "memory")
+    bound = np.where(launch > np.maximum(compute, memory), "latency", bound)
+    return {"predicted_us": predicted, "launch_us": launch, "compute_us": compute, "memory_us": memory,
+            "waves": waves, "blocks_per_sm": per_sm, "bound": bound, "note": note}  # fmt: skip
+
+
+def _predict_family(rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None) -> dict:
+    family = family_of(kernel)
+    n = len(rows)
+    empty = {"predicted_us": np.full(n, np.nan), "launch_us": np.full(n, np.nan), "compute_us": np.full(n, np.nan),
+             "memory_us": np.full(n, np.nan), "waves": np.zeros(n), "blocks_per_sm": np.zeros(n),
+             "bound": np.full(n, "", dtype=object), "calibrated": np.zeros(n, bool)}  # fmt: skip
+    if family is None:
+        return {**empty, "note": np.full(n, f"no cost model for kernel {kernel}", dtype=object)}
+    params, calibrated = family_parameters(machine, kernel)
+    result = {**empty, "calibrated": np.full(n, calibrated), "note": np.full(n, "", dtype=object)}
+    if family.monitor_pass and variant is not None and variant.hardware_monitor:
+        zero = np.zeros(n)
+        return {**result, "predicted_us": zero, "launch_us": zero, "compute_us": zero, "memory_us": zero,
+                "bound": np.full(n, "none", dtype=object), "note": np.full(n, "hardware monitor", dtype=object)}  # fmt: skip
+    specs = machine.specs
+    if family.unit == "link":
+        transfer = rows["bytes_read"].to_numpy(float) / (specs.pcie_gb_s * 1e3 * params.memory_efficiency)
+        launch = np.full(n, params.launch_us)
+        return {**result, "predicted_us": launch + transfer, "launch_us": launch, "compute_us": np.zeros(n),
+                "memory_us": transfer, "bound": np.full(n, "link", dtype=object)}  # fmt: skip
+    if family.unit == "sync":
+        latency = rows["host_syncs"].to_numpy(float) * (params.launch_us if calibrated else specs.sync_latency_us)
+        return {**result, "predicted_us": latency, "launch_us": latency, "compute_us": np.zeros(n),
+                "memory_us": np.zeros(n), "bound": np.full(n, "latency", dtype=object)}  # fmt: skip
+    return {**result, **_predict_kernels(rows, machine, family, params)}
+
+
+def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = None) -> pd.DataFrame:
+    """The trace with the model's prediction and its terms as extra columns.
+
+    Rows the model does not cover (CPU kernels, baselines without counts) get NaN and a
+    ``note`` saying why. ``variant`` applies a what-if change (see ``sim/variants.yaml``).
+    """
+    machine = apply_variant(machine, variant)
+    frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
+    columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
+    for kernel, rows in frame.groupby("kernel", sort=False):
+        values = _predict_family(rows, machine, kernel, variant)
+        for name in PREDICTION_COLUMNS:
+            columns[name][rows.index.to_numpy()] = values[name]
+    out = frame.copy()
+    for name in PREDICTION_COLUMNS:
+        out[name] = columns[name]
+    numeric = ["predicted_us", "launch_us", "compute_us", "memory_us", "waves", "blocks_per_sm"]
+    out[numeric] = out[numeric].astype(float)
+    out["calibrated"] = out["calibrated"].astype(bool)
+    out["bound"] = out["bound"].astype(str)
+    out["note"] = out["note"].astype(str)
+    out["machine"] = machine.name + (f"+{variant.name}" if variant is not None else "")
+    return out
+
+
+def run_totals(predicted: pd.DataFrame, kernels: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Per run: measured and predicted microseconds summed over the records that have both.
+
+    ``kernels`` limits the sums (e.g. to the launches an engine's ``seconds`` covers).
+    """
+    frame = predicted[predicted["predicted_us"].notna() & predicted["measured_us"].notna()]
+    if kernels is not None:
+        frame = frame[frame["kernel"].isin(kernels)]
+    grouped = frame.groupby("run", sort=False)
+    totals = pd.DataFrame({
+        "records": grouped.size(),
+        "measured_us": grouped["measured_us"].sum(),
+        "predicted_us": grouped["predicted_us"].sum(),
+    })  # fmt: skip
+    totals["error_pct"] = 100 * (totals["predicted_us"] - totals["measured_us"]) / totals["measured_us"]
+    return totals.reset_index()
