@@ -53,7 +53,7 @@ def log(message: str) -> None:
 def load_case(data: Path, network_spec: str, layers: int, inputs_spec: str, rows: int):
     if network_spec == "official":
         network = sp.load_network(data / "neuron1024", layers=layers)
-        inputs = sp.load_inputs(data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=rows)
+        inputs = sp.load_inputs(data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)[:rows]
     else:
         network = sp.resolve_network(network_spec, layers)
         inputs = sp.resolve_inputs(f"generated:{rows}", network.neurons)
