@@ -5,8 +5,9 @@ counts, input sizes, tile heights and monitor modes). Per case: one warm-up, the
 ``--repeats`` runs with CUDA events between launches; each record's ``measured_us`` is the
 median over the repeats. Also times the whole run as one CUDA-graph replay (what
 ``benchmarks/gc_gpu.py`` reports) and a launch + host-sync round trip of an empty kernel.
-Writes ``<out>/traces-<date>/<case>.csv`` and a result file naming each case's role
-(``calibrate`` or ``holdout``: what it varies that the calibration set does not).
+Writes one trace, ``<out>/traces-<date>.csv`` (the ``run`` column names the case), and a
+result file ``traces-<date>.json`` naming each case's role (``calibrate``, or ``holdout``
+and what it varies that the calibration set does not).
 
     python benchmarks/collect_traces.py [--data DIR] [--repeats 9] [--only CASE,...] [--out DIR]
 """
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
@@ -90,7 +92,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    folder = args.out / f"traces-{stamp}"
+    trace_path = args.out / f"traces-{stamp}.csv"
+    traces = []
     chosen = [name for name in CASES if not args.only or name in args.only.split(",")]
     cases, device = {}, "unknown"
     for name in chosen:
@@ -103,12 +106,13 @@ def main() -> int:
         frames = [to_frame(engine.run(inputs, run_id=name).trace) for _ in range(args.repeats)]
         trace = frames[0].copy()
         trace["measured_us"] = np.median(np.stack([f["measured_us"].to_numpy() for f in frames]), axis=0)
-        write_trace(folder / f"{name}.csv", trace)
+        traces.append(trace)
+        write_trace(trace_path, pd.concat(traces, ignore_index=True))  # after each case: nothing lost
         replay = graph_replay_seconds(engine, inputs, max(args.repeats, 10))
         kernels = trace[trace["kernel"] == "gpu.gc_layer"]
         cases[name] = {
             "role": role, "network": network_spec, "layers": layers, "inputs": inputs_spec, "rows": rows,
-            "options": options, "trace": f"{folder.name}/{name}.csv", "launches": int(len(kernels)),
+            "options": options, "launches": int(len(kernels)),
             "per_launch_events_total_us": float(kernels["measured_us"].sum()),
             "graph_replay_median_us": statistics.median(replay) * 1e6,
             "graph_replay_p10_us": float(np.percentile(replay, 10) * 1e6),
@@ -117,10 +121,10 @@ def main() -> int:
         log(f"{name}: {len(kernels)} launches, events sum {cases[name]['per_launch_events_total_us']:.0f} us, "
             f"graph replay {cases[name]['graph_replay_median_us']:.0f} us ({time.perf_counter() - clock:.0f} s)")  # fmt: skip
         del engine
-    payload = {"cases": cases, "repeats": args.repeats, "sync_roundtrip_us": sync_roundtrip_us(), "folder": folder.name}
+    payload = {"cases": cases, "repeats": args.repeats, "sync_roundtrip_us": sync_roundtrip_us(), "trace": trace_path.name}
     log(f"sync round trip {payload['sync_roundtrip_us']:.1f} us")
     path = write_result("traces", device, payload, args.out)
-    log(f"wrote {path} and {folder}")
+    log(f"wrote {path} and {trace_path}")
     return 0
 
 
