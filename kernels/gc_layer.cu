@@ -19,6 +19,9 @@
 //   nnz_counts  : nnz_counts[layer + 1] += non-zeros written by this layer.
 //   tile_nnz    : optional monitor, per output row: non-zeros of each 32-column tile
 //                 [row * (n / 32) + tile]; row_nnz: optional per-row non-zero count.
+//   tile_layers : optional, tile_layers[l] += 1 for every tile that computed layer l (a
+//                 tile stops once all its rows are dead), so the trace's executed
+//                 multiply-adds are exact whatever order compaction left the rows in.
 //
 // Work split: a block of THREADS threads holds a tile of R rows in shared memory; thread t
 // owns output columns t, t + THREADS, ... (CPT of them). For each of its columns it walks
@@ -69,7 +72,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
-         int* __restrict__ tile_nnz, int* __restrict__ row_nnz,
+         int* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
          float bias, float clamp) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
@@ -147,6 +150,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
                     const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
                     if (l == last) s_base = base;
                     if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
+                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
                     s_any = n_live;
                 }
             }
@@ -179,7 +183,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
-                                              const int*, int*, unsigned long long*, int, int, int*, int*, float, float);
+                                              const int*, int*, unsigned long long*, int, int, int*, int*, int*, float, float);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)
 GC_LAYER_INSTANCE(16, 1)

@@ -1,7 +1,8 @@
 """Fit a machine's free cost-model parameters to measured traces (SciPy least squares).
 
 Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
-``memory_efficiency`` and ``step_overhead_us`` (fewer for copies and syncs). The fit
+``memory_efficiency``, ``step_overhead_us`` and ``weight_load_cost`` (fewer for copies
+and syncs). The fit
 minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
 that a few noisy short launches do not dominate).
 """
@@ -19,11 +20,12 @@ from spartan_py.errors import InputError
 #: Parameters fitted per family unit, with (lower, upper, start).
 _FREE = {
     "kernel": {"launch_us": (0.0, 50.0, 3.0), "compute_efficiency": (0.005, 1.0, 0.3),
-               "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0)},
+               "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0),
+               "weight_load_cost": (0.0, 16.0, 0.5)},
     "memory": {"launch_us": (0.0, 50.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
 }  # fmt: skip
-_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0}
+_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0}
 
 
 def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:

@@ -50,6 +50,9 @@ class FamilyCalibration(_Frozen):
     compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
     step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
+    weight_load_cost: float = Field(
+        0.0, ge=0, description="cost of loading one weight, in multiply-adds; a work item reuses it for block_rows rows"
+    )
     source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
     records: int = Field(0, ge=0, description="measured records fitted")
     fit_median_error_pct: float | None = None

@@ -4,7 +4,8 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
 
     predicted = launch + max(compute, memory)
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
-    compute   = waves x (MACs per work item / rate per work item + fused_layers x step_overhead)
+    compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
+                         + fused_layers x step_overhead)
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))
 
 The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
@@ -128,7 +129,8 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         geometry = blocks > 0
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
         waves = np.where(geometry, np.ceil(blocks / (specs.sm_count * np.maximum(per_sm, 1))), 0)
-        per_item = np.where(geometry, executed / np.maximum(blocks, 1) / (rate / np.maximum(per_sm, 1)), 0)
+        reuse = 1 + params.weight_load_cost / np.maximum(rows["block_rows"].to_numpy(float), 1)
+        per_item = np.where(geometry, executed * reuse / np.maximum(blocks, 1) / (rate / np.maximum(per_sm, 1)), 0)
         steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us
         compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024

@@ -170,7 +170,8 @@ class GpuEngine(Engine):
     def _launch_layers(self, batch: "DeviceBatch", events=None) -> None:
         grid = self._grid()
         batch.counts[1:].fill(0)
-        batch.nnz_counts.fill(0)
+        batch.nnz_counts[1:].fill(0)
+        batch.tile_layers.fill(0)
         network = self.network
         pointers = self._layer_pointers
         start = 0
@@ -185,7 +186,7 @@ class GpuEngine(Engine):
                 dst.values, dst.ids,
                 pointers["index"], pointers["weight"], pointers["uniform"], pointers["k"],
                 batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
-                batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL,
+                batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL, batch.tile_layers,
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
@@ -268,6 +269,7 @@ class GpuEngine(Engine):
         return launch_records(
             self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
             monitor=self.monitor, device=self.device, run_id=run_id, launch_seconds=batch.layer_seconds,
+            tile_layers=batch.tile_layers.get(),
         )
 
 
@@ -305,6 +307,7 @@ class DeviceBatch:
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
+            self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
         except cp.cuda.memory.OutOfMemoryError:
             need = 2 * capacity * n * 4
             raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None

@@ -103,14 +103,17 @@ def launch_records(
     device: str,
     run_id: str = "",
     launch_seconds: list[float] | None = None,
+    tile_layers: np.ndarray | None = None,
 ) -> list[TraceRecord]:
     """One trace record per launch of the kernel over one batch of rows.
 
     ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows);
-    ``nnz[l]``: non-zeros entering layer l. Rows are compacted only at a chunk's end, so
-    every layer of a chunk executes the tiles that entered it: ``executed_macs`` counts
-    every step of every entering tile; ``useful_macs`` counts one multiply-add per non-zero
-    input activation and outgoing edge.
+    ``nnz[l]``: non-zeros entering layer l. Rows are compacted only at a chunk's end, and a
+    tile computes every layer of the chunk until all its rows are dead.
+    ``tile_layers[l]``: tiles that computed layer l (the GPU counts them; the twin works
+    them out for rows kept in order); without it every entering tile is counted (an upper
+    bound). ``executed_macs`` = tiles x rows per tile x n x steps, summed over layers;
+    ``useful_macs`` = one multiply-add per non-zero input activation and outgoing edge.
     """
     n = plans[0].index.shape[1] if plans else 0
     threads = n // cols_per_thread if cols_per_thread else 0
@@ -134,7 +137,10 @@ def launch_records(
                 nnz_in=entering[0], nnz_out=int(nnz[stop]),
                 tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
                 bytes_read=read + sum(layer.device_bytes for layer in layers), bytes_written=written,
-                useful_macs=useful, executed_macs=sum(tiles * rows_per_tile * n * layer.steps for layer in layers),
+                useful_macs=useful, executed_macs=sum(
+                    (tiles if tile_layers is None else int(tile_layers[start + i])) * rows_per_tile * n * layer.steps
+                    for i, layer in enumerate(layers)
+                ),
                 monitor_mode="fused" if monitor else "off", monitor_bytes=monitor_bytes,
                 blocks=tiles, block_rows=rows_per_tile, block_threads=threads,
                 block_shared_bytes=rows_per_tile * (n + 32) * 4, fused_layers=length,

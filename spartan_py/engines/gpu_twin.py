@@ -4,7 +4,10 @@ It computes what ``kernels/gc_layer.cu`` computes, in the same order: every outp
 summed over the layer plan's steps one fused multiply-add at a time (padding steps read
 zero), then bias on non-zeros, ReLU, clamp. So its float32 results, its live rows and non-zeros
 per layer, and its trace records (the GPU's launch records, from the same chunk schedule and
-batches) equal the GPU kernel's; only ``measured_us`` and ``device`` differ. It is how the
+batches) equal the GPU kernel's; only ``measured_us`` and ``device`` differ, and
+``executed_macs`` of launches that fuse several layers: a tile stops computing once all
+its rows are dead, so that count depends on which rows share a tile, i.e. on the order in
+which the GPU's atomics compacted them; the twin keeps rows in input order. It is how the
 GPU kernel runs where there is no GPU (simulated mode), and what GPU tests compare with.
 """
 
@@ -107,14 +110,20 @@ class GpuTwinEngine(Engine):
         nnz = np.zeros(network.layers + 1, np.int64)
         counts[0], nnz[0] = rows.shape[0], inputs.nnz
         bias, clamp = np.float32(network.bias), np.float32(network.clamp)
+        tile_layers = np.zeros(network.layers, np.int64)
+        chunk_starts = set(np.cumsum([0] + self.chunks[:-1]).tolist())
+        entering = ids
         for layer, plan in enumerate(self.plans):
+            if layer in chunk_starts:
+                entering = ids  # the GPU compacts here; the twin keeps rows in input order
+            tile_layers[layer] = np.unique(np.searchsorted(entering, ids) // self.rows_per_tile).size
             row_nnz = np.zeros(rows.shape[0], np.int64)
             uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
             twin_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz)
             live = row_nnz > 0
             counts[layer + 1], nnz[layer + 1] = int(live.sum()), int(row_nnz.sum())
             rows, ids = np.ascontiguousarray(rows[live]), ids[live]  # dead rows stay zero: dropping them changes no count
-        return ids, rows, counts, nnz
+        return ids, rows, counts, nnz, tile_layers
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
         network = self.network
@@ -128,14 +137,14 @@ class GpuTwinEngine(Engine):
         start = time.perf_counter()
         for first in range(0, total, batch_rows):
             part = inputs[first : first + batch_rows]
-            ids, values, counts, nnz = self._run_batch(part)
+            ids, values, counts, nnz, tile_layers = self._run_batch(part)
             live_total += counts[1:]
             nnz_total += nnz[1:]
             live_parts.append(ids + first)
             value_parts.append(values)
             trace += launch_records(
                 self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, part.nnz,
-                monitor=self.monitor, device=self.device, run_id=run_id,
+                monitor=self.monitor, device=self.device, run_id=run_id, tile_layers=tile_layers,
             )  # fmt: skip
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
