@@ -38,7 +38,7 @@ CASES = {
     "gen4096-l120-r20000": ("calibrate", "generated:4096", 120, "generated", 20000, {}),
     "gen16384-l120-r6000": ("calibrate", "generated:16384", 120, "generated", 6000, {}),
     "official-l120-r60000-monitor-off": ("holdout: monitor mode", "official", 120, "proxy", 60000, {"monitor": False}),
-    "official-l120-r60000-tile8": ("holdout: tile size", "official", 120, "proxy", 60000, {"rows_per_tile": 8}),
+    "official-l120-r60000-tile8": ("calibrate", "official", 120, "proxy", 60000, {"rows_per_tile": 8}),
     "official-l120-r60000-tile4": ("holdout: tile size", "official", 120, "proxy", 60000, {"rows_per_tile": 4}),
     "official-l120-r6000": ("holdout: input size", "official", 120, "proxy", 6000, {}),
     "official-l120-r20000": ("holdout: input size", "official", 120, "proxy", 20000, {}),

@@ -152,7 +152,7 @@ def test_gpu_tile_heights(rows_per_tile, threads):
     launches = [r for r in got.trace if r.kernel == "gpu.gc_layer"]
     assert launches[0].layer == 1 and all(r.measured_us > 0 for r in launches)
     assert len(launches) == 3 * len(engine.chunks)  # 1000 rows in batches of 352
-    copies = [r for r in got.trace if r.kernel == "gpu.transfer"]
+    copies = [r for r in got.trace if r.kernel in ("gpu.copy_h2d", "gpu.copy_d2h")]
     assert len(copies) == 6 and all(r.measured_us > 0 and r.bytes_read > 0 for r in copies)
     syncs = [r for r in got.trace if r.kernel == "gpu.sync"]
     assert [r.host_syncs for r in syncs] == [1, 1, 1] and all(np.isnan(r.measured_us) for r in syncs)

@@ -2,7 +2,7 @@
 
 Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
 ``memory_efficiency``, ``step_overhead_us`` and ``weight_load_cost`` (fewer for copies
-and syncs). The fit
+and syncs; ``overlap`` keeps its default, see :mod:`spartan_py.costmodel.model`). The fit
 minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
 that a few noisy short launches do not dominate).
 """
@@ -25,7 +25,7 @@ _FREE = {
     "memory": {"launch_us": (0.0, 50.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
 }  # fmt: skip
-_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0}
+_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0, "overlap": 1.0}
 
 
 def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:

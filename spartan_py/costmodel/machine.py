@@ -50,6 +50,10 @@ class FamilyCalibration(_Frozen):
     compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
     step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
+    overlap: float = Field(
+        1.0, ge=0, le=1,
+        description="fraction of the shorter of compute and memory hidden under the longer, per extra resident block",
+    )
     weight_load_cost: float = Field(
         0.0, ge=0, description="cost of loading one weight, in multiply-adds; a work item reuses it for block_rows rows"
     )

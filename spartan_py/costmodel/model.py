@@ -2,7 +2,8 @@
 
 For a kernel record (terms in microseconds; see ``sim/README.md`` for the derivation)::
 
-    predicted = launch + max(compute, memory)
+    predicted = launch + max(compute, memory) + (1 - hidden) x min(compute, memory)
+    hidden    = overlap x (1 - 1 / co-resident blocks per SM)
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
     compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
                          + fused_layers x step_overhead)
@@ -14,8 +15,9 @@ operand loads for ``gpu.gc_layer``, FP32/TF32/BF16 pipes for GEMMs) times
 block's threads and shared memory against the SM's limits; a block that needs more shared
 memory than the machine allows cannot run (NaN, with the reason in ``note``). Copies cost
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
-sync latency. ``launch``, the two efficiencies and ``step_overhead`` are fitted per kernel
-family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
+sync latency. A block that loads its tile, computes and stores in turn hides nothing of
+its own memory time; co-resident blocks hide each other's, up to ``overlap`` (default 1,
+not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the two efficiencies, ``step_overhead`` and ``weight_load_cost`` are fitted per kernel family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
 datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = False``.
 """
 
@@ -49,7 +51,8 @@ FAMILIES: dict[str, KernelFamily] = {
     "gpu.tile_gemm.bf16": KernelFamily("bf16"),
     "gpu.dense_gemm.fp32": KernelFamily("fp32"),
     "gpu.dense_gemm.tf32": KernelFamily("tf32"),
-    "gpu.transfer": KernelFamily("link"),
+    "gpu.copy_h2d": KernelFamily("link"),
+    "gpu.copy_d2h": KernelFamily("link"),
     "gpu.sync": KernelFamily("sync"),
 }
 
@@ -129,6 +132,9 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         geometry = blocks > 0
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
         waves = np.where(geometry, np.ceil(blocks / (specs.sm_count * np.maximum(per_sm, 1))), 0)
+        # a partial wave moves its bytes at the share of bandwidth its resident blocks get
+        resident = np.minimum(blocks, specs.sm_count * np.maximum(per_sm, 1))
+        memory = np.where(geometry, memory * waves * resident / np.maximum(blocks, 1), memory)
         reuse = 1 + params.weight_load_cost / np.maximum(rows["block_rows"].to_numpy(float), 1)
         per_item = np.where(geometry, executed * reuse / np.maximum(blocks, 1) / (rate / np.maximum(per_sm, 1)), 0)
         steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us
@@ -139,9 +145,11 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
             note[:] = f"{machine.name} has no {family.unit} unit"
         bad = too_big | np.isnan(np.full(n, rate))
         compute = np.where(bad, np.nan, compute)
-    predicted = launch + np.maximum(compute, memory)
+    hidden = params.overlap * (1 - 1 / np.maximum(per_sm, 1))
+    body = np.maximum(compute, memory) + (1 - hidden) * np.minimum(compute, memory)
+    predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")
-    bound = np.where(launch > np.maximum(compute, memory), "latency", bound)
+    bound = np.where(launch > body, "latency", bound)
     return {"predicted_us": predicted, "launch_us": launch, "compute_us": compute, "memory_us": memory,
             "waves": waves, "blocks_per_sm": per_sm, "bound": bound, "note": note}  # fmt: skip
 

@@ -169,10 +169,10 @@ def transfer_records(
     down = final_rows * (neurons * 4 + 4) + (layers + 1) * 12
     h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
     return [
-        TraceRecord(run=run_id, layer=0, kernel="gpu.transfer", variant="h2d", rows_in=input_rows, rows_out=input_rows,
+        TraceRecord(run=run_id, layer=0, kernel="gpu.copy_h2d", variant="input-csr", rows_in=input_rows, rows_out=input_rows,
                     cols=neurons, nnz_in=input_nnz, nnz_out=input_nnz, bytes_read=up, bytes_written=up,
                     measured_us=h2d * 1e6, device=device),
         TraceRecord(run=run_id, layer=layers, kernel="gpu.sync", variant="stream", host_syncs=1, device=device),
-        TraceRecord(run=run_id, layer=layers, kernel="gpu.transfer", variant="d2h", rows_in=final_rows, rows_out=final_rows,
+        TraceRecord(run=run_id, layer=layers, kernel="gpu.copy_d2h", variant="live-rows", rows_in=final_rows, rows_out=final_rows,
                     cols=neurons, bytes_read=down, bytes_written=down, measured_us=d2h * 1e6, device=device),
     ]  # fmt: skip
