@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from spartan_py.engines import make_engine
@@ -42,6 +43,8 @@ class InferenceResult:
     passed: bool | None = None
     simulated: bool = False
     trace: list[TraceRecord] = field(default_factory=list)
+    machine: str | None = None
+    predicted_trace: pd.DataFrame | None = None
 
     @property
     def edges_per_second(self) -> float:
@@ -64,6 +67,7 @@ class InferenceResult:
             "prepare_seconds": self.prepare_seconds,
             "edges_per_second": self.edges_per_second,
             "simulated": self.simulated,
+            "machine": self.machine,
             "live_rows_by_layer": [int(v) for v in self.live_rows_by_layer],
             "nonzeros_by_layer": [int(v) for v in self.nonzeros_by_layer],
         }
@@ -117,13 +121,31 @@ def infer(
     truth: np.ndarray | str | Path | None = None,
     run_id: str = "",
     load_seconds: float = 0.0,
+    mode: str = "measured",
+    machine: str | None = None,
     **engine_options,
 ) -> InferenceResult:
     """Run ``network`` over ``inputs`` on ``backend`` and check against ``truth`` if given.
 
     ``truth`` is an array of 1-based categories or a truth file path. ``backend`` is a name
     from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
+    ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``) and takes
+    ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default ``h100-sxm``,
+    optionally ``NAME+VARIANT``); the result is marked simulated and carries the predicted
+    trace.
     """
+    if mode not in ("measured", "simulated"):
+        raise InputError(f"mode must be 'measured' or 'simulated', not {mode!r}")
+    if mode == "simulated":
+        if backend not in ("auto", "gpu", "gpu-twin"):
+            raise InputError(f"simulated mode runs the gpu kernel's twin; backend {backend!r} has no twin")
+        from spartan_py.costmodel.simulate import resolve_machine
+
+        machine = machine or "h100-sxm"
+        sim_machine, sim_variant = resolve_machine(machine)
+        backend = "gpu-twin"
+    elif machine is not None:
+        raise InputError("a machine is only used in simulated mode (mode='simulated')")
     inputs = resolve_inputs(inputs, network.neurons)
     if truth is not None and not isinstance(truth, np.ndarray):
         truth = read_truth(truth)
@@ -131,6 +153,12 @@ def infer(
     engine = make_engine(backend, network, **engine_options)
     prepare_seconds = time.perf_counter() - started
     output = engine.run(inputs, run_id=run_id)
+    predicted_trace = None
+    if mode == "simulated":
+        from spartan_py.costmodel.simulate import simulate_trace
+
+        output.seconds, predicted_trace = simulate_trace(output.trace, sim_machine, sim_variant)
+        output.device = predicted_trace["device"].iloc[0] if len(predicted_trace) else f"simulated:{machine}"
     categories = output.live_rows.astype(np.int64) + 1
     passed = None if truth is None else bool(np.array_equal(categories, np.asarray(truth, dtype=np.int64)))
     return InferenceResult(
@@ -150,4 +178,6 @@ def infer(
         passed=passed,
         simulated=output.simulated,
         trace=output.trace,
+        machine=machine,
+        predicted_trace=predicted_trace,
     )

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from spartan_py.engines import BACKEND_CHOICES
 from spartan_py.errors import InputError, SpartanError
@@ -31,21 +32,90 @@ def _cmd_infer(args) -> int:
     inputs = resolve_inputs(args.inputs, network.neurons, rows=args.rows)
     truth = read_truth(args.truth) if args.truth else None
     load_seconds = time.perf_counter() - started
-    _log(args, f"running {network.layers} layers x {inputs.shape[0]} rows on backend {args.backend} ...")
-    result = infer(network, inputs, backend=args.backend, truth=truth, load_seconds=load_seconds)
+    where = f"backend {args.backend}" if args.mode == "measured" else f"the gpu kernel's CPU twin, timed for {args.machine}"
+    _log(args, f"running {network.layers} layers x {inputs.shape[0]} rows on {where} ...")
+    machine = args.machine if args.mode == "simulated" else None
+    result = infer(network, inputs, backend=args.backend, truth=truth, load_seconds=load_seconds, mode=args.mode, machine=machine)
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
+    if args.trace_out:
+        from spartan_py.trace import write_trace
+
+        write_trace(args.trace_out, result.predicted_trace if result.predicted_trace is not None else result.trace)
     summary = result.summary()
     if args.json:
         print(json.dumps(summary))
     else:
         verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
+        timing = " (SIMULATED: predicted by the cost model, not measured)" if result.machine else ""
         print(
-            f"backend {result.backend} on {result.device}: {result.neurons} neurons x {result.layers} layers, "
+            f"backend {result.backend} on {result.device}{timing}: {result.neurons} neurons x {result.layers} layers, "
             f"{result.rows} rows -> {result.categories.size} categories ({verdict})\n"
             f"inference {result.seconds:.3f} s, {result.edges_per_second:.3e} edges/s "
             f"(loading {result.load_seconds:.2f} s, preparing {result.prepare_seconds:.2f} s)"
         )
+    return 0
+
+
+def _cmd_machines(args) -> int:
+    from spartan_py.costmodel import load_machine, load_variants, machine_names
+
+    rows = []
+    for name in machine_names():
+        machine = load_machine(name)
+        specs = machine.specs
+        fitted = [k for k, v in machine.calibration.items() if v.records > 0]
+        carried = [k for k, v in machine.calibration.items() if v.records == 0]
+        rows.append({"name": name, "description": machine.description, "sm_count": specs.sm_count,
+                     "memory_bandwidth_gb_s": specs.memory_bandwidth_gb_s, "fp32_tflops": specs.fp32_tflops,
+                     "calibrated": fitted, "carried_over": carried})  # fmt: skip
+    variants = {v.name: v.description for v in load_variants().values()}
+    if args.json:
+        print(json.dumps({"machines": rows, "variants": variants}))
+        return 0
+    for row in rows:
+        status = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
+        print(f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
+              f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {status:<13} {row['description']}")  # fmt: skip
+    print("variants (MACHINE+VARIANT): " + ", ".join(variants))
+    return 0
+
+
+def _cmd_simulate(args) -> int:
+    from spartan_py.costmodel import kernel_error_table, run_totals
+    from spartan_py.costmodel.simulate import TIMED_KERNELS, resolve_machine
+    from spartan_py.costmodel.model import predict
+    from spartan_py.trace import read_trace, write_trace
+
+    trace = read_trace(args.trace)
+    results = []
+    for name in args.machine:
+        machine, variant = resolve_machine(name)
+        predicted = predict(trace, machine, variant)
+        timed = predicted[predicted["kernel"].isin(TIMED_KERNELS)]
+        per_run = timed.groupby("run", sort=False)["predicted_us"].sum(min_count=1)
+        entry = {"machine": predicted["machine"].iloc[0] if len(predicted) else name,
+                 "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
+                 "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
+                 "notes": sorted(n for n in predicted["note"].unique() if n)}  # fmt: skip
+        if trace["measured_us"].notna().any():
+            entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
+            entry["error_by_run"] = run_totals(predicted, TIMED_KERNELS).to_dict(orient="records")
+        results.append(entry)
+        if args.out:
+            out = args.out if len(args.machine) == 1 else args.out.with_name(f"{args.out.stem}-{entry['machine']}{args.out.suffix}")
+            write_trace(out, predicted)
+    if args.json:
+        print(json.dumps(results, default=float))
+        return 0
+    for entry in results:
+        print(f"{entry['machine']}:")
+        for run, us in entry["predicted_us_by_run"].items():
+            print(f"  run {run or '(unnamed)'}: {'cannot run' if us is None else f'{us / 1e3:.3f} ms'} (kernel launches)")
+        for note in entry["notes"]:
+            print(f"  note: {note}")
+        for row in entry.get("error_by_run", []):
+            print(f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%")
     return 0
 
 
@@ -63,9 +133,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="default: auto (GPU if present, else CPU)")
     run.add_argument("--truth", help="truth categories file to check against")
     run.add_argument("--categories-out", help="write the categories (1-based rows) to this file")
+    run.add_argument("--mode", default="measured", choices=("measured", "simulated"),
+                     help="simulated: run the GPU kernel's CPU twin and take times from the cost model")
+    run.add_argument("--machine", default="h100-sxm", help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)")
+    run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     run.set_defaults(handler=_cmd_infer)
+
+    machines = commands.add_parser("machines", help="list the described GPUs (sim/) and what-if variants")
+    machines.add_argument("--json", action="store_true")
+    machines.set_defaults(handler=_cmd_machines)
+
+    simulate = commands.add_parser("simulate", help="replay a recorded trace on described GPUs (cost model)")
+    simulate.add_argument("trace", help="a trace file (CSV or Parquet) from --trace-out or a benchmark")
+    simulate.add_argument("--machine", action="append", required=True, help="NAME or NAME+VARIANT; repeat for several")
+    simulate.add_argument("--out", type=Path, help="write the predicted trace here (one file per machine if several)")
+    simulate.add_argument("--json", action="store_true")
+    simulate.set_defaults(handler=_cmd_simulate)
     return parser
 
 

@@ -6,7 +6,8 @@ runner and the report. Records are plain dataclasses; :func:`to_frame` and
 Parquet). Bump :data:`TRACE_SCHEMA_VERSION` whenever a field changes meaning.
 
 Version 2 added the launch geometry the cost model needs (``blocks``, ``block_rows``,
-``block_threads``, ``block_shared_bytes``, ``fused_layers``) and ``monitor_bytes``.
+``block_threads``, ``block_shared_bytes``, ``resident_blocks_per_sm``, ``fused_layers``)
+and ``monitor_bytes``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class TraceRecord:
         monitor_bytes: the part of ``bytes_written`` (or ``bytes_read``) that is monitor output.
         blocks: independent work items the kernel runs as thread blocks (row tiles), 0 if none.
         block_rows: activation rows per work item; block_threads: threads per block;
-            block_shared_bytes: dynamic shared memory per block.
+            block_shared_bytes: dynamic shared memory per block; resident_blocks_per_sm: blocks
+            of the kernel one SM holds at once as launched (registers included), 0 if unknown.
         fused_layers: network layers the launch computes (a fused kernel runs several).
         host_syncs: host round trips the kernel caused.
         measured_us: measured time in microseconds, NaN when not measured.
@@ -74,6 +76,7 @@ class TraceRecord:
     block_rows: int = 0
     block_threads: int = 0
     block_shared_bytes: int = 0
+    resident_blocks_per_sm: int = 0
     fused_layers: int = 1
     host_syncs: int = 0
     measured_us: float = float("nan")

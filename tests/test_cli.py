@@ -94,3 +94,51 @@ def test_auto_picks_the_gpu():
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["backend"] == "gpu" and "NVIDIA" in result["device"]
+
+
+def test_simulated_infer_then_simulate_other_machines(tmp_path):
+    trace = tmp_path / "trace.csv"
+    run = spartan(
+        "infer", "--network", "generated:1024:1", "--inputs", "generated:800:2", "--layers", "24",
+        "--mode", "simulated", "--machine", "v100-sxm2", "--trace-out", str(trace), "--json", "--quiet",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["simulated"] is True and result["machine"] == "v100-sxm2"
+    assert result["device"] == "simulated:v100-sxm2" and result["seconds"] > 0
+    run = spartan("simulate", str(trace), "--machine", "h100-sxm", "--machine", "t4", "--machine", "t4+tile-8", "--json")
+    assert run.returncode == 0, run.stderr
+    entries = {e["machine"]: e for e in json.loads(run.stdout)}
+    assert set(entries) == {"h100-sxm", "t4", "t4+tile-8"}
+    h100 = entries["h100-sxm"]["predicted_us_by_run"][""]
+    assert 0 < h100 < result["seconds"] * 1e6  # the H100 beats the V100 on the same trace
+    assert entries["t4"]["predicted_us_by_run"][""] is None
+    assert any("shared memory" in note for note in entries["t4"]["notes"])
+    assert entries["t4+tile-8"]["predicted_us_by_run"][""] > h100
+    text = spartan("infer", "--network", "generated:1024:1", "--inputs", "generated:100:2", "--layers", "4",
+                   "--mode", "simulated", "--quiet")  # fmt: skip
+    assert "SIMULATED" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("simulate", "nope.csv", "--machine", "h100-sxm"), "trace file not found"),
+        (("simulate", "tests/data/golden-trace.csv", "--machine", "h300"), "unknown machine 'h300'"),
+        (("infer", "--network", "generated:1024", "--inputs", "generated:10", "--mode", "simulated", "--backend", "cpu"),
+         "no twin"),
+    ],
+)
+def test_simulate_bad_input_exits_2(args, fragment):
+    run = spartan(*args, cwd=ROOT)
+    assert run.returncode == 2, run.stderr
+    assert fragment in run.stderr
+
+
+def test_machines_lists_every_file():
+    run = spartan("machines", "--json")
+    assert run.returncode == 0, run.stderr
+    listed = json.loads(run.stdout)
+    names = {m["name"] for m in listed["machines"]}
+    assert {"h100-sxm", "a100-sxm", "v100-sxm2", "a40", "t4", "rtx-a6000", "rtx-2080-ti"} <= names
+    assert "hw-monitor" in listed["variants"]

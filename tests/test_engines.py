@@ -151,6 +151,8 @@ def test_gpu_tile_heights(rows_per_tile, threads):
     assert_same_run(got, want)
     launches = [r for r in got.trace if r.kernel == "gpu.gc_layer"]
     assert launches[0].layer == 1 and all(r.measured_us > 0 for r in launches)
+    # the twin records one resident block per SM: true of every 1024-thread instance
+    assert all(r.resident_blocks_per_sm == (1 if threads == 1024 else engine._grid() // engine.sm_count) for r in launches)
     assert len(launches) == 3 * len(engine.chunks)  # 1000 rows in batches of 352
     copies = [r for r in got.trace if r.kernel in ("gpu.copy_h2d", "gpu.copy_d2h")]
     assert len(copies) == 6 and all(r.measured_us > 0 and r.bytes_read > 0 for r in copies)

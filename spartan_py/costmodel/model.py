@@ -12,7 +12,8 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
 The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
 operand loads for ``gpu.gc_layer``, FP32/TF32/BF16 pipes for GEMMs) times
 ``compute_efficiency``, shared by the blocks resident on the SM. Occupancy comes from the
-block's threads and shared memory against the SM's limits; a block that needs more shared
+block's threads and shared memory against the SM's limits, and from the residency the
+kernel was launched with (``resident_blocks_per_sm``: registers limit it); a block that needs more shared
 memory than the machine allows cannot run (NaN, with the reason in ``note``). Copies cost
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
@@ -129,6 +130,8 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         by_threads = np.floor(specs.max_threads_per_sm / threads)
         by_shared = np.where(shared > 0, np.floor(specs.shared_memory_per_sm_kib * 1024 / (shared + 1024)), np.inf)
         occupancy = np.minimum(np.minimum(by_threads, by_shared), specs.max_blocks_per_sm)
+        launched = rows["resident_blocks_per_sm"].to_numpy(float)  # as launched: registers limit it too
+        occupancy = np.where(launched > 0, np.minimum(occupancy, launched), occupancy)
         geometry = blocks > 0
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
         waves = np.where(geometry, np.ceil(blocks / (specs.sm_count * np.maximum(per_sm, 1))), 0)

@@ -11,7 +11,6 @@ before timing; ``seconds`` is measured with CUDA events around the launches only
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,11 +234,12 @@ class GpuEngine(Engine):
             part = inputs[first : first + batch_rows]
             batch = self.upload(part)
             seconds += self.run_device(batch, per_layer_times=True)
-            clock = time.perf_counter()
-            counts = batch.counts.get()
-            nnz = batch.nnz_counts.get()
-            ids, values = batch.final_rows(self)
-            download_seconds = time.perf_counter() - clock
+            with _EventTimer(self.cp) as download:
+                counts = batch.counts.get()
+                nnz = batch.nnz_counts.get()
+                ids, values = batch.final_rows(self, sort=False)
+            order = np.argsort(ids, kind="stable")
+            ids, values = ids[order], values[order]
             live_total += counts[1:]
             nnz_total += nnz[1:].astype(np.int64)
             live_parts.append(ids + first)
@@ -247,7 +247,7 @@ class GpuEngine(Engine):
             trace += self._records(batch, counts, nnz, part.nnz, run_id)
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
-                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
+                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download.seconds),
             )  # fmt: skip
             del batch
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
@@ -269,11 +269,31 @@ class GpuEngine(Engine):
         return launch_records(
             self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
             monitor=self.monitor, device=self.device, run_id=run_id, launch_seconds=batch.layer_seconds,
-            tile_layers=batch.tile_layers.get(),
+            tile_layers=batch.tile_layers.get(), resident_blocks_per_sm=self._grid() // self.sm_count,
         )
 
 
 _NULL = np.uint64(0)  # a null device pointer for optional kernel arguments
+
+
+class _EventTimer:
+    """CUDA events around the copies in a ``with`` block on the current stream; ``seconds``
+    after it. Copies from or to pageable host memory return when done, so the block's end
+    event follows them."""
+
+    def __init__(self, cupy):
+        self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
+        self._cupy = cupy
+        self.seconds = float("nan")
+
+    def __enter__(self) -> "_EventTimer":
+        self._start.record()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.record()
+        self._stop.synchronize()
+        self.seconds = self._cupy.cuda.get_elapsed_time(self._start, self._stop) / 1e3
 
 
 @dataclass
@@ -296,10 +316,9 @@ class DeviceBatch:
         capacity = max(rows, 1)
         try:
             host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            clock = time.perf_counter()
-            self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
-            cp.cuda.Device().synchronize()
-            self.upload_seconds = time.perf_counter() - clock
+            with _EventTimer(cp) as upload:
+                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
+            self.upload_seconds = upload.seconds
             self.buffers = [
                 _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]
@@ -323,13 +342,16 @@ class DeviceBatch:
         self.graph = None
         self.layer_seconds: list[float] = []
 
-    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray]:
-        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id."""
+    def final_rows(self, engine: GpuEngine, *, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id
+        unless ``sort`` is False (then in the order compaction left them)."""
         n = engine.network.neurons
         layers = engine.network.layers
         alive = int(self.counts[layers].get())
         final = self.buffers[len(engine.chunks) % 2]
         ids = final.ids[:alive].get()
         values = final.values[: alive * n].reshape(alive, n).get()
+        if not sort:
+            return ids, values
         order = np.argsort(ids, kind="stable")
         return ids[order], values[order]

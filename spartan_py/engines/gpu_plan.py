@@ -104,6 +104,7 @@ def launch_records(
     run_id: str = "",
     launch_seconds: list[float] | None = None,
     tile_layers: np.ndarray | None = None,
+    resident_blocks_per_sm: int = 1,
 ) -> list[TraceRecord]:
     """One trace record per launch of the kernel over one batch of rows.
 
@@ -112,7 +113,9 @@ def launch_records(
     tile computes every layer of the chunk until all its rows are dead.
     ``tile_layers[l]``: tiles that computed layer l (the GPU counts them; the twin works
     them out for rows kept in order); without it every entering tile is counted (an upper
-    bound). ``executed_macs`` = tiles x rows per tile x n x steps, summed over layers;
+    bound). ``resident_blocks_per_sm``: the GPU engine's grid / SMs (one for every shipped
+    kernel instance on the H100: 1024 threads and their registers fill an SM; a GPU test
+    checks it). ``executed_macs`` = tiles x rows per tile x n x steps, summed over layers;
     ``useful_macs`` = one multiply-add per non-zero input activation and outgoing edge.
     """
     n = plans[0].index.shape[1] if plans else 0
@@ -143,7 +146,8 @@ def launch_records(
                 ),
                 monitor_mode="fused" if monitor else "off", monitor_bytes=monitor_bytes,
                 blocks=tiles, block_rows=rows_per_tile, block_threads=threads,
-                block_shared_bytes=rows_per_tile * (n + 32) * 4, fused_layers=length,
+                block_shared_bytes=rows_per_tile * (n + 32) * 4, resident_blocks_per_sm=resident_blocks_per_sm,
+                fused_layers=length,
                 measured_us=launch_seconds[launch] * 1e6 if launch_seconds else float("nan"),
                 device=device,
             )

@@ -1,0 +1,176 @@
+"""The cost model: machine files, predictions, variants, calibration, simulated mode."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from spartan_py.api import infer, resolve_inputs, resolve_network
+from spartan_py.config.validate import ConfigError
+from spartan_py.costmodel import (
+    calibrate,
+    carry_over,
+    load_machine,
+    load_variants,
+    machine_names,
+    predict,
+    run_totals,
+    write_calibration,
+)
+from spartan_py.costmodel.machine import FamilyCalibration, sim_folder
+from spartan_py.costmodel.simulate import resolve_machine
+from spartan_py.errors import InputError
+from spartan_py.trace import read_trace, to_frame
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "data"
+SEED_PAPER_MACHINES = {"h100-sxm", "a100-sxm", "v100-sxm2", "a40", "t4", "rtx-a6000", "rtx-2080-ti"}
+
+
+@pytest.fixture(scope="module")
+def twin_trace() -> pd.DataFrame:
+    network = resolve_network("generated:1024", 40)
+    inputs = resolve_inputs("generated:2500", 1024)
+    result = infer(network, inputs, backend="gpu-twin", run_id="t")
+    return to_frame(result.trace)
+
+
+def test_every_machine_loads_with_sources():
+    assert SEED_PAPER_MACHINES <= set(machine_names())
+    for name in machine_names():
+        machine = load_machine(name)
+        assert machine.name == name
+        assert "gpu.gc_layer" in machine.calibration
+        assert machine.calibration["gpu.gc_layer"].source
+    h100 = load_machine("h100-sxm")
+    assert h100.calibration["gpu.gc_layer"].records > 0  # fitted on measured traces
+    assert load_machine("t4").calibration["gpu.gc_layer"].source.startswith("carried over from h100-sxm")
+
+
+def test_machine_file_errors_name_line_and_field(tmp_path):
+    text = (sim_folder() / "a40.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  sm_count: 84", "  sm_cuont: 84").replace("  fp32_tflops: 37.4", "  fp32_tflops: fast"))
+    with pytest.raises(ConfigError) as info:
+        load_machine(bad)
+    text = str(info.value)
+    assert "unknown field `specs.sm_cuont`; did you mean `sm_count`?" in text
+    assert "missing field `specs.sm_count`" in text
+    assert "field `specs.fp32_tflops`" in text and "line " in text
+    missing_source = tmp_path / "nosource.yaml"
+    missing_source.write_text("\n".join(line for line in (sim_folder() / "a40.yaml").read_text().splitlines()
+                                        if not line.startswith("  l2_cache_mib: NVIDIA")))  # fmt: skip
+    with pytest.raises(ConfigError, match="specs without a source in `sources`: l2_cache_mib"):
+        load_machine(missing_source)
+    with pytest.raises(InputError, match="unknown machine 'h200'"):
+        load_machine("h200")
+
+
+def test_prediction_terms_and_sanity(twin_trace):
+    h100 = load_machine("h100-sxm")
+    out = predict(twin_trace, h100)
+    launches = out[out["kernel"] == "gpu.gc_layer"]
+    assert launches["predicted_us"].gt(0).all() and launches["calibrated"].all()
+    expected = launches["launch_us"] + np.maximum(launches["compute_us"], launches["memory_us"]) + np.minimum(
+        launches["compute_us"], launches["memory_us"]
+    )  # one block per SM: nothing overlaps
+    assert np.allclose(launches["predicted_us"], expected)
+    assert (launches["waves"] >= 1).all()
+    assert out.loc[out["kernel"] == "gpu.sync", "predicted_us"].iloc[0] == pytest.approx(h100.specs.sync_latency_us)
+    # a faster machine of the same design is never slower; more rows never faster
+    faster = h100.with_specs(memory_bandwidth_gb_s=2 * h100.specs.memory_bandwidth_gb_s, boost_clock_mhz=2 * h100.specs.boost_clock_mhz)
+    assert (predict(twin_trace, faster)["predicted_us"] <= out["predicted_us"] + 1e-9).all()
+    # the calibrated H100 is faster than the carried-over V100 on the same trace
+    v100 = predict(twin_trace, load_machine("v100-sxm2"))
+    assert v100.loc[v100["kernel"] == "gpu.gc_layer", "predicted_us"].sum() > launches["predicted_us"].sum()
+
+
+def test_variants(twin_trace):
+    h100 = load_machine("h100-sxm")
+    variants = load_variants()
+    base = predict(twin_trace, h100)
+    monitor = predict(twin_trace, h100, variants["hw-monitor"])
+    assert (monitor["bytes_written"] <= base["bytes_written"]).all()
+    assert (monitor["monitor_bytes"] == 0).all() and (base["monitor_bytes"] > 0).any()
+    assert (monitor["machine"] == "h100-sxm+hw-monitor").all()
+    tile8 = predict(twin_trace, h100, variants["tile-8"])
+    launches = tile8["kernel"] == "gpu.gc_layer"
+    assert (tile8.loc[launches, "block_rows"] == 8).all()
+    assert (tile8.loc[launches, "blocks"] >= base.loc[launches, "blocks"]).all()
+    t4 = predict(twin_trace, load_machine("t4"))
+    assert t4.loc[t4["kernel"] == "gpu.gc_layer", "predicted_us"].isna().all()
+    assert "shared memory" in t4.loc[t4["kernel"] == "gpu.gc_layer", "note"].iloc[0]
+    t4_small = predict(twin_trace, load_machine("t4"), variants["tile-8"])
+    assert t4_small.loc[t4_small["kernel"] == "gpu.gc_layer", "predicted_us"].gt(0).all()
+    assert predict(twin_trace, h100, variants["hbm-2x"])["predicted_us"].sum() <= base["predicted_us"].sum()
+    with pytest.raises(InputError, match="unknown variant"):
+        resolve_machine("h100-sxm+warp-drive")
+
+
+def test_calibration_recovers_known_parameters(twin_trace):
+    """Fit on times the model itself produced with known parameters: the fit finds them."""
+    h100 = load_machine("h100-sxm")
+    truth = FamilyCalibration(launch_us=3.0, compute_efficiency=0.4, memory_efficiency=0.6, step_overhead_us=1.5,
+                              weight_load_cost=2.0, source="test")  # fmt: skip
+    known = h100.model_copy(update={"calibration": {"gpu.gc_layer": truth}})
+    frames = []
+    for rows in (1000, 2500, 9000):  # several input sizes so that the terms separate
+        scaled = twin_trace.copy()
+        factor = rows / 2500
+        for column in ("rows_in", "blocks", "executed_macs", "bytes_read", "bytes_written"):
+            scaled[column] = (scaled[column] * factor).round().astype(np.int64)
+        scaled["run"] = f"r{rows}"
+        frames.append(scaled)
+    trace = pd.concat(frames, ignore_index=True)
+    trace = trace[trace["kernel"] == "gpu.gc_layer"].reset_index(drop=True)
+    trace["measured_us"] = predict(trace, known)["predicted_us"]
+    fitted = calibrate(trace, h100, source="synthetic").calibration["gpu.gc_layer"]
+    assert fitted.fit_median_error_pct < 0.5
+    assert predict(trace, h100.model_copy(update={"calibration": {"gpu.gc_layer": fitted}}))["predicted_us"].to_numpy() == pytest.approx(
+        trace["measured_us"].to_numpy(), rel=0.01
+    )
+    totals = run_totals(predict(trace, known))
+    assert np.allclose(totals["error_pct"], 0)
+
+
+def test_write_calibration_keeps_the_rest(tmp_path):
+    path = tmp_path / "a40.yaml"
+    shutil.copy(sim_folder() / "a40.yaml", path)
+    machine = carry_over(load_machine("h100-sxm"), load_machine("a40"))
+    write_calibration(path, {"gpu.gc_layer": machine.calibration["gpu.gc_layer"]})
+    reloaded = load_machine(path)
+    assert list(reloaded.calibration) == ["gpu.gc_layer"]
+    assert reloaded.specs == load_machine("a40").specs
+    assert path.read_text().startswith("# NVIDIA A40")
+
+
+def test_golden_replay():
+    """A fixed trace on a fixed machine gives the recorded predictions (SCALE-Sim style)."""
+    machine = load_machine(GOLDEN / "golden-machine.yaml")
+    trace = read_trace(GOLDEN / "golden-trace.csv")
+    expected = pd.read_csv(GOLDEN / "golden-predictions.csv", keep_default_na=False, na_values={"predicted_us": [""]})
+    got = predict(trace, machine)
+    assert got["predicted_us"].to_numpy() == pytest.approx(expected["predicted_us"].to_numpy(), rel=1e-9, nan_ok=True)
+    assert list(got["bound"]) == list(expected["bound"])
+
+
+def test_simulated_mode_marks_and_times():
+    network = resolve_network("generated:1024", 30)
+    inputs = resolve_inputs("generated:1500", 1024)
+    result = infer(network, inputs, mode="simulated", machine="a100-sxm")
+    assert result.simulated and result.machine == "a100-sxm" and result.backend == "gpu-twin"
+    assert result.device == "simulated:a100-sxm"
+    predicted = result.predicted_trace
+    launches = predicted[predicted["kernel"] == "gpu.gc_layer"]
+    assert result.seconds == pytest.approx(launches["predicted_us"].sum() / 1e6)
+    assert predicted["measured_us"].isna().all()
+    assert result.summary()["simulated"] is True
+    measured = infer(network, inputs, backend="gpu-twin")
+    assert np.array_equal(measured.categories, result.categories)
+    with pytest.raises(InputError, match="no twin"):
+        infer(network, inputs, backend="cpu", mode="simulated")
+    with pytest.raises(InputError, match="cannot run this kernel configuration"):
+        infer(network, inputs, mode="simulated", machine="t4")
