@@ -234,10 +234,9 @@ class GpuEngine(Engine):
             part = inputs[first : first + batch_rows]
             batch = self.upload(part)
             seconds += self.run_device(batch, per_layer_times=True)
-            with _EventTimer(self.cp) as download:
-                counts = batch.counts.get()
-                nnz = batch.nnz_counts.get()
-                ids, values = batch.final_rows(self, sort=False)
+            counts = batch.counts.get()
+            nnz = batch.nnz_counts.get()
+            ids, values, download_seconds = batch.download_final_rows(self)
             order = np.argsort(ids, kind="stable")
             ids, values = ids[order], values[order]
             live_total += counts[1:]
@@ -247,7 +246,7 @@ class GpuEngine(Engine):
             trace += self._records(batch, counts, nnz, part.nnz, run_id)
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
-                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download.seconds),
+                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
             )  # fmt: skip
             del batch
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
@@ -342,16 +341,28 @@ class DeviceBatch:
         self.graph = None
         self.layer_seconds: list[float] = []
 
-    def final_rows(self, engine: GpuEngine, *, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id
-        unless ``sort`` is False (then in the order compaction left them)."""
+    def download_final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray, float]:
+        """(ids, values, seconds): the rows live after the last layer in the order compaction
+        left them, copied into pinned host memory; ``seconds`` times the copies alone (events)."""
+        import cupyx
+
+        n = engine.network.neurons
+        alive = int(self.counts[engine.network.layers].get())
+        final = self.buffers[len(engine.chunks) % 2]
+        ids = cupyx.empty_pinned((alive,), dtype=np.int32)
+        values = cupyx.empty_pinned((alive, n), dtype=np.float32)
+        with _EventTimer(engine.cp) as timer:
+            final.ids[:alive].get(out=ids)
+            final.values[: alive * n].reshape(alive, n).get(out=values)
+        return ids, values, timer.seconds
+
+    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray]:
+        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id."""
         n = engine.network.neurons
         layers = engine.network.layers
         alive = int(self.counts[layers].get())
         final = self.buffers[len(engine.chunks) % 2]
         ids = final.ids[:alive].get()
         values = final.values[: alive * n].reshape(alive, n).get()
-        if not sort:
-            return ids, values
         order = np.argsort(ids, kind="stable")
         return ids[order], values[order]

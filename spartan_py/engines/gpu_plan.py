@@ -167,10 +167,11 @@ def transfer_records(
     run_id: str = "",
     seconds: tuple[float, float] | None = None,
 ) -> list[TraceRecord]:
-    """The batch's copies (host to device: the input CSR; device to host: the live rows,
-    their ids and the per-layer counters) and the one host synchronisation before them."""
+    """The batch's copies (host to device: the input CSR; device to host: the live rows and
+    their ids, into pinned memory) and the one host synchronisation before them (reading the
+    per-layer counters, a few bytes)."""
     up = (input_rows + 1) * 4 + input_nnz * 8
-    down = final_rows * (neurons * 4 + 4) + (layers + 1) * 12
+    down = final_rows * (neurons * 4 + 4)
     h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
     return [
         TraceRecord(run=run_id, layer=0, kernel="gpu.copy_h2d", variant="input-csr", rows_in=input_rows, rows_out=input_rows,
