@@ -7,7 +7,7 @@ import math
 import pytest
 
 from spartan_py import InputError, TraceRecord, read_trace, to_frame, write_trace
-from spartan_py.trace import TRACE_COLUMNS
+from spartan_py.trace import TRACE_COLUMNS, TRACE_SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("suffix", [".csv"])
@@ -28,3 +28,10 @@ def test_not_a_trace(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="missing columns run, layer"):
         read_trace(tmp_path / "x.csv")
+
+
+def test_older_schema_is_refused(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text("# spartan_py trace schema 1\nrun,layer,kernel\nx,1,cpu.tile_layer\n")
+    with pytest.raises(InputError, match=f"old.csv:1: trace schema 1; this version reads schema {TRACE_SCHEMA_VERSION}"):
+        read_trace(path)
