@@ -119,6 +119,48 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_run(args) -> int:
+    from spartan_py.runner import load_experiment, run_experiment
+
+    experiment, points = load_experiment(args.file)
+    if args.check:
+        print(f"{args.file}: valid; {len(points)} point{'s' if len(points) != 1 else ''}")
+        for point in points:
+            print(f"  {point.id}  {point.label}")
+        return 0
+    out = Path(args.out) if args.out else Path("runs") / experiment.name
+    _log(args, f"{experiment.name}: {len(points)} points -> {out}")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(points), unit="point", disable=args.quiet, file=sys.stderr)
+
+    def on_point(point, record, skipped):
+        state = "done before" if skipped else record["status"]
+        bar.set_postfix_str(f"{point.label[:40]}: {state}")
+        bar.update(1)
+        if record["status"] == "failed" and not skipped:
+            bar.write(f"point {point.id} ({point.label}) failed: {record['error']}", file=sys.stderr)
+
+    summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point)
+    bar.close()
+    print(f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
+          f"results.csv, simulated.csv and points/ written")  # fmt: skip
+    if args.report:
+        from spartan_py.report import write_report
+
+        html_path, md_path = write_report(out)
+        print(f"report: {html_path} and {md_path}")
+    return 0 if summary.failed == 0 else 1
+
+
+def _cmd_report(args) -> int:
+    from spartan_py.report import write_report
+
+    html_path, md_path = write_report(args.dir)
+    print(f"report: {html_path} and {md_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``spartan`` command."""
     parser = argparse.ArgumentParser(prog="spartan", description="Activation-sparsity studies on GPUs.")
@@ -151,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--out", type=Path, help="write the predicted trace here (one file per machine if several)")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=_cmd_simulate)
+
+    experiment = commands.add_parser("run", help="run an experiment file (YAML): every point of its sweep")
+    experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
+    experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
+    experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
+    experiment.add_argument("--force", action="store_true", help="recompute points already finished")
+    experiment.add_argument("--report", action="store_true", help="write the report when done")
+    experiment.add_argument("--quiet", action="store_true", help="no progress bar")
+    experiment.set_defaults(handler=_cmd_run)
+
+    report = commands.add_parser("report", help="write report.html and report.md for a run folder")
+    report.add_argument("dir", help="a folder written by `spartan run`")
+    report.set_defaults(handler=_cmd_report)
     return parser
 
 

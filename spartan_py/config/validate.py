@@ -57,7 +57,7 @@ def _known_keys(model: type[pydantic.BaseModel], location: tuple) -> list[str]:
     return keys
 
 
-def _describe(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
+def describe_error(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
     location = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
     full = (*root, *location)
     line = marked.line_of(full)
@@ -82,8 +82,10 @@ def _describe(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, 
     return f"{where}field `{field}`: {error['msg']} (got {shown})"
 
 
-def validate_model(model: type[Model], marked: MarkedYaml, *, root: tuple = ()) -> Model:
-    """``model`` built from ``marked.data`` (at key path ``root``), or ConfigError listing every problem."""
+def validate_model(model: type[Model], marked: MarkedYaml, *, root: tuple = (), context: dict | None = None) -> Model:
+    """``model`` built from ``marked.data`` (at key path ``root``), or ConfigError listing every problem.
+
+    ``context`` reaches the model's validators (e.g. the folder relative paths start from)."""
     data = marked.data
     for part in root:
         data = data[part]
@@ -91,9 +93,9 @@ def validate_model(model: type[Model], marked: MarkedYaml, *, root: tuple = ()) 
         line = marked.line_of(root)
         raise InputError(f"expected a YAML mapping, got {type(data).__name__}", path=marked.path, line=line)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except pydantic.ValidationError as exc:
-        problems = [_describe(error, model, marked, root) for error in exc.errors()]
+        problems = [describe_error(error, model, marked, root) for error in exc.errors()]
         raise ConfigError(problems, path=marked.path) from None
 
 

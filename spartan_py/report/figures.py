@@ -1,0 +1,110 @@
+"""The report's figures (matplotlib, Agg), each returned as PNG bytes or None when the run
+has nothing to show for it."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from spartan_py.report.published import published_rates  # noqa: E402
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def live_rows_by_layer(results: pd.DataFrame) -> bytes | None:
+    """Live rows and activation density by layer, one line per point."""
+    if results.empty:
+        return None
+    figure, (rows_axes, density_axes) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, rows in results.groupby("label", sort=False):
+        rows_axes.plot(rows["layer"], rows["live_rows"], label=label)
+        density_axes.plot(rows["layer"], rows["density"], label=label)
+    rows_axes.set(yscale="log", xlabel="layer", ylabel="live rows", title="live rows by layer")
+    density_axes.set(yscale="log", xlabel="layer", ylabel="non-zeros / (rows x neurons)", title="activation density")
+    rows_axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
+    """Edges per second of each point, with the published runs beside ours when comparable."""
+    if results.empty:
+        return None
+    ours = results.drop_duplicates("point")
+    names = [f"{row.label}\n{row.backend}{' (simulated)' if row.simulated else ''}" for row in ours.itertuples()]
+    rates = list(ours["edges_per_second"])
+    colours = ["tab:orange" if s else "tab:blue" for s in ours["simulated"]]
+    if proxy_workload:
+        for row in published_rates():
+            names.append(f"{row['name']}\n({row['includes']})")
+            rates.append(row["edges_per_second"])
+            colours.append("tab:grey")
+    figure, axes = plt.subplots(figsize=(max(6, 0.9 * len(names)), 4))
+    axes.bar(range(len(names)), rates, color=colours)
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    axes.set(yscale="log", ylabel="edges / s", title="edge rate (blue measured, orange simulated, grey published)")
+    return _png(figure)
+
+
+def what_if(simulated: pd.DataFrame) -> bytes | None:
+    """Predicted time of each point on each simulated machine."""
+    frame = simulated.dropna(subset=["predicted_seconds"])
+    if frame.empty:
+        return None
+    table = frame.pivot_table(index="machine", columns="label", values="predicted_seconds", sort=False)
+    figure, axes = plt.subplots(figsize=(max(6, 0.8 * len(table.index) * max(1, len(table.columns))), 4))
+    table.mul(1e3).plot.bar(ax=axes, rot=30)
+    axes.set(ylabel="predicted ms (kernel launches)", title="what if: the same run on other GPUs (cost model)")
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def model_error(predicted: pd.DataFrame) -> bytes | None:
+    """Measured vs predicted time per launch for points measured on a GPU."""
+    if predicted.empty:
+        return None
+    frame = predicted.dropna(subset=["measured_us", "predicted_us"])
+    if frame.empty:
+        return None
+    figure, axes = plt.subplots(figsize=(5, 4.5))
+    for label, rows in frame.groupby("label"):
+        axes.scatter(rows["measured_us"], rows["predicted_us"], s=10, label=label)
+    low, high = frame[["measured_us", "predicted_us"]].min().min() * 0.8, frame[["measured_us", "predicted_us"]].max().max() * 1.25
+    axes.plot([low, high], [low, high], "k-", lw=0.8)
+    axes.fill_between([low, high], [low * 0.85, high * 0.85], [low * 1.15, high * 1.15], color="grey", alpha=0.2)
+    axes.set(xscale="log", yscale="log", xlabel="measured µs", ylabel="predicted µs", title="cost model vs measurement (±15%)")
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def monitor_overhead(overhead: pd.DataFrame) -> bytes | None:
+    """Time with the fused monitor against without it, per group of otherwise equal points."""
+    if overhead.empty:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.bar(range(len(overhead)), overhead["overhead_pct"])
+    axes.set_xticks(range(len(overhead)), overhead["group"], rotation=30, ha="right", fontsize=7)
+    axes.set(ylabel="% of the time without monitor", title="profiling overhead of the fused monitor")
+    return _png(figure)
+
+
+def tile_utilization(utilization: pd.DataFrame) -> bytes | None:
+    """Useful / executed multiply-adds of the tiled kernel against tile height."""
+    if utilization.empty:
+        return None
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for label, rows in utilization.groupby("workload"):
+        axes.plot(rows["block_rows"], rows["utilization"], "o-", label=label)
+    axes.set(xscale="log", xlabel="rows per tile", ylabel="useful / executed MACs", title="tile utilization")
+    axes.legend(fontsize=7)
+    return _png(figure)

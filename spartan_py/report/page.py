@@ -1,0 +1,154 @@
+"""``spartan report DIR``: a self-contained HTML page and a Markdown twin with PNG figures."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.formats import atomic_write_bytes
+from spartan_py.report import figures
+from spartan_py.report.published import published_rates
+from spartan_py.report.tables import html_table, markdown_table
+from spartan_py.runner.store import load_points, results_table, simulated_table
+from spartan_py.trace import read_trace
+
+
+def _traces(out: Path, points: list[dict]) -> pd.DataFrame:
+    frames = []
+    for point in points:
+        if point["status"] == "ok" and (out / "points" / point["trace"]).is_file():
+            frame = read_trace(out / "points" / point["trace"])
+            frame["label"] = point["label"]
+            frame["point"] = point["id"]
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
+    """Per launch, for points measured on a GPU: the first listed machine's prediction."""
+    from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
+
+    parts = []
+    for point in points:
+        if point["status"] != "ok" or point["summary"]["simulated"] or not point["config"]["machines"]:
+            continue
+        frame = traces[(traces["point"] == point["id"]) & traces["kernel"].str.startswith("gpu.")]
+        if frame.empty or frame["measured_us"].isna().all():
+            continue
+        machine, variant = resolve_machine(point["config"]["machines"][0])
+        predicted = predict(frame.drop(columns=["label", "point"]), machine, variant)
+        predicted["label"] = f"{point['label']} on {machine.name}"
+        parts.append(predicted)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
+    groups: dict[str, dict] = {}
+    for point in points:
+        if point["status"] != "ok":
+            continue
+        config = dict(point["config"])
+        monitor = config.pop("monitor")
+        key = json.dumps(config, sort_keys=True)
+        groups.setdefault(key, {"label": point["label"]})[monitor] = point["summary"]["seconds"]
+    rows = [{"group": g["label"], "fused_seconds": g["fused"], "off_seconds": g["off"],
+             "overhead_pct": 100 * (g["fused"] - g["off"]) / g["off"]}
+            for g in groups.values() if "fused" in g and "off" in g]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
+    if traces.empty:
+        return pd.DataFrame()
+    tiled = traces[(traces["kernel"] == "gpu.gc_layer") & (traces["executed_macs"] > 0)]
+    if tiled.empty:
+        return pd.DataFrame()
+    workloads = {p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if p["status"] == "ok"}
+    tiled = tiled.assign(workload=tiled["point"].map(workloads))
+    grouped = tiled.groupby(["workload", "block_rows"])[["useful_macs", "executed_macs"]].sum().reset_index()
+    grouped["utilization"] = grouped["useful_macs"] / grouped["executed_macs"]
+    return grouped
+
+
+def write_report(out: str | Path) -> tuple[Path, Path]:
+    """Write ``report.html`` (figures embedded) and ``report.md`` (+ PNG files) into ``out``."""
+    out = Path(out)
+    if not (out / "points").is_dir():
+        raise InputError("not a run folder (no points/ inside); run `spartan run FILE --out DIR` first", path=out)
+    config = json.loads((out / "config.json").read_text())
+    environment = json.loads((out / "environment.json").read_text())
+    points = load_points(out)
+    results, simulated = results_table(points), simulated_table(points)
+    traces = _traces(out, points)
+    model = _measured_vs_model(traces, points)
+    overhead = _monitor_overhead(points)
+    utilization = _tile_utilization(traces, points)
+    ok = [p for p in points if p["status"] == "ok"]
+    proxy = any(
+        p["summary"]["neurons"] == 1024 and p["summary"]["layers"] == 120 and p["summary"]["rows"] == 60000
+        and not p["config"]["workload"]["network"].startswith("generated:")
+        for p in ok
+    )  # the published runs used the official network and the proxy input
+    pictures = {
+        "live-rows.png": ("Live rows and density by layer", figures.live_rows_by_layer(results)),
+        "edge-rate.png": ("Edge rate by backend", figures.edge_rate(results, proxy_workload=proxy)),
+        "what-if.png": ("What if: simulated machines", figures.what_if(simulated)),
+        "model-error.png": ("Measured vs simulated time per launch", figures.model_error(model)),
+        "monitor-overhead.png": ("Profiling overhead by monitor mode", figures.monitor_overhead(overhead)),
+        "tile-utilization.png": ("Tile utilization", figures.tile_utilization(utilization)),
+    }
+    pictures = {name: value for name, value in pictures.items() if value[1] is not None}
+    for name, (_, png) in pictures.items():
+        atomic_write_bytes(out / name, png)
+    summary = pd.DataFrame([{
+        "point": p["id"], "label": p["label"], "status": p["status"],
+        "backend": p["summary"]["backend"] if p["status"] == "ok" else "",
+        "device": p["summary"]["device"] if p["status"] == "ok" else "",
+        "simulated": p["summary"]["simulated"] if p["status"] == "ok" else "",
+        "categories": p["summary"]["categories"] if p["status"] == "ok" else "",
+        "passed": p["summary"]["passed"] if p["status"] == "ok" else "",
+        "seconds": p["summary"]["seconds"] if p["status"] == "ok" else float("nan"),
+        "edges_per_second": p["summary"]["edges_per_second"] if p["status"] == "ok" else float("nan"),
+        "error": p.get("error") or "",
+    } for p in points])  # fmt: skip
+    sections = [("Points", summary)]
+    if not simulated.empty:
+        sections.append(("What if (predicted seconds of the kernel launches)",
+                         simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "note"]]))  # fmt: skip
+    if not model.empty:
+        from spartan_py.costmodel.validation import kernel_error_table
+
+        sections.append(("Cost model error on this run's measured launches", kernel_error_table(model)))
+    if not overhead.empty:
+        sections.append(("Profiling overhead (fused monitor vs none)", overhead))
+    if not utilization.empty:
+        sections.append(("Tile utilization", utilization))
+    if proxy:
+        sections.append(("Published runs (1024 x 120, 60000-row proxy)", pd.DataFrame(published_rates())))
+    experiment = config["experiment"]
+    title = f"spartan_py report: {experiment['name']}"
+    intro = (f"{experiment.get('description') or ''} {len(points)} points ({len(ok)} ok). "
+             f"Environment: Python {environment.get('python')}, commit {environment.get('commit')}, "
+             f"CuPy {environment.get('cupy')}. Simulated figures come from the cost model (sim/README.md), not a clock.")  # fmt: skip
+    markdown = [f"# {title}\n", intro + "\n"]
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
+            "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>"]  # fmt: skip
+    for heading, frame in sections:
+        markdown.append(f"## {heading}\n\n{markdown_table(frame)}")
+        page.append(f"<h2>{html.escape(heading)}</h2>{html_table(frame)}")
+    for name, (heading, png) in pictures.items():
+        markdown.append(f"## {heading}\n\n![{heading}]({name})\n")
+        encoded = base64.b64encode(png).decode()
+        page.append(f"<h2>{html.escape(heading)}</h2><img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>")
+    page.append("</body></html>")
+    html_path = atomic_write_bytes(out / "report.html", "\n".join(page).encode())
+    md_path = atomic_write_bytes(out / "report.md", "\n".join(markdown).encode())
+    return html_path, md_path

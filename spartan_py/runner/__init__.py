@@ -1,0 +1,7 @@
+"""The experiment runner: YAML experiments, sweeps, resumable runs (``spartan run``)."""
+
+from spartan_py.runner.execute import RunSummary, run_experiment
+from spartan_py.runner.schema import Experiment, GraphChallengeWorkload, Sweep
+from spartan_py.runner.sweep import Point, load_experiment
+
+__all__ = ["Experiment", "GraphChallengeWorkload", "Point", "RunSummary", "Sweep", "load_experiment", "run_experiment"]

@@ -1,0 +1,113 @@
+"""The run folder: one atomic JSON file per finished point, plus the tables built from them.
+
+    <out>/config.json        the experiment as resolved (every default filled in)
+    <out>/environment.json   versions, device, commit
+    <out>/points/<id>.json   one point: its config, status, error, summary, times, simulations
+    <out>/points/<id>.trace.csv
+    <out>/results.csv        one row per point and layer
+    <out>/simulated.csv      one row per point and machine
+
+A point file is written last and atomically, so a point either has a complete file or is
+run again when the experiment is restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from spartan_py.graph_challenge.formats import atomic_write_bytes
+
+
+def write_json(path: Path, payload: dict) -> Path:
+    """Write JSON atomically."""
+    return atomic_write_bytes(path, (json.dumps(payload, indent=1, default=str) + "\n").encode())
+
+
+def point_path(out: Path, point_id: str) -> Path:
+    """Where a point's result file lives."""
+    return out / "points" / f"{point_id}.json"
+
+
+def finished_point(out: Path, point_id: str) -> dict | None:
+    """A point's stored result if it finished (ok or failed), else None."""
+    path = point_path(out, point_id)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None  # cannot happen with atomic writes; a hand-edited file is simply rerun
+
+
+def environment() -> dict:
+    """What the results were produced with."""
+    import numba
+    import numpy
+    import scipy
+
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": numpy.__version__,
+            "scipy": scipy.__version__, "numba": numba.__version__, "pandas": pd.__version__}  # fmt: skip
+    try:
+        import cupy
+
+        info["cupy"] = cupy.__version__
+    except ImportError:
+        info["cupy"] = None
+    try:
+        root = Path(__file__).resolve().parents[2]
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        info["commit"] = commit.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["commit"] = None
+    return info
+
+
+def load_points(out: Path) -> list[dict]:
+    """Every stored point of a run folder, in file-name order."""
+    return [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+
+
+def results_table(points: list[dict]) -> pd.DataFrame:
+    """One row per point and layer: live rows, non-zeros, and the point's time and rate."""
+    rows = []
+    for point in points:
+        if point["status"] != "ok":
+            continue
+        summary = point["summary"]
+        for layer, (live, nnz) in enumerate(zip(summary["live_rows_by_layer"], summary["nonzeros_by_layer"]), start=1):
+            rows.append({"point": point["id"], "label": point["label"], "backend": summary["backend"],
+                         "device": summary["device"], "simulated": summary["simulated"], "neurons": summary["neurons"],
+                         "layers": summary["layers"], "rows": summary["rows"], "layer": layer, "live_rows": live,
+                         "nonzeros": nnz, "density": nnz / max(summary["rows"] * summary["neurons"], 1),
+                         "seconds": summary["seconds"], "edges_per_second": summary["edges_per_second"],
+                         "monitor": point["config"]["monitor"], "rows_per_tile": point["config"]["rows_per_tile"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def simulated_table(points: list[dict]) -> pd.DataFrame:
+    """One row per point and simulated machine: predicted seconds beside the point's own time."""
+    rows = []
+    for point in points:
+        if point["status"] != "ok":
+            continue
+        for machine, predicted in point.get("machines", {}).items():
+            rows.append({"point": point["id"], "label": point["label"], "machine": machine,
+                         "predicted_seconds": predicted["seconds"], "note": predicted.get("note", ""),
+                         "own_seconds": point["summary"]["seconds"], "own_device": point["summary"]["device"],
+                         "own_simulated": point["summary"]["simulated"],
+                         "edges": point["summary"]["edges"] * point["summary"]["rows"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def write_tables(out: Path) -> tuple[Path, Path]:
+    """(Re)build results.csv and simulated.csv from the point files."""
+    points = load_points(out)
+    results = atomic_write_bytes(out / "results.csv", results_table(points).to_csv(index=False).encode())
+    simulated = atomic_write_bytes(out / "simulated.csv", simulated_table(points).to_csv(index=False).encode())
+    return results, simulated

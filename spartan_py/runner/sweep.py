@@ -1,0 +1,105 @@
+"""Expand an experiment's ``sweep:`` into points, each a validated :class:`Experiment`."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pydantic
+
+from spartan_py.config.validate import ConfigError, describe_error, validate_model
+from spartan_py.config.yaml_marks import MarkedYaml, load_yaml
+from spartan_py.runner.schema import Experiment
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: its id (stable across runs), a readable label and its config."""
+
+    id: str
+    label: str
+    values: dict
+    experiment: Experiment
+
+
+def _field_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, info in model.model_fields.items():
+        if name == "sweep":
+            continue
+        paths.append(prefix + name)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            paths += _field_paths(annotation, prefix + name + ".")
+    return paths
+
+
+def _set(data: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+def load_experiment(path: str | Path) -> tuple[Experiment, list[Point]]:
+    """Read, validate and expand an experiment file; ConfigError lists every problem at once."""
+    path = Path(path)
+    marked = load_yaml(path)
+    context = {"base": path.parent}
+    experiment = validate_model(Experiment, marked, context=context)
+    return experiment, expand(experiment, marked, context)
+
+
+def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Point]:
+    """The points of an experiment: grid x zip, each validated as an experiment of its own."""
+    sweep = experiment.sweep
+    grid = sweep.grid if sweep else {}
+    zipped = sweep.zip if sweep else {}
+    known = _field_paths(Experiment)
+    problems = []
+    for kind, table in (("grid", grid), ("zip", zipped)):
+        for key in table:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
+                line = marked.line_of(("sweep", kind, key))
+                problems.append(f"line {line}, sweep.{kind}: unknown field `{key}`{hint}")
+    if problems:
+        raise ConfigError(problems, path=marked.path)
+    base = {k: v for k, v in copy.deepcopy(marked.data).items() if k != "sweep"}
+    zip_rows = list(zip(*zipped.values())) if zipped else [()]
+    grid_rows = list(itertools.product(*grid.values())) if grid else [()]
+    points, seen = [], set()
+    for grid_values in grid_rows:
+        for zip_values in zip_rows:
+            values = dict(zip(grid, grid_values)) | dict(zip(zipped, zip_values))
+            data = copy.deepcopy(base)
+            for key, value in values.items():
+                _set(data, key, value)
+            try:
+                point = Experiment.model_validate(data, context=context)
+            except pydantic.ValidationError as exc:
+                for error in exc.errors():
+                    swept = ".".join(str(p) for p in error["loc"])
+                    kind = "grid" if swept in grid else "zip" if swept in zipped else None
+                    root = ("sweep", kind, swept) if kind else ()
+                    message = describe_error(error, Experiment, marked, ())
+                    line = marked.line_of(root) if kind else None
+                    prefix = f"line {line}, sweep value {values[swept]!r}: " if kind else f"point {values}: "
+                    problems.append(prefix + message.split(", ", 1)[-1] if kind else prefix + message)
+                continue
+            key = json.dumps(point.model_dump(mode="json"), sort_keys=True)
+            digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+            if digest in seen:
+                continue
+            seen.add(digest)
+            label = ", ".join(f"{k}={v}" for k, v in values.items()) or experiment.name
+            points.append(Point(digest, label, values, point))
+    if problems:
+        raise ConfigError(sorted(set(problems)), path=marked.path)
+    return points

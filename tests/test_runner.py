@@ -1,0 +1,165 @@
+"""The experiment runner and the report: validation, sweeps, resume, failures, figures."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spartan_py.config.validate import ConfigError
+from spartan_py.errors import InputError
+from spartan_py.report import write_report
+from spartan_py.runner import load_experiment, run_experiment
+from tests.conftest import ROOT
+
+BAD = ROOT / "tests" / "data" / "bad-experiments"
+SMALL = """\
+name: small
+workload:
+  network: generated:1024:3
+  layers: 12
+  inputs: generated:400:4
+machines: [h100-sxm, t4, t4+tile-8]
+sweep:
+  grid:
+    backend: [cpu, gpu-twin, gpu]
+    monitor: [fused, off]
+"""
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("unknown-key", r"line 7, unknown field `repeets`; did you mean `repeats`\?"),
+        ("wrong-type", r"line 4, field `workload.layers`: Input should be a valid integer"),
+        ("missing-file", r"line 3, field `workload.network`: .*not found"),
+        ("empty", r"the file is empty"),
+        ("zero-points", r"line 5, field `sweep`: .*empty list: the sweep would have zero points"),
+        ("bad-sweep", r"line 7, sweep.grid: unknown field `workload.layrs`; did you mean `workload.layers`\?"),
+    ],
+)
+def test_bad_experiment_files(name, expected):
+    path = BAD / f"{name}.yaml"
+    with pytest.raises(InputError) as info:
+        load_experiment(path)
+    assert str(path) in str(info.value)
+    assert re.search(expected, str(info.value)), str(info.value)
+
+
+def test_every_problem_at_once(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text("name: two\nworkload:\n  inputs: generated:10\n  layres: 3\nbackend: gpu-magic\nrepeats: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert len(info.value.problems) == 3
+
+
+def test_sweep_points_and_zip(tmp_path):
+    path = tmp_path / "z.yaml"
+    path.write_text(
+        "name: z\nworkload: {network: generated:1024, inputs: generated:10}\nsweep:\n"
+        "  grid: {backend: [cpu, reference]}\n  zip: {workload.layers: [2, 3, 4], repeats: [1, 2, 3]}\n"
+    )
+    experiment, points = load_experiment(path)
+    assert len(points) == 6
+    assert {(p.experiment.workload.layers, p.experiment.repeats) for p in points} == {(2, 1), (3, 2), (4, 3)}
+    assert len({p.id for p in points}) == 6
+    again = load_experiment(path)[1]
+    assert [p.id for p in again] == [p.id for p in points]  # ids are stable: a rerun finds its points
+    path.write_text("name: z\nworkload: {network: generated:1024, inputs: generated:10}\nsweep:\n  zip: {backend: [cpu], repeats: [1, 2]}\n")
+    with pytest.raises(ConfigError, match="one length"):
+        load_experiment(path)
+
+
+def test_run_resume_failures_and_report(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    experiment, points = load_experiment(path)
+    out = tmp_path / "run"
+    summary = run_experiment(experiment, points, out)
+    assert summary.ran == 6 and summary.skipped == 0
+    records = {p.id: json.loads((out / "points" / f"{p.id}.json").read_text()) for p in points}
+    gpu = [r for r in records.values() if r["config"]["backend"] == "gpu"]
+    from spartan_py.engines import unavailable_reason
+
+    if unavailable_reason("gpu"):  # no GPU here: those points failed, were recorded, and the run went on
+        assert summary.failed == 2 and all(r["status"] == "failed" and "CuPy" in r["error"] for r in gpu)
+    ok = [r for r in records.values() if r["status"] == "ok"]
+    assert len(ok) >= 4
+    results = pd.read_csv(out / "results.csv")
+    assert len(results) == 12 * len(ok) and set(results["layer"]) == set(range(1, 13))
+    simulated = pd.read_csv(out / "simulated.csv")
+    twin = simulated[simulated["label"].str.contains("gpu-twin")]
+    assert set(twin["machine"]) == {"h100-sxm", "t4", "t4+tile-8"}
+    assert twin[twin["machine"] == "t4"]["predicted_seconds"].isna().all()  # the tile does not fit a T4
+    assert (twin[twin["machine"] == "h100-sxm"]["predicted_seconds"] > 0).all()
+    cpu = simulated[simulated["label"].str.contains("backend=cpu")]
+    assert cpu["predicted_seconds"].isna().all() and cpu["note"].str.contains("no GPU kernels").all()
+
+    # resume: nothing to do; a lost point is redone alone; --force redoes everything
+    first = out / "points" / f"{ok[0]['id']}.json"
+    stamp = first.stat().st_mtime_ns
+    again = run_experiment(experiment, points, out)
+    assert again.ran == summary.failed and again.skipped == 6 - summary.failed
+    assert first.stat().st_mtime_ns == stamp
+    first.unlink()
+    once = run_experiment(experiment, points, out)
+    assert once.ran == 1 + summary.failed and first.is_file()
+    assert run_experiment(experiment, points, out, force=True).ran == 6
+
+    html_path, md_path = write_report(out)
+    page = html_path.read_text()
+    images = re.findall(r"src='data:image/png;base64,([^']+)'", page)
+    assert len(images) >= 4
+    import matplotlib.image
+
+    for encoded in images:
+        data = base64.b64decode(encoded)
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        picture = tmp_path / "check.png"
+        picture.write_bytes(data)
+        assert matplotlib.image.imread(picture).shape[0] > 100
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md_path.read_text()):
+        assert (out / link).is_file()
+    assert "Profiling overhead" in page and "What if" in page and "Tile utilization" in page
+    assert "simulated" in page.lower()
+
+
+def test_report_needs_a_run_folder(tmp_path):
+    with pytest.raises(InputError, match="not a run folder"):
+        write_report(tmp_path)
+
+
+def test_killed_run_resumes(tmp_path):
+    """Kill the runner after its first point; a second start finishes the rest, none twice."""
+    path = tmp_path / "k.yaml"
+    path.write_text(
+        "name: k\nworkload: {network: generated:1024:5, layers: 10, inputs: generated:300:6}\nbackend: cpu\n"
+        "sweep:\n  grid: {workload.layers: [4, 5, 6, 7, 8, 9]}\n"
+    )
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list((out / "points").glob("*.json"))) < 1:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
+    assert 1 <= len(done_before) < 6
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    assert f"{6 - len(done_before)} points run, {len(done_before)} already done" in finished.stdout
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
+    assert len(after) == 6 and all(after[name] == stamp for name, stamp in done_before.items())
+    assert len(pd.read_csv(out / "results.csv").drop_duplicates("point")) == 6
