@@ -39,6 +39,21 @@ def _field_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]
     return paths
 
 
+def point_label(point: Experiment, keys: list[str]) -> str:
+    """A short readable label: the swept fields' validated values, file names without folders."""
+    parts = []
+    for key in keys:
+        value = point
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is None:
+            continue
+        if isinstance(value, str) and "/" in value:
+            value = Path(value).name
+        parts.append(f"{key.removeprefix('workload.')}={value}")
+    return ", ".join(parts)
+
+
 def _set(data: dict, dotted: str, value) -> None:
     *parents, last = dotted.split(".")
     for part in parents:
@@ -98,7 +113,7 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
             if digest in seen:
                 continue
             seen.add(digest)
-            label = ", ".join(f"{k}={v}" for k, v in values.items()) or experiment.name
+            label = point_label(point, list(values)) or experiment.name
             points.append(Point(digest, label, values, point))
     if problems:
         raise ConfigError(sorted(set(problems)), path=marked.path)
