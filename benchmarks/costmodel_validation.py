@@ -37,6 +37,7 @@ from spartan_py.costmodel import (  # noqa: E402
     write_calibration,
 )
 from spartan_py.costmodel.machine import machine_path  # noqa: E402
+from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.trace import read_trace  # noqa: E402
 
 #: Runs the parameters are fitted on: three network sizes (three kernel shapes) and two
@@ -73,13 +74,6 @@ def replay_speed(trace: pd.DataFrame, machine, variants) -> dict:
                 points += 1
     sweep = time.perf_counter() - start
     return {"replay_1920_launches_s": one, "sweep_points": points, "sweep_s": sweep}
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pandas table as GitHub Markdown, numbers rounded."""
-    frame = frame.round(2)
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.itertuples(index=False))
 
 
 def main() -> int:
