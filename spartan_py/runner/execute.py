@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from spartan_py.engines import resolve_backend
 from spartan_py.errors import SpartanError
 from spartan_py.runner.schema import Experiment
 from spartan_py.runner.store import environment, finished_point, point_path, write_json, write_tables
@@ -67,10 +68,11 @@ def run_point(point: Point, out: Path) -> dict:
     inputs = _inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
     options = {}
-    if config.rows_per_tile:
-        options["rows_per_tile"] = config.rows_per_tile
-    if config.backend in ("gpu", "gpu-twin") or config.mode == "simulated":
+    backend = "gpu-twin" if config.mode == "simulated" else resolve_backend(config.backend)
+    if backend in ("gpu", "gpu-twin"):  # the tile height and monitor are the gpu kernel's options
         options["monitor"] = config.monitor == "fused"
+        if config.rows_per_tile:
+            options["rows_per_tile"] = config.rows_per_tile
     results = []
     for _ in range(config.repeats):
         results.append(infer(network, inputs, backend=config.backend, truth=workload.truth, load_seconds=load_seconds,

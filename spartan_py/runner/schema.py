@@ -94,8 +94,8 @@ class Experiment(_Frozen):
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
     )
-    monitor: Literal["fused", "off"] = Field("fused", description="the gpu kernel's fused sparsity monitor")
-    rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (default per network size)")
+    monitor: Literal["fused", "off"] = Field("fused", description="the gpu kernel's fused sparsity monitor (gpu, gpu-twin)")
+    rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (gpu, gpu-twin; default per size)")
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
     sweep: Sweep | None = None
