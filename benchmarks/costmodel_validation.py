@@ -37,6 +37,7 @@ from spartan_py.costmodel import (  # noqa: E402
     write_calibration,
 )
 from spartan_py.costmodel.machine import machine_path  # noqa: E402
+from spartan_py.costmodel.simulate import TIMED_KERNELS  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.trace import read_trace  # noqa: E402
 
@@ -49,8 +50,6 @@ CALIBRATION_RUNS = (
     "gen16384-l120-r6000",
     "official-l120-r60000-tile8",
 )
-#: What an engine's ``seconds`` covers: the kernel launches (copies are reported apart).
-TIMED_KERNELS = ("gpu.gc_layer",)
 
 
 def replay_speed(trace: pd.DataFrame, machine, variants) -> dict:

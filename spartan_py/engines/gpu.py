@@ -236,9 +236,7 @@ class GpuEngine(Engine):
             seconds += self.run_device(batch, per_layer_times=True)
             counts = batch.counts.get()
             nnz = batch.nnz_counts.get()
-            ids, values, download_seconds = batch.download_final_rows(self)
-            order = np.argsort(ids, kind="stable")
-            ids, values = ids[order], values[order]
+            ids, values, download_seconds = batch.final_rows(self)
             live_total += counts[1:]
             nnz_total += nnz[1:].astype(np.int64)
             live_parts.append(ids + first)
@@ -341,9 +339,10 @@ class DeviceBatch:
         self.graph = None
         self.layer_seconds: list[float] = []
 
-    def download_final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray, float]:
-        """(ids, values, seconds): the rows live after the last layer in the order compaction
-        left them, copied into pinned host memory; ``seconds`` times the copies alone (events)."""
+    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray, float]:
+        """(batch-local ids of the rows live after the last layer, their values (live x n),
+        seconds), sorted by id. The rows come back into pinned host memory; ``seconds`` times
+        those copies alone (CUDA events)."""
         import cupyx
 
         n = engine.network.neurons
@@ -354,15 +353,5 @@ class DeviceBatch:
         with _EventTimer(engine.cp) as timer:
             final.ids[:alive].get(out=ids)
             final.values[: alive * n].reshape(alive, n).get(out=values)
-        return ids, values, timer.seconds
-
-    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray]:
-        """(batch-local ids of the rows live after the last layer, their values (live x n)), sorted by id."""
-        n = engine.network.neurons
-        layers = engine.network.layers
-        alive = int(self.counts[layers].get())
-        final = self.buffers[len(engine.chunks) % 2]
-        ids = final.ids[:alive].get()
-        values = final.values[: alive * n].reshape(alive, n).get()
         order = np.argsort(ids, kind="stable")
-        return ids[order], values[order]
+        return ids[order], values[order], timer.seconds

@@ -109,15 +109,14 @@ class Experiment(_Frozen):
     @field_validator("machines")
     @classmethod
     def _machines_known(cls, values: list[str]) -> list[str]:
-        from spartan_py.costmodel.machine import load_variants, machine_names
+        from spartan_py.costmodel.simulate import resolve_machine
+        from spartan_py.errors import InputError
 
-        known, variants = machine_names(), load_variants()
         for value in values:
-            name, _, variant = value.partition("+")
-            if name not in known:
-                raise ValueError(f"unknown machine {name!r}; expected one of {', '.join(known)}")
-            if variant and variant not in variants:
-                raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(variants)}")
+            try:
+                resolve_machine(value)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
         return values
 
     @model_validator(mode="after")
