@@ -39,3 +39,7 @@ class BackendUnavailableError(SpartanError):
 
 class DeviceMemoryError(SpartanError):
     """Something did not fit in device memory even after batching."""
+
+
+class OptionalDependencyError(SpartanError):
+    """A feature needs an optional extra that is not installed (the message says which)."""

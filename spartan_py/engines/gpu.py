@@ -23,7 +23,9 @@ from spartan_py.engines.gpu_plan import (
     THREAD_CHOICES,
     LayerPlan,
     chunk_schedule,
+    gc_monitor_mode,
     kernel_shapes,
+    launch_monitored,
     launch_records,
     plan_layer,
     transfer_records,
@@ -96,7 +98,8 @@ class GpuEngine(Engine):
         self,
         network: Network,
         *,
-        monitor: bool = True,
+        monitor: bool | str = True,
+        monitor_every: int = 4,
         use_graph: bool = True,
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
@@ -120,7 +123,10 @@ class GpuEngine(Engine):
         self.kernel = kernels[shape]
         self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
         self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
-        self.monitor = monitor
+        self.monitor = gc_monitor_mode(monitor)
+        self.monitor_every = max(int(monitor_every), 1)
+        if self.monitor == "software":  # the pass must see every layer's output in memory, with the host in between
+            compact_every, use_graph = 1, False
         self.use_graph = use_graph
         self.max_batch_rows = max_batch_rows
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -185,13 +191,27 @@ class GpuEngine(Engine):
                 dst.values, dst.ids,
                 pointers["index"], pointers["weight"], pointers["uniform"], pointers["k"],
                 batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
-                batch.tile_nnz if self.monitor else _NULL, batch.row_nnz if self.monitor else _NULL, batch.tile_layers,
+                *((batch.tile_nnz, batch.row_nnz) if launch_monitored(self.monitor, chunk, self.monitor_every) else (_NULL, _NULL)),
+                batch.tile_layers,
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length
+            if self.monitor == "software":
+                self._software_pass(batch, dst, start)
         if events is not None:
             events[-1].record()
+
+    def _software_pass(self, batch: "DeviceBatch", dst: "_Buffers", layer: int) -> None:
+        """The software monitor after a launch: read the live-row count, count the layer's
+        output per 32-column tile in a separate pass, copy the counts to the host."""
+        from spartan_py.sparsity.monitor import _software_pass
+        from spartan_py.sparsity.tiles import TileShape
+
+        n = self.network.neurons
+        alive = int(batch.counts[layer].get())
+        if alive:
+            _software_pass(dst.values[: alive * n].reshape(alive, n), TileShape(1, 32), timed=False)
 
     def run_device(self, batch: "DeviceBatch", *, per_layer_times: bool = False) -> float:
         """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
@@ -265,7 +285,8 @@ class GpuEngine(Engine):
         """The trace of one batch: one record per launch (see :func:`launch_records`)."""
         return launch_records(
             self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
-            monitor=self.monitor, device=self.device, run_id=run_id, launch_seconds=batch.layer_seconds,
+            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+            launch_seconds=batch.layer_seconds,
             tile_layers=batch.tile_layers.get(), resident_blocks_per_sm=self._grid() // self.sm_count,
         )
 

@@ -54,6 +54,27 @@ def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[i
     return sizes
 
 
+#: Monitor modes of the gpu kernel: ``fused`` (its epilogue writes per-row, per-32-column
+#: counts), ``sampled`` (fused on every k-th launch), ``software`` (monitor off in the kernel,
+#: then a separate counting pass, a copy of the counts to the host and a sync after every
+#: layer; this needs one layer per launch), ``off``.
+GC_MONITOR_MODES = ("off", "fused", "sampled", "software")
+
+
+def gc_monitor_mode(monitor: bool | str) -> str:
+    """The monitor mode from a bool (True: fused) or a name in :data:`GC_MONITOR_MODES`."""
+    if isinstance(monitor, bool):
+        return "fused" if monitor else "off"
+    if monitor not in GC_MONITOR_MODES:
+        raise ValueError(f"monitor must be one of {', '.join(GC_MONITOR_MODES)} (or a bool), not {monitor!r}")
+    return monitor
+
+
+def launch_monitored(mode: str, launch: int, every: int) -> bool:
+    """Whether launch number ``launch`` writes the fused monitor's counts."""
+    return mode == "fused" or (mode == "sampled" and launch % every == 0)
+
+
 @dataclass
 class LayerPlan:
     """One layer as the kernel reads it.
@@ -99,9 +120,10 @@ def launch_records(
     nnz: np.ndarray,
     input_nnz: int,
     *,
-    monitor: bool,
+    monitor: bool | str,
     device: str,
     run_id: str = "",
+    monitor_every: int = 4,
     launch_seconds: list[float] | None = None,
     tile_layers: np.ndarray | None = None,
     resident_blocks_per_sm: int = 1,
@@ -117,7 +139,10 @@ def launch_records(
     kernel instance on the H100: 1024 threads and their registers fill an SM; a GPU test
     checks it). ``executed_macs`` = tiles x rows per tile x n x steps, summed over layers;
     ``useful_macs`` = one multiply-add per non-zero input activation and outgoing edge.
+    ``monitor``: a mode of :data:`GC_MONITOR_MODES`; ``software`` adds, after each launch, the
+    counting pass, the copy of its counts and the host syncs it costs.
     """
+    mode = gc_monitor_mode(monitor)
     n = plans[0].index.shape[1] if plans else 0
     threads = n // cols_per_thread if cols_per_thread else 0
     records, start = [], 0
@@ -127,7 +152,9 @@ def launch_records(
         tiles = -(-rows_in // rows_per_tile)
         layers = plans[start:stop]
         read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
-        monitor_bytes = rows_out * (n // 32 + 1) * 4 * monitor
+        monitored = launch_monitored(mode, launch, monitor_every)
+        count_bytes = rows_out * (n // 32 + 1) * 4
+        monitor_bytes = count_bytes * monitored
         written = rows_out * (n * 4 + 4) + monitor_bytes
         uniform = all(layer.uniform is not None for layer in layers)
         entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
@@ -144,7 +171,7 @@ def launch_records(
                     (tiles if tile_layers is None else int(tile_layers[start + i])) * rows_per_tile * n * layer.steps
                     for i, layer in enumerate(layers)
                 ),
-                monitor_mode="fused" if monitor else "off", monitor_bytes=monitor_bytes,
+                monitor_mode=mode if monitored else "off", monitor_bytes=monitor_bytes,
                 blocks=tiles, block_rows=rows_per_tile, block_threads=threads,
                 block_shared_bytes=rows_per_tile * (n + 32) * 4, resident_blocks_per_sm=resident_blocks_per_sm,
                 fused_layers=length,
@@ -152,6 +179,17 @@ def launch_records(
                 device=device,
             )
         )  # fmt: skip
+        if mode == "software":
+            records += [
+                TraceRecord(run=run_id, layer=stop, kernel="gpu.monitor_pass", variant="count-1x32", rows_in=rows_out,
+                            cols=n, tile_rows=1, tile_cols=32, bytes_read=rows_out * n * 4, bytes_written=count_bytes,
+                            monitor_mode="software", monitor_bytes=count_bytes, device=device),
+                TraceRecord(run=run_id, layer=stop, kernel="gpu.copy_d2h", variant="monitor-counts", rows_in=rows_out,
+                            bytes_read=count_bytes, bytes_written=count_bytes, monitor_mode="software",
+                            monitor_bytes=count_bytes, device=device),
+                TraceRecord(run=run_id, layer=stop, kernel="gpu.sync", variant="monitor", host_syncs=2,
+                            monitor_mode="software", device=device),
+            ]  # fmt: skip
         start = stop
     return records
 

@@ -26,6 +26,7 @@ from spartan_py.engines.gpu_plan import (
     ROWS_PER_TILE,
     THREAD_CHOICES,
     chunk_schedule,
+    gc_monitor_mode,
     launch_records,
     plan_layer,
     transfer_records,
@@ -77,7 +78,8 @@ class GpuTwinEngine(Engine):
         self,
         network: Network,
         *,
-        monitor: bool = True,
+        monitor: bool | str = True,
+        monitor_every: int = 4,
         rows_per_tile: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
@@ -92,7 +94,10 @@ class GpuTwinEngine(Engine):
             raise BackendUnavailableError(f"threads must be one of {THREAD_CHOICES}, not {threads}")
         self.cols_per_thread = network.neurons // threads
         self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
-        self.monitor = monitor
+        self.monitor = gc_monitor_mode(monitor)
+        self.monitor_every = max(int(monitor_every), 1)
+        if self.monitor == "software":
+            compact_every = 1  # as on the GPU: the pass needs every layer's output in memory
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
         self.plans = [plan_layer(w) for w in network.weights]
@@ -144,7 +149,8 @@ class GpuTwinEngine(Engine):
             value_parts.append(values)
             trace += launch_records(
                 self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, part.nnz,
-                monitor=self.monitor, device=self.device, run_id=run_id, tile_layers=tile_layers,
+                monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+                tile_layers=tile_layers,
             )  # fmt: skip
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from spartan_py.report.published import published_rates  # noqa: E402
@@ -88,13 +89,19 @@ def model_error(predicted: pd.DataFrame) -> bytes | None:
 
 
 def monitor_overhead(overhead: pd.DataFrame) -> bytes | None:
-    """Time with the fused monitor against without it, per group of otherwise equal points."""
+    """Extra time of each monitor mode over no monitor, per group of otherwise equal points."""
     if overhead.empty:
         return None
     figure, axes = plt.subplots(figsize=(6, 3.5))
-    axes.bar(range(len(overhead)), overhead["overhead_pct"])
-    axes.set_xticks(range(len(overhead)), overhead["group"], rotation=30, ha="right", fontsize=7)
-    axes.set(ylabel="% of the time without monitor", title="profiling overhead of the fused monitor")
+    groups = list(dict.fromkeys(overhead["group"]))
+    modes = list(dict.fromkeys(overhead["mode"]))
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        rows = overhead[overhead["mode"] == mode].set_index("group").reindex(groups)
+        axes.bar(np.arange(len(groups)) + i * width, rows["overhead_pct"], width, label=mode)
+    axes.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups, rotation=30, ha="right", fontsize=7)
+    axes.set(ylabel="% of the time without monitor", title="profiling overhead by monitor mode")
+    axes.legend(fontsize=7)
     return _png(figure)
 
 

@@ -57,9 +57,17 @@ def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
         monitor = config.pop("monitor")
         key = json.dumps(config, sort_keys=True)
         groups.setdefault(key, {"label": point["label"]})[monitor] = point["summary"]["seconds"]
-    rows = [{"group": g["label"], "fused_seconds": g["fused"], "off_seconds": g["off"],
-             "overhead_pct": 100 * (g["fused"] - g["off"]) / g["off"]}
-            for g in groups.values() if "fused" in g and "off" in g]  # fmt: skip
+    rows = []
+    for g in groups.values():
+        if "off" not in g:
+            continue
+        for mode in ("fused", "sampled", "software"):
+            if mode in g:
+                extra = g[mode] - g["off"]
+                fused_extra = g["fused"] - g["off"] if "fused" in g else float("nan")
+                rows.append({"group": g["label"], "mode": mode, "seconds": g[mode], "off_seconds": g["off"],
+                             "overhead_pct": 100 * extra / g["off"],
+                             "times_fused_overhead": extra / fused_extra if fused_extra > 0 else float("nan")})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -126,7 +134,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
 
         sections.append(("Cost model error on this run's measured launches", kernel_error_table(model)))
     if not overhead.empty:
-        sections.append(("Profiling overhead (fused monitor vs none)", overhead))
+        sections.append(("Profiling overhead by monitor mode (vs none)", overhead))
     if not utilization.empty:
         sections.append(("Tile utilization", utilization))
     if proxy:

@@ -70,7 +70,8 @@ def run_point(point: Point, out: Path) -> dict:
     options = {}
     backend = "gpu-twin" if config.mode == "simulated" else resolve_backend(config.backend)
     if backend in ("gpu", "gpu-twin"):  # the tile height and monitor are the gpu kernel's options
-        options["monitor"] = config.monitor == "fused"
+        options["monitor"] = config.monitor
+        options["compact_every"] = config.compact_every
         if config.rows_per_tile:
             options["rows_per_tile"] = config.rows_per_tile
     results = []

@@ -94,8 +94,12 @@ class Experiment(_Frozen):
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
     )
-    monitor: Literal["fused", "off"] = Field("fused", description="the gpu kernel's fused sparsity monitor (gpu, gpu-twin)")
+    monitor: Literal["fused", "off", "sampled", "software"] = Field(
+        "fused", description="the gpu kernel's sparsity monitor (gpu, gpu-twin): fused in its epilogue, sampled "
+        "(fused on every 4th launch), software (a separate pass and host copy after every layer) or off")
     rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (gpu, gpu-twin; default per size)")
+    compact_every: Literal["doubling"] | PositiveInt = Field(
+        "doubling", description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count")
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
     sweep: Sweep | None = None

@@ -1,0 +1,356 @@
+"""Spartan machinery on a GPU: correctness against the CPU, profiling overhead by monitor
+mode, tile-sparse GEMM against cuBLAS over tile density, tile utilization, and an adaptive
+MLP end to end. Writes ``spartan-machinery-<date>.{json,md}`` and a trace CSV of every timed
+kernel (for calibrating the cost model's GEMM families) into ``--out``.
+
+    python3 benchmarks/spartan_machinery.py --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._gpu_timing import GpuTimer  # noqa: E402
+from benchmarks._results import RESULTS, write_result  # noqa: E402
+from spartan_py.report.tables import markdown_table  # noqa: E402
+from spartan_py.sparsity import (  # noqa: E402
+    KernelPolicy,
+    SparsityMonitor,
+    compact_rows,
+    compact_tiles,
+    dense_matmul,
+    expand_rows,
+    expand_tiles,
+    matmul_error,
+    tile_counts,
+    tile_list,
+    tile_sparse_matmul,
+    tile_utilization,
+)
+from spartan_py.sparsity.policy import candidate_records  # noqa: E402
+from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations  # noqa: E402
+from spartan_py.trace import to_frame, write_trace  # noqa: E402
+
+#: (layer, batch): shapes of the sweep; batches keep every GEMM above a full wave of blocks.
+CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 16), ("vgg16/conv5_2", 64),
+              ("resnet18/conv2_x", 64), ("resnet18/conv4_x", 64), ("resnet18/conv5_x", 128))  # fmt: skip
+DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+GEMM_TILE = (128, 32)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def check_against_cpu(cp) -> list[dict]:
+    """Every GPU function against its CPU twin on small shapes; raises on a mismatch."""
+    rng = np.random.default_rng(0)
+    rows = []
+    z = tiled_preactivations(300, 256, 0.3, tile=GEMM_TILE, seed=1)
+    bias = rng.standard_normal(256).astype(np.float32) * 0.1
+    for tile in ((8, 8), (32, 32), (128, 32), (64, 128), (1, 4)):
+        for mode in ("software", "fused"):
+            y_cpu, p_cpu = SparsityMonitor(tile=tile, mode=mode).epilogue(z, bias, clamp=1.5)
+            y_gpu, p_gpu = SparsityMonitor(tile=tile, mode=mode).epilogue(cp.asarray(z), cp.asarray(bias), clamp=1.5)
+            assert np.array_equal(y_cpu, y_gpu.get()), (tile, mode)
+            assert np.array_equal(p_cpu.tile_nnz, cp.asnumpy(p_gpu.tile_nnz)), (tile, mode)
+            assert np.array_equal(p_cpu.row_nnz, cp.asnumpy(p_gpu.row_nnz)), (tile, mode)
+        rows.append({"check": f"epilogue+monitor {tile}", "result": "equal"})
+    y = np.maximum(z, 0)
+    y_dev = cp.asarray(y)
+    packed = compact_rows(y_dev)
+    assert np.array_equal(cp.asnumpy(expand_rows(packed)), y)
+    for tile in ((128, 32), (16, 16)):
+        tiles = compact_tiles(y_dev, tile)
+        assert np.array_equal(cp.asnumpy(expand_tiles(tiles)), y)
+        assert np.array_equal(cp.asnumpy(tiles.tiles.coords), compact_tiles(y, tile).tiles.coords)
+    rows.append({"check": "compaction round trips", "result": "equal"})
+    w = rng.standard_normal((256, 192)).astype(np.float32)
+    for precision, tile in (("fp32", (128, 32)), ("fp32", (64, 16)), ("tf32", (128, 32))):
+        tl_cpu = compact_tiles(y, tile, pack=False).tiles
+        tl_gpu = compact_tiles(y_dev, tile, pack=False).tiles
+        c_cpu = tile_sparse_matmul(y, w, tl_cpu, precision=precision)
+        c_gpu = tile_sparse_matmul(y_dev, cp.asarray(w), tl_gpu, precision=precision)
+        err = matmul_error(c_gpu, y, w)
+        diff = float(np.abs(c_gpu.get() - c_cpu).max() / np.abs(c_cpu).max())
+        assert diff < (1e-5 if precision == "fp32" else 2e-3), (precision, tile, diff)
+        rows.append({"check": f"tile GEMM {precision} {tile}", "result": f"max rel diff to CPU {diff:.1e}",
+                     "max_rel_error_vs_fp64": err["max_rel"], "rms_rel_error_vs_fp64": err["rms_rel"]})  # fmt: skip
+    policy = KernelPolicy()
+    _, profile = SparsityMonitor(tile=GEMM_TILE).epilogue(cp.asarray(z), out=y_dev.copy())
+    decision = policy.choose(profile, 192)
+    for kernel in ("dense", "tile_sparse", "row_compact", "csr"):
+        c = policy.run(replace(decision, kernel=kernel), y_dev, cp.asarray(w), profile)
+        assert matmul_error(c, y, w)["max_rel"] < 1e-5, kernel
+    rows.append({"check": "policy kernels", "result": "all four match fp64 within 1e-5"})
+    return rows
+
+
+def profiling_overhead(cp, timer: GpuTimer, cases) -> tuple[list[dict], list]:
+    """Per conv layer: plain vs fused epilogue, the software pass, and a layer loop per mode."""
+    rows, records = [], []
+    for label, batch in cases:
+        m, k, n = conv_layer(label).gemm_shape(batch)
+        a = cp.asarray(tiled_preactivations(m, k, 0.5, tile=GEMM_TILE, seed=2, xp=cp).clip(0, None))
+        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
+        bias = cp.zeros(n, dtype=cp.float32)
+        z = dense_matmul(a, w)
+        y = cp.empty_like(z)
+        gemm = timer(lambda: dense_matmul(a, w, out=z))
+        plain_mon, fused_mon, soft_mon = (SparsityMonitor(tile=(32, 32), mode=m_, timed=False) for m_ in ("off", "fused", "software"))
+        plain = timer(lambda: plain_mon.epilogue(z, bias, out=y), repeats=50)
+        fused = timer(lambda: fused_mon.epilogue(z, bias, out=y), repeats=50)
+        software = timer(lambda: soft_mon.epilogue(z, bias, out=y), repeats=50)
+        count_only = SparsityMonitor(tile=(32, 32), mode="software", timed=True)
+        count_only.epilogue(z, bias, out=y)
+        pass_s = statistics.median(count_only.epilogue(z, bias, out=y)[1].monitor_seconds for _ in range(30))
+        fused_extra = fused["median_us"] - plain["median_us"]
+        software_extra = software["median_us"] - plain["median_us"]
+        layer_us = gemm["median_us"] + plain["median_us"]
+        rows.append({"layer": label, "batch": batch, "M": m, "K": k, "N": n, "gemm_us": gemm["median_us"],
+                     "epilogue_us": plain["median_us"], "fused_epilogue_us": fused["median_us"],
+                     "fused_extra_us": fused_extra, "software_extra_us": software_extra,
+                     "software_pass_events_us": pass_s * 1e6,
+                     "ratio_software_over_fused": software_extra / fused_extra if fused_extra > 0 else float("inf"),
+                     "fused_overhead_pct_of_layer": 100 * fused_extra / layer_us,
+                     "software_overhead_pct_of_layer": 100 * software_extra / layer_us})  # fmt: skip
+        out_bytes = 4 * m * n
+        records += [
+            *[replace(r, measured_us=gemm["median_us"], run=f"{label}/overhead") for r in
+              candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=_tile())],
+            _rec("gpu.epilogue", label, plain["median_us"], bytes_read=out_bytes, bytes_written=out_bytes),
+            _rec("gpu.monitor_pass", label, pass_s * 1e6, bytes_read=out_bytes, monitor_mode="software"),
+        ]
+        log(f"overhead {label}: fused +{fused_extra:.2f} us, software +{software_extra:.1f} us, layer {layer_us:.0f} us")
+    return rows, records
+
+
+def _tile():
+    from spartan_py.sparsity import TileShape
+
+    return TileShape(*GEMM_TILE)
+
+
+def _rec(kernel: str, label: str, us: float, **fields):
+    from spartan_py.trace import TraceRecord
+
+    return TraceRecord(run=label, layer=0, kernel=kernel, measured_us=us, device="gpu", **fields)
+
+
+def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy) -> tuple[list[dict], list]:
+    """Tile-sparse GEMM (FP32, TF32), the other candidates and the adaptive policy vs cuBLAS."""
+    rows, records = [], []
+    tile = _tile()
+    for label, batch in cases:
+        m, k, n = conv_layer(label).gemm_shape(batch)
+        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
+        c = cp.empty((m, n), dtype=cp.float32)
+        full = cp.random.standard_normal((m, k), dtype=cp.float32)
+        dense = {p: timer(lambda p=p: dense_matmul(full, w, precision=p, out=c)) for p in ("fp32", "tf32")}
+        for density in densities:
+            pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
+            monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
+            a, profile = monitor.epilogue(pre, out=pre)
+            tiles = tile_list(profile.tile_nnz, a.shape, tile)
+            ref = dense_matmul(a, w)
+            t_tile = timer(lambda: tile_sparse_matmul(a, w, tiles, out=c))
+            assert float(cp.abs(c - ref).max()) <= 1e-4 * float(cp.abs(ref).max()) + 1e-6, (label, density)
+            t_tile_tf32 = timer(lambda: tile_sparse_matmul(a, w, tiles, precision="tf32", out=c))
+            t_list = timer(lambda: tile_list(profile.tile_nnz, a.shape, tile), flush=False)
+            policy.choose(profile, n)  # first decision fills the prediction cache
+            first = time.perf_counter()
+            policy._predict_cached.cache_clear()
+            decision = policy.choose(profile, n)
+            uncached_ms = (time.perf_counter() - first) * 1e3
+            t_choose = timer(lambda: policy.choose(profile, n), flush=False)
+            t_adaptive = timer(lambda: policy.run(policy.choose(profile, n), a, w, profile, out=c))
+            nnz, active, live = profile.nnz, profile.tiles_active, profile.live_rows
+            row = {"layer": label, "M": m, "K": k, "N": n, "tile_density": profile.tile_density,
+                   "density": profile.density, "live_row_fraction": live / m,
+                   "cublas_fp32_us": dense["fp32"]["median_us"], "tile_fp32_us": t_tile["median_us"],
+                   "tile_list_us": t_list["median_us"],
+                   "speedup_fp32": dense["fp32"]["median_us"] / t_tile["median_us"],
+                   "speedup_fp32_with_list": dense["fp32"]["median_us"] / (t_tile["median_us"] + t_list["median_us"]),
+                   "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
+                   "cublas_tf32_us": dense["tf32"]["median_us"], "tile_tf32_us": t_tile_tf32["median_us"],
+                   "speedup_tf32": dense["tf32"]["median_us"] / t_tile_tf32["median_us"],
+                   "adaptive_kernel": decision.kernel, "adaptive_us": t_adaptive["median_us"],
+                   "adaptive_vs_cublas": t_adaptive["median_us"] / dense["fp32"]["median_us"],
+                   "decision_us": t_choose["median_us"], "decision_uncached_ms": uncached_ms, "reason": decision.reason}  # fmt: skip
+            common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile)
+            list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
+            records += [replace(tile_rec, measured_us=t_tile["median_us"], run=f"{label}/{density}"),
+                        replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]
+            tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **common)[1]
+            records.append(replace(tf32_rec, measured_us=t_tile_tf32["median_us"], run=f"{label}/{density}"))
+            if density in (0.01, 0.1, 0.3, 1.0):
+                row |= _other_candidates(cp, timer, a, w, c, profile, label, density, common, records)
+            rows.append(row)
+            log(f"sweep {label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} us "
+                f"(x{row['speedup_fp32']:.2f}), list {t_list['median_us']:.0f} us, decision {t_choose['median_us']:.0f} us, "
+                f"adaptive {decision.kernel} x{row['adaptive_vs_cublas']:.3f}")
+        m_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile)[0]
+        records.append(replace(m_rec, measured_us=dense["fp32"]["median_us"], run=f"{label}/dense"))
+        t_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile, precision="tf32")[0]
+        records.append(replace(t_rec, measured_us=dense["tf32"]["median_us"], run=f"{label}/dense"))
+    return rows, records
+
+
+def _other_candidates(cp, timer, a, w, c, profile, label, density, common, records) -> dict:
+    """Row compaction and cuSPARSE at a few densities (timed piece by piece for calibration)."""
+    import cupyx.scipy.sparse as sparse
+
+    m, k = a.shape
+    n = w.shape[1]
+    out = {}
+    packed = compact_rows(a, profile.row_nnz)
+    t_gather = timer(lambda: compact_rows(a, profile.row_nnz))
+    t_live = timer(lambda: dense_matmul(packed.values, w)) if packed.live else {"median_us": 0.0}
+    part = dense_matmul(packed.values, w) if packed.live else None
+
+    def expand():
+        c.fill(0)
+        if part is not None:
+            c[packed.ids] = part
+
+    t_expand = timer(expand)
+    gather_rec, live_rec, expand_rec = candidate_records("row_compact", m, k, n, **common)
+    run = f"{label}/{density}"
+    records += [replace(gather_rec, measured_us=t_gather["median_us"], run=run),
+                replace(expand_rec, measured_us=t_expand["median_us"], run=run)]  # fmt: skip
+    if packed.live:
+        records.append(replace(live_rec, measured_us=t_live["median_us"], run=run))
+    out["row_compact_us"] = t_gather["median_us"] + t_live["median_us"] + t_expand["median_us"]
+    if density <= 0.3:
+        t_convert = timer(lambda: sparse.csr_matrix(a), repeats=5)
+        csr = sparse.csr_matrix(a)
+        t_spmm = timer(lambda: csr @ w, repeats=5)
+        convert_rec, spmm_rec = candidate_records("csr", m, k, n, **common)
+        records += [replace(convert_rec, measured_us=t_convert["median_us"], run=run),
+                    replace(spmm_rec, measured_us=t_spmm["median_us"], run=run)]  # fmt: skip
+        out["csr_us"] = t_convert["median_us"] + t_spmm["median_us"]
+    return out
+
+
+def utilization(cp, cases, mlp_activations) -> list[dict]:
+    """Useful / executed multiply-adds at square tiles 8..64 on three kinds of activations."""
+    rows = []
+    sources = []
+    for label, batch in cases[:3]:
+        layer = conv_layer(label)
+        for cluster in (0.0, 2.0):
+            maps = feature_maps(min(batch, 8), layer.in_channels, layer.size, 0.4, cluster_px=cluster, seed=4)
+            a = im2col(cp.asarray(maps), layer.kernel, layer.stride, layer.pad)
+            sources.append((f"{label} im2col, 40% dense maps, cluster {cluster:g} px", a))
+    for i, act in enumerate(mlp_activations):
+        sources.append((f"digits MLP hidden layer {i + 1}", cp.asarray(act)))
+    for name, a in sources:
+        row = {"activations": name, "density": float(cp.count_nonzero(a)) / a.size}
+        for size in (8, 16, 32, 64):
+            row[f"util_{size}"] = tile_utilization(a, size)
+            row[f"tile_density_{size}"] = float((tile_counts(a, size) > 0).mean())
+        rows.append(row)
+    return rows
+
+
+def sampled_drift(cp, mlp, x_batches, every: int = 4) -> dict:
+    """The sampled monitor's profile against the full one over successive batches."""
+    from spartan_py.sparsity.adaptive import device_weights, run_mlp
+
+    weights = device_weights(mlp, cp.asarray(x_batches[0]))
+    full = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
+    sampled = SparsityMonitor(tile=GEMM_TILE, mode="sampled", every=every, timed=False)
+    drift, tile_drift, stale = [], [], 0
+    for x in x_batches:
+        xd = cp.asarray(x)
+        a = run_mlp(mlp, xd, monitor=full, weights=weights).profiles
+        b = run_mlp(mlp, xd, monitor=sampled, weights=weights).profiles
+        for pa, pb in zip(a[:-1], b[:-1]):
+            stale += pb.stale
+            drift.append(abs(pa.density - pb.density))
+            tile_drift.append(abs(pa.tile_density - pb.tile_density))
+    return {"every": every, "batches": len(x_batches), "stale_profiles": stale,
+            "max_density_drift": max(drift), "mean_density_drift": float(np.mean(drift)),
+            "max_tile_density_drift": max(tile_drift)}  # fmt: skip
+
+
+def mlp_end_to_end(cp, timer, mlp, x, policy) -> dict:
+    """The trained MLP on a batch of digits: adaptive (fused monitor + policy) vs dense cuBLAS."""
+    from spartan_py.sparsity.adaptive import device_weights, run_mlp
+
+    xd = cp.asarray(x)
+    weights = device_weights(mlp, xd)
+    monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
+    dense = timer(lambda: run_mlp(mlp, xd, weights=weights, monitor=SparsityMonitor(mode="off")))
+    adaptive = timer(lambda: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=monitor))
+    run = run_mlp(mlp, xd, weights=weights, policy=policy, monitor=monitor)
+    base = run_mlp(mlp, xd, weights=weights)
+    agree = float((run.logits.argmax(axis=1) == base.logits.argmax(axis=1)).mean())
+    return {"rows": int(x.shape[0]), "sizes": list(mlp.sizes), "dense_us": dense["median_us"],
+            "adaptive_us": adaptive["median_us"], "adaptive_over_dense": adaptive["median_us"] / dense["median_us"],
+            "kernels": [d.kernel for d in run.decisions], "reasons": [d.reason for d in run.decisions],
+            "densities": [p.density for p in run.profiles if p is not None],
+            "tile_densities": [p.tile_density for p in run.profiles if p is not None],
+            "argmax_agreement": agree}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="two layers, four densities (a smoke run)")
+    parser.add_argument("--machine", default="h100-sxm", help="the policy's cost-model machine")
+    args = parser.parse_args()
+    import cupy as cp
+
+    from spartan_py.engines.gpu import device_name
+    from spartan_py.sparsity.digits import load_digits, shifted_copies, train_mlp
+
+    device = device_name(cp)
+    cases = CONV_CASES[:2] if args.quick else CONV_CASES
+    densities = (0.01, 0.1, 0.5, 1.0) if args.quick else DENSITIES
+    timer = GpuTimer()
+    policy = KernelPolicy(args.machine)
+    started = time.perf_counter()
+    checks = check_against_cpu(cp)
+    log(f"checks passed ({time.perf_counter() - started:.0f} s)")
+    overhead, records = profiling_overhead(cp, timer, cases)
+    sweep, sweep_records = density_sweep(cp, timer, cases, densities, policy)
+    records += sweep_records
+    data = load_digits()
+    mlp = train_mlp(data, hidden=(1024, 1024, 1024), epochs=4, seed=0)
+    log(f"MLP trained: test accuracy {mlp.test_accuracy:.3f} ({time.perf_counter() - started:.0f} s)")
+    x_big = shifted_copies(data.x, 2)  # 25 x 1797 rows
+    hidden = mlp.forward(data.x[:1024])[:-1]
+    util = utilization(cp, cases, hidden)
+    drift = sampled_drift(cp, mlp, list(x_big[: 16 * 2048].reshape(16, 2048, -1)), every=4)
+    e2e = mlp_end_to_end(cp, timer, mlp, x_big, policy)
+    e2e["test_accuracy"] = mlp.test_accuracy
+    payload = {"checks": checks, "profiling_overhead": overhead, "density_sweep": sweep, "utilization": util,
+               "sampled": drift, "mlp_end_to_end": e2e, "policy_machine": args.machine,
+               "seconds": time.perf_counter() - started}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = write_result("spartan-machinery", device, payload, args.out)
+    frame = to_frame(records)
+    frame["device"] = device
+    write_trace(path.with_suffix(".trace.csv"), frame)
+    md = [f"# Spartan machinery on {device}", "", "## Profiling overhead", "", markdown_table(pd.DataFrame(overhead)),
+          "", "## Density sweep", "", markdown_table(pd.DataFrame(sweep).drop(columns=["reason"])), "",
+          "## Tile utilization", "", markdown_table(pd.DataFrame(util)), "", "## Sampled monitor", "", str(drift), "",
+          "## MLP end to end", "", str(e2e), ""]  # fmt: skip
+    path.with_suffix(".md").write_text("\n".join(md))
+    log(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

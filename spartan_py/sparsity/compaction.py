@@ -1,0 +1,170 @@
+"""The compaction engine: live rows and non-zero tiles of an activation matrix, and back.
+
+On the GPU each compaction is count, scan and scatter on the device: the counts come from
+the monitor (or a counting pass when none is given), an exclusive scan (``cupy.cumsum``)
+gives every kept row or tile its position, and a kernel of ``kernels/spartan_tiles.cu``
+scatters it there. The one host read is the total, to size the output. On the CPU the same
+steps run in NumPy.
+
+Example::
+
+    import numpy as np
+    from spartan_py.sparsity import compact_rows, compact_tiles, expand_rows, expand_tiles
+    a = np.zeros((64, 64), np.float32); a[3, 5] = 1.0; a[40, 60] = 2.0
+    rows = compact_rows(a)            # rows.ids == [3, 40], rows.values.shape == (2, 64)
+    tiles = compact_tiles(a, (16, 16))  # tiles.tiles.coords == [[0, 0], [2, 3]]
+    assert (expand_rows(rows) == a).all() and (expand_tiles(tiles) == a).all()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array
+from spartan_py.sparsity.tiles import TileList, TileShape, tile_counts
+
+
+@dataclass(frozen=True)
+class CompactRows:
+    """The live rows of a ``rows x cols`` matrix: ``ids`` (int32, ascending) and ``values``."""
+
+    ids: object
+    values: object
+    rows: int
+
+    @property
+    def live(self) -> int:
+        """Number of live rows."""
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class CompactTiles:
+    """The non-zero tiles of a matrix: where they are (``tiles``) and their packed
+    contents ``data`` (float32 ``[T x tile.rows x tile.cols]``, zero past the matrix edge)."""
+
+    tiles: TileList
+    data: object
+
+
+def _exclusive_scan(flags):
+    """(positions, total) of an exclusive scan of 0/1 flags (total read on the host)."""
+    xp = array_module(flags)
+    inclusive = xp.cumsum(flags, dtype=xp.int32)
+    total = int(inclusive[-1]) if inclusive.size else 0
+    return inclusive - flags, total
+
+
+def compact_rows(a, row_nnz=None) -> CompactRows:
+    """The rows of ``a`` with a non-zero (``row_nnz``: per-row counts from the monitor, else
+    counted here)."""
+    a = as_matrix(a, "a")
+    xp = array_module(a)
+    m, n = a.shape
+    counts = xp.count_nonzero(a, axis=1) if row_nnz is None else xp.asarray(row_nnz)
+    if counts.shape != (m,):
+        raise InputError(f"row_nnz has shape {tuple(counts.shape)}; expected ({m},)")
+    keep = (counts > 0).astype(xp.int32)
+    if not is_gpu_array(a):
+        ids = np.flatnonzero(keep).astype(np.int32)
+        return CompactRows(ids, a[ids], m)
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+
+    pos, total = _exclusive_scan(keep)
+    ids = cupy.empty(total, dtype=cupy.int32)
+    values = cupy.empty((total, n), dtype=cupy.float32)
+    if total:
+        tile_kernels(cupy.cuda.Device().id)["scatter_rows"]((m,), (128,), (a, keep, pos, values, ids, np.int32(n)))
+    return CompactRows(ids, values, m)
+
+
+def expand_rows(compact: CompactRows):
+    """The full matrix again: the live rows in place, zeros elsewhere."""
+    xp = array_module(compact.values)
+    out = xp.zeros((compact.rows, compact.values.shape[1]), dtype=xp.float32)
+    out[compact.ids] = compact.values
+    return out
+
+
+def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
+    """The :class:`TileList` of the tiles whose count is non-zero (counts on either device)."""
+    tile = TileShape.of(tile)
+    xp = array_module(tile_nnz)
+    counts = xp.asarray(tile_nnz)
+    if counts.shape != tile.grid(shape):
+        raise InputError(f"tile counts of shape {tuple(counts.shape)} do not fit a {shape} matrix in {tile} tiles "
+                         f"(expected {tile.grid(shape)})")  # fmt: skip
+    tiles_m, tiles_n = counts.shape
+    flags = (counts.ravel() > 0).astype(xp.int32)
+    per_row = flags.reshape(tiles_m, tiles_n).sum(axis=1, dtype=xp.int32)
+    row_ptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(per_row, dtype=xp.int32)])
+    if not is_gpu_array(counts):
+        flat = np.flatnonzero(flags)
+        coords = np.stack([flat // tiles_n, flat % tiles_n], axis=1).astype(np.int32)
+        coords = coords.reshape(-1, 2)
+        return TileList(tuple(shape), tile, coords, row_ptr, np.ascontiguousarray(coords[:, 1]))
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+
+    pos, total = _exclusive_scan(flags)
+    coords = cupy.empty((total, 2), dtype=cupy.int32)
+    if total:
+        kernel = tile_kernels(cupy.cuda.Device().id)["scatter_tile_coords"]
+        kernel((-(-flags.size // 256),), (256,), (counts.ravel(), pos, coords, np.int32(flags.size), np.int32(tiles_n)))
+    return TileList(tuple(shape), tile, coords, row_ptr, cupy.ascontiguousarray(coords[:, 1]))
+
+
+def compact_tiles(a, tile, tile_nnz=None, *, pack: bool = True) -> CompactTiles:
+    """The non-zero tiles of ``a`` (``tile_nnz``: the monitor's counts at this tile shape,
+    else counted here) and, when ``pack``, their contents."""
+    a = as_matrix(a, "a")
+    tile = TileShape.of(tile)
+    counts = tile_counts(a, tile) if tile_nnz is None else tile_nnz
+    tiles = tile_list(counts, a.shape, tile)
+    if not pack:
+        return CompactTiles(tiles, None)
+    m, n = a.shape
+    if not is_gpu_array(a):
+        data = np.zeros((tiles.count, tile.rows, tile.cols), dtype=np.float32)
+        for p, (i, j) in enumerate(tiles.coords):
+            block = a[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols]
+            data[p, : block.shape[0], : block.shape[1]] = block
+        return CompactTiles(tiles, data)
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+
+    data = cupy.empty((tiles.count, tile.rows, tile.cols), dtype=cupy.float32)
+    if tiles.count:
+        args = (a, tiles.coords, data, np.int32(m), np.int32(n), np.int32(tile.rows), np.int32(tile.cols))
+        tile_kernels(cupy.cuda.Device().id)["pack_tiles"]((tiles.count,), (256,), args)
+    return CompactTiles(tiles, data)
+
+
+def expand_tiles(compact: CompactTiles):
+    """The full matrix again from packed tiles (zeros outside them)."""
+    if compact.data is None:
+        raise InputError("these tiles were compacted with pack=False: there is no tile data to expand")
+    tiles, tile = compact.tiles, compact.tiles.tile
+    m, n = tiles.shape
+    xp = array_module(compact.data)
+    out = xp.zeros((m, n), dtype=xp.float32)
+    if not is_gpu_array(out):
+        for p, (i, j) in enumerate(tiles.coords):
+            block = out[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols]
+            block[...] = compact.data[p, : block.shape[0], : block.shape[1]]
+        return out
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+
+    if tiles.count:
+        args = (out, tiles.coords, compact.data, np.int32(m), np.int32(n), np.int32(tile.rows), np.int32(tile.cols))
+        tile_kernels(cupy.cuda.Device().id)["unpack_tiles"]((tiles.count,), (256,), args)
+    return out

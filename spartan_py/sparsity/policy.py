@@ -1,0 +1,237 @@
+"""The adaptive policy: pick each layer's GEMM from the monitor's profile of its input and
+the cost model's prediction for every candidate, and say why.
+
+Candidates (:data:`KERNEL_CHOICES`):
+
+``dense``        cuBLAS on the whole input.
+``tile_sparse``  the tile-sparse GEMM over the input's non-zero tiles (list built from the
+                 monitor's counts at the policy's tile, by count, scan and scatter).
+``row_compact``  gather the live rows, cuBLAS on them, scatter the result back.
+``csr``          convert the input to CSR and multiply with cuSPARSE (SpMM).
+
+Each candidate becomes the trace records it would launch, which
+:func:`spartan_py.costmodel.predict` times on the policy's machine (``sim/<name>.yaml``).
+A sparse candidate wins only when predicted at least ``margin`` faster than ``dense``, so
+prediction error near the crossover costs little. The chosen kernel runs on whatever
+device holds the arrays (NumPy/SciPy on the CPU, which then only mirrors the GPU choice).
+
+Example::
+
+    from spartan_py.sparsity import KernelPolicy, SparsityMonitor
+    policy = KernelPolicy("h100-sxm")
+    y, profile = SparsityMonitor(tile=policy.tile).epilogue(z)
+    decision = policy.choose(profile, w.shape[1])
+    out = policy.run(decision, y, w, profile)
+    print(decision.kernel, decision.reason)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.arrays import array_module, is_gpu_array
+from spartan_py.sparsity.monitor import LayerProfile
+from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, tile_sparse_matmul
+from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
+from spartan_py.trace import TraceRecord, to_frame
+
+KERNEL_CHOICES = ("dense", "tile_sparse", "row_compact", "csr")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The kernel chosen for one layer, the predictions behind it and a one-line reason."""
+
+    layer: object
+    kernel: str
+    predicted_us: dict = field(default_factory=dict)
+    reason: str = ""
+    density: float = float("nan")
+    tile_density: float = float("nan")
+    live_row_fraction: float = float("nan")
+
+    def summary(self) -> dict:
+        """Plain values for tables: the choice, the reason and each prediction."""
+        return {"layer": self.layer, "kernel": self.kernel, "reason": self.reason, "density": self.density,
+                "tile_density": self.tile_density, "live_row_fraction": self.live_row_fraction,
+                **{f"predicted_us_{k}": v for k, v in self.predicted_us.items()}}  # fmt: skip
+
+
+def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int,
+                      tile: TileShape, precision: str = "fp32", layer=0) -> list[TraceRecord]:
+    """The trace records a candidate launches for ``[m x k] @ [k x n]`` (counts exact, no times)."""
+    common = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
+    gemm = dict(common, cols=n, useful_macs=nnz * n)
+    rowblocks = -(-m // 128) * -(-n // 128)
+    if kernel == "dense":
+        return [TraceRecord(kernel=f"gpu.dense_gemm.{precision}", rows_in=m, rows_out=m, executed_macs=m * k * n,
+                            bytes_read=4 * (m * k + k * n), bytes_written=4 * m * n, blocks=rowblocks, block_rows=128,
+                            block_threads=256, **gemm)]  # fmt: skip
+    if kernel == "tile_sparse":
+        tm, tn = tile.grid((m, k))
+        bn = 128 if n % 128 == 0 else 64
+        list_bytes = 4 * tm * tn + 8 * tiles_active
+        return [TraceRecord(kernel="gpu.compact", variant="tile_list", bytes_read=list_bytes, bytes_written=list_bytes,
+                            tiles_total=tm * tn, tiles_active=tiles_active, **common),
+                TraceRecord(kernel=f"gpu.tile_gemm.{precision}", rows_in=m, rows_out=m, tiles_total=tm * tn,
+                            tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
+                            executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
+                            bytes_written=4 * m * n, blocks=tm * -(-n // bn), block_rows=tile.rows,
+                            block_threads=(tile.rows // 8) * (bn // 8), block_shared_bytes=2 * 8 * (tile.rows + bn) * 4,
+                            **gemm)]  # fmt: skip
+    if kernel == "row_compact":
+        live_blocks = -(-live_rows // 128) * -(-n // 128)
+        return [TraceRecord(kernel="gpu.compact", variant="rows", rows_in=m, rows_out=live_rows,
+                            bytes_read=4 * live_rows * k, bytes_written=4 * live_rows * k, **common),
+                TraceRecord(kernel=f"gpu.dense_gemm.{precision}", rows_in=live_rows, rows_out=live_rows,
+                            executed_macs=live_rows * k * n, bytes_read=4 * (live_rows * k + k * n),
+                            bytes_written=4 * live_rows * n, blocks=live_blocks, block_rows=128, block_threads=256, **gemm),
+                TraceRecord(kernel="gpu.compact", variant="expand_rows", rows_in=live_rows, rows_out=m,
+                            bytes_read=4 * live_rows * n, bytes_written=4 * m * n, **common)]  # fmt: skip
+    if kernel == "csr":
+        return [TraceRecord(kernel="gpu.csr_convert", rows_in=m, bytes_read=4 * m * k,
+                            bytes_written=8 * nnz + 4 * (m + 1), **common),
+                TraceRecord(kernel="gpu.csr_gemm.fp32", rows_in=m, rows_out=m, nnz_in=nnz, executed_macs=nnz * n,
+                            bytes_read=8 * nnz + 4 * k * n, bytes_written=4 * m * n, **gemm)]  # fmt: skip
+    raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
+
+
+def _profile_scalars(profile: LayerProfile, counts) -> tuple[int, int, int]:
+    """(non-zeros, active tiles at the policy's tile, live rows) in one host read."""
+    xp = array_module(profile.tile_nnz)
+    tiles = counts if counts is not None else profile.tile_nnz
+    values = xp.stack([profile.tile_nnz.sum(dtype=xp.int64), (tiles > 0).sum(dtype=xp.int64),
+                       (profile.row_nnz > 0).sum(dtype=xp.int64)])  # fmt: skip
+    return tuple(int(v) for v in (values.get() if is_gpu_array(values) else values))
+
+
+def _bucket(m: int, k: int, nnz: int, tiles_active: int, live_rows: int, tile: TileShape) -> tuple[int, int, int]:
+    """The counts rounded to 1/256 of their range, so that a layer seen again at about the
+    same sparsity reuses its predictions (the model costs milliseconds of host time)."""
+    tiles = max(math.prod(tile.grid((m, k))), 1)
+
+    def snap(value: int, total: int) -> int:
+        step = max(total // 256, 1)
+        return min(total, round(value / step) * step)
+
+    return snap(nnz, m * k), snap(tiles_active, tiles), snap(live_rows, m)
+
+
+class KernelPolicy:
+    """Chooses among ``kernels`` by the cost model of ``machine`` (a ``sim/`` name, with an
+    optional ``+variant``). ``tile``: the tile of the tile-sparse GEMM (the monitor's tile
+    must equal it or divide it). ``margin``: how much faster a sparse kernel must be
+    predicted to be chosen over ``dense``."""
+
+    def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
+                 tile=DEFAULT_GEMM_TILE, margin: float = 0.1):
+        from spartan_py.costmodel.simulate import resolve_machine
+
+        if precision not in PRECISIONS:
+            raise InputError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        unknown = [k for k in kernels if k not in KERNEL_CHOICES]
+        if unknown or "dense" not in kernels:
+            raise InputError(f"kernels must include 'dense' and come from {', '.join(KERNEL_CHOICES)}; got {list(kernels)}")
+        if precision == "tf32" and "csr" in kernels:
+            kernels = tuple(k for k in kernels if k != "csr")  # cuSPARSE has no TF32 SpMM
+        if not 0 <= margin < 1:
+            raise InputError(f"margin must be in [0, 1), got {margin}")
+        self.machine, self.variant = resolve_machine(machine)
+        self.machine_name = machine
+        self.precision = precision
+        self.kernels = tuple(kernels)
+        self.tile = TileShape.of(tile)
+        self.margin = margin
+
+    def predict(self, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int) -> dict[str, float]:
+        """Predicted microseconds of every candidate kernel (NaN where the model cannot say)."""
+        from spartan_py.costmodel.model import predict
+
+        out = {}
+        for kernel in self.kernels:
+            records = candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows,
+                                        tile=self.tile, precision=self.precision)  # fmt: skip
+            predicted = predict(to_frame(records), self.machine, self.variant)["predicted_us"]
+            out[kernel] = float(predicted.sum()) if predicted.notna().all() else float("nan")
+        return out
+
+    @functools.lru_cache(maxsize=4096)
+    def _predict_cached(self, m: int, k: int, n: int, nnz: int, tiles_active: int, live_rows: int) -> tuple:
+        return tuple(self.predict(m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows).items())
+
+    def _policy_counts(self, profile: LayerProfile):
+        """The profile's tile counts at the policy's tile, or None when they cannot be had."""
+        if profile.tile == self.tile:
+            return profile.tile_nnz
+        if self.tile.rows % profile.tile.rows == 0 and self.tile.cols % profile.tile.cols == 0:
+            return coarsen_counts(profile.tile_nnz, profile.tile, self.tile)
+        return None
+
+    def choose(self, profile: LayerProfile | None, n: int, *, k: int | None = None, layer=None) -> Decision:
+        """The kernel for ``input @ W`` where ``profile`` describes the input ``[M x K]`` and
+        ``W`` has ``n`` columns. Without a profile the choice is ``dense``."""
+        if profile is None:
+            return Decision(layer, "dense", reason="no profile of the input (monitor off or first layer)")
+        m, k_in = profile.shape
+        k = k_in if k is None else k
+        counts = self._policy_counts(profile)
+        nnz, tiles_active, live = _profile_scalars(profile, counts)
+        if counts is None:
+            tiles_active = math.prod(self.tile.grid((m, k)))
+        predicted = dict(self._predict_cached(m, k, n, *_bucket(m, k, nnz, tiles_active, live, self.tile)))
+        if counts is None:
+            predicted.pop("tile_sparse", None)
+        dense = predicted["dense"]
+        best = min((v, name) for name, v in predicted.items() if not math.isnan(v))[1]
+        stats = dict(density=profile.density, tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
+                     live_row_fraction=live / max(m, 1))  # fmt: skip
+        stale = " (stale profile)" if profile.stale else ""
+        if best != "dense" and predicted[best] <= (1 - self.margin) * dense:
+            reason = (f"{best} predicted {predicted[best]:.1f} us vs dense {dense:.1f} us on {self.machine_name}{stale}; "
+                      f"tile density {stats['tile_density']:.2f} at {self.tile}, live rows {stats['live_row_fraction']:.2f}")  # fmt: skip
+            return Decision(layer if layer is not None else profile.layer, best, predicted, reason, **stats)
+        why = "fastest predicted" if best == "dense" else f"{best} within the {self.margin:.0%} margin"
+        reason = f"dense: {why} ({dense:.1f} us on {self.machine_name}){stale}; tile density {stats['tile_density']:.2f}"
+        return Decision(layer if layer is not None else profile.layer, "dense", predicted, reason, **stats)
+
+    def run(self, decision: Decision, a, w, profile: LayerProfile | None = None, *, out=None):
+        """Run the decided kernel for ``a @ w`` (counts recomputed when the profile is stale
+        or absent)."""
+        xp = array_module(a)
+        kernel = decision.kernel
+        if kernel == "dense":
+            return dense_matmul(a, w, precision=self.precision, out=out)
+        fresh = profile is not None and not profile.stale and profile.shape == tuple(a.shape)
+        if kernel == "tile_sparse":
+            from spartan_py.sparsity.compaction import tile_list
+
+            counts = self._policy_counts(profile) if fresh else None
+            if counts is None:
+                counts = tile_counts(a, self.tile)
+            return tile_sparse_matmul(a, w, tile_list(counts, a.shape, self.tile), precision=self.precision, out=out)
+        if kernel == "row_compact":
+            from spartan_py.sparsity.compaction import compact_rows
+
+            rows = compact_rows(a, profile.row_nnz if fresh else None)
+            c = xp.zeros((a.shape[0], w.shape[1]), dtype=xp.float32) if out is None else out
+            if out is not None:
+                c[...] = 0
+            if rows.live:
+                c[rows.ids] = dense_matmul(rows.values, w, precision=self.precision)
+            return c
+        if kernel == "csr":
+            if is_gpu_array(a):
+                import cupyx.scipy.sparse as sparse
+            else:
+                import scipy.sparse as sparse
+            c = sparse.csr_matrix(a) @ w
+            c = xp.ascontiguousarray(c, dtype=xp.float32)
+            if out is not None:
+                out[...] = c
+                return out
+            return c
+        raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
+

@@ -1,0 +1,181 @@
+"""Tile-sparse GEMM ``A @ W`` skipping ``A``'s zero tiles, its dense cuBLAS baseline, and
+the error of either against a float64 reference.
+
+Precisions: ``fp32`` (CUDA cores) and ``tf32`` (tensor cores; operands rounded to TF32,
+10 mantissa bits, to nearest with ties away from zero, then accumulated in FP32). The CPU
+path emulates TF32 by rounding the operands the same way, so CPU and GPU results differ
+only by FP32 summation order.
+
+GPU kernels (``kernels/tile_gemm.cu``) take the tile list as CSR over row blocks: the
+tile's rows are the kernel's block height (64 or 128 for ``fp32``, 128 for ``tf32``) and
+its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
+multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
+
+Example::
+
+    import numpy as np
+    from spartan_py.sparsity import compact_tiles, tile_sparse_matmul
+    rng = np.random.default_rng(0)
+    a = np.maximum(rng.standard_normal((256, 128)), 0).astype(np.float32)
+    a[:128, 32:] = 0                      # three zero 128 x 32 tiles
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    tiles = compact_tiles(a, (128, 32), pack=False).tiles
+    c = tile_sparse_matmul(a, w, tiles)   # equals a @ w within rounding
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
+from spartan_py.sparsity.tiles import TileList, TileShape
+
+PRECISIONS = ("fp32", "tf32")
+#: The tile a GEMM uses when none is given: the FP32 kernel's 128-row block, 32 columns.
+DEFAULT_GEMM_TILE = TileShape(128, 32)
+
+
+def round_to_tf32(x):
+    """``x`` (float32, either device) rounded to TF32's 10-bit mantissa, to nearest with ties
+    away from zero (what ``cvt.rna.tf32.f32`` does); NaN and infinities pass unchanged."""
+    xp = array_module(x)
+    x = xp.ascontiguousarray(x, dtype=xp.float32)
+    bits = x.view(xp.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).astype(xp.uint32)
+    return xp.where(finite, rounded, bits).astype(xp.uint32).view(xp.float32)
+
+
+def _check_operands(a, w, precision: str):
+    if precision not in PRECISIONS:
+        raise InputError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    a, w = as_matrix(a, "A"), as_matrix(w, "W")
+    if a.shape[1] != w.shape[0]:
+        raise InputError(f"A is {tuple(a.shape)} and W is {tuple(w.shape)}: inner dimensions differ")
+    if not same_device(a, w):
+        raise InputError("A and W must both be NumPy arrays or both CuPy arrays")
+    return a, w
+
+
+def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = "fp32", out=None):
+    """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
+    at :data:`DEFAULT_GEMM_TILE` when None); ``A`` must be zero outside them."""
+    a, w = _check_operands(a, w, precision)
+    if tiles is None:
+        from spartan_py.sparsity.compaction import tile_list
+        from spartan_py.sparsity.tiles import tile_counts
+
+        tiles = tile_list(tile_counts(a, DEFAULT_GEMM_TILE), a.shape, DEFAULT_GEMM_TILE)
+    if tuple(tiles.shape) != tuple(a.shape):
+        raise InputError(f"the tile list describes a {tiles.shape} matrix, but A is {tuple(a.shape)}")
+    if is_gpu_array(a) != is_gpu_array(tiles.coords):
+        raise InputError("the tile list must live on the same device as A")
+    if is_gpu_array(a):
+        return _gpu_tile_matmul(a, w, tiles, precision, out)
+    return _cpu_tile_matmul(a, w, tiles, precision, out)
+
+
+def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
+    if precision == "tf32":
+        a, w = round_to_tf32(a), round_to_tf32(w)
+    m, n = a.shape[0], w.shape[1]
+    c = np.zeros((m, n), dtype=np.float32) if out is None else out
+    c[...] = 0
+    tile = tiles.tile
+    row_ptr, k_tiles = np.asarray(tiles.row_ptr), np.asarray(tiles.col_index)
+    for i in range(row_ptr.size - 1):
+        cols = k_tiles[row_ptr[i] : row_ptr[i + 1]]
+        if cols.size == 0:
+            continue
+        ks = (cols[:, None] * tile.cols + np.arange(tile.cols)).ravel()
+        ks = ks[ks < a.shape[1]]
+        rows = slice(i * tile.rows, (i + 1) * tile.rows)
+        c[rows] = a[rows][:, ks] @ w[ks]
+    return c
+
+
+def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None):
+    """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance (benchmarks)."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, gemm_kernels
+
+    m, k = a.shape
+    n = w.shape[1]
+    tile = tiles.tile
+    if precision == "tf32":
+        bm, bn, bk = TF32_BLOCK
+        if tile.rows != bm:
+            raise InputError(f"the tf32 tile GEMM needs tiles of {bm} rows, got {tile}")
+    else:
+        heights = sorted({s[0] for s in F32_SHAPES})
+        if tile.rows not in heights:
+            raise InputError(f"the fp32 tile GEMM needs tiles of {' or '.join(map(str, heights))} rows, got {tile}")
+        bm, bn, bk = block or (tile.rows, 128 if n % 128 == 0 else 64, F32_BLOCK_K)
+        if (bm, bn, bk) not in F32_SHAPES or bm != tile.rows:
+            raise InputError(f"no fp32 tile GEMM instance {(bm, bn, bk)} for {tile} tiles; have {F32_SHAPES}")
+    if tile.cols % bk or k % tile.cols:
+        raise InputError(f"{precision} tile GEMM: tile columns ({tile.cols}) must be a multiple of {bk} and divide K ({k})")
+    n_pad = -(-n // bn) * bn
+    w_dev = w if n_pad == n else cupy.pad(w, ((0, 0), (0, n_pad - n)))
+    c = out if out is not None and n_pad == n else cupy.empty((m, n_pad), dtype=cupy.float32)
+    kernels = gemm_kernels(cupy.cuda.Device().id)
+    grid = (n_pad // bn, tiles.grid[0])
+    args = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k), tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
+    if precision == "tf32":
+        shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
+        kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
+    else:
+        kernels[("fp32", bm, bn, bk)](grid, ((bm // 8) * (bn // 8),), args)
+    if n_pad != n:
+        c = c[:, :n]
+        if out is not None:
+            out[...] = c
+            return out
+        return cupy.ascontiguousarray(c)
+    return c
+
+
+def dense_matmul(a, w, *, precision: str = "fp32", out=None):
+    """Dense ``A @ W``: cuBLAS (``cublasGemmEx``, FP32 or FP32-fast-TF32 compute) on the GPU,
+    NumPy on the CPU (TF32 emulated by rounding the operands)."""
+    a, w = _check_operands(a, w, precision)
+    if not is_gpu_array(a):
+        if precision == "tf32":
+            a, w = round_to_tf32(a), round_to_tf32(w)
+        return np.matmul(a, w, out=out)
+    import cupy
+    from cupy.cuda import cublas
+
+    m, k = a.shape
+    n = w.shape[1]
+    c = cupy.empty((m, n), dtype=cupy.float32) if out is None else out
+    compute = {"fp32": getattr(cublas, "CUBLAS_COMPUTE_32F", 68),
+               "tf32": getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", 77)}[precision]  # fmt: skip
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    r32f = cupy.cuda.runtime.CUDA_R_32F
+    # row-major C = A @ W is column-major C^T = W^T A^T
+    cublas.gemmEx(cupy.cuda.device.get_cublas_handle(), cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
+                  one.ctypes.data, w.data.ptr, r32f, n, a.data.ptr, r32f, k, zero.ctypes.data, c.data.ptr, r32f, n,
+                  compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1))  # fmt: skip
+    return c
+
+
+def matmul_error(c, a, w) -> dict:
+    """Error of ``c`` against ``A @ W`` in float64: ``max_abs``, ``max_rel`` (|error| over
+    ``|A| @ |W|``, the scale rounding errors grow with) and ``rms_rel`` (RMS error over RMS
+    of the reference). Computed on the host."""
+    def to_host(x):
+        return x.get() if is_gpu_array(x) else np.asarray(x)
+
+    c64 = to_host(c).astype(np.float64)
+    a64, w64 = to_host(a).astype(np.float64), to_host(w).astype(np.float64)
+    reference = a64 @ w64
+    scale = np.abs(a64) @ np.abs(w64)
+    error = np.abs(c64 - reference)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.where(scale > 0, error / scale, 0.0)
+    rms_ref = float(np.sqrt(np.mean(reference**2))) or 1.0
+    return {"max_abs": float(error.max(initial=0.0)), "max_rel": float(relative.max(initial=0.0)),
+            "rms_rel": float(np.sqrt(np.mean(error**2))) / rms_ref}  # fmt: skip

@@ -1,0 +1,132 @@
+"""Dense-weight workloads with sparse activations: the convolution layers Spartan reports
+(AlexNet, VGG-16, ResNet-18) as im2col GEMMs, and generated activation maps with a chosen
+density and spatial clustering.
+
+Only layers whose input is a ReLU output are listed (the first convolution of each network
+reads the image). A layer's GEMM is ``A [M x K] @ W [K x N]`` with ``M = batch * out_h *
+out_w`` (rows ordered batch, out_y, out_x), ``K = in_channels * kernel^2`` (ordered
+channel, ky, kx) and ``N = out_channels``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.arrays import array_module
+from spartan_py.sparsity.tiles import TileShape
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """One convolution: square input of ``size`` pixels, square ``kernel``."""
+
+    network: str
+    name: str
+    in_channels: int
+    out_channels: int
+    size: int
+    kernel: int = 3
+    stride: int = 1
+    pad: int = 1
+
+    @property
+    def out_size(self) -> int:
+        """Output height (= width)."""
+        return (self.size + 2 * self.pad - self.kernel) // self.stride + 1
+
+    def gemm_shape(self, batch: int) -> tuple[int, int, int]:
+        """(M, K, N) of the im2col GEMM for ``batch`` images."""
+        return batch * self.out_size**2, self.in_channels * self.kernel**2, self.out_channels
+
+    @property
+    def label(self) -> str:
+        """``network/name``."""
+        return f"{self.network}/{self.name}"
+
+
+def _vgg16() -> list[ConvLayer]:
+    plan = [(64, 64, 224, "conv1_2"), (64, 128, 112, "conv2_1"), (128, 128, 112, "conv2_2"), (128, 256, 56, "conv3_1"),
+            (256, 256, 56, "conv3_2"), (256, 256, 56, "conv3_3"), (256, 512, 28, "conv4_1"), (512, 512, 28, "conv4_2"),
+            (512, 512, 28, "conv4_3"), (512, 512, 14, "conv5_1"), (512, 512, 14, "conv5_2"), (512, 512, 14, "conv5_3")]  # fmt: skip
+    return [ConvLayer("vgg16", name, cin, cout, size) for cin, cout, size, name in plan]
+
+
+def _resnet18() -> list[ConvLayer]:
+    return [ConvLayer("resnet18", "conv2_x", 64, 64, 56), ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2),
+            ConvLayer("resnet18", "conv3_x", 128, 128, 28), ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2),
+            ConvLayer("resnet18", "conv4_x", 256, 256, 14), ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2),
+            ConvLayer("resnet18", "conv5_x", 512, 512, 7)]  # fmt: skip
+
+
+def _alexnet() -> list[ConvLayer]:
+    return [ConvLayer("alexnet", "conv2", 96, 256, 27, kernel=5, pad=2), ConvLayer("alexnet", "conv3", 256, 384, 13),
+            ConvLayer("alexnet", "conv4", 384, 384, 13), ConvLayer("alexnet", "conv5", 384, 256, 13)]  # fmt: skip
+
+
+#: network -> its convolution layers with post-ReLU inputs.
+CONV_LAYERS: dict[str, list[ConvLayer]] = {"alexnet": _alexnet(), "vgg16": _vgg16(), "resnet18": _resnet18()}
+
+
+def conv_layer(label: str) -> ConvLayer:
+    """A layer by ``network/name`` (e.g. ``vgg16/conv3_2``)."""
+    for layers in CONV_LAYERS.values():
+        for layer in layers:
+            if layer.label == label:
+                return layer
+    known = ", ".join(l.label for layers in CONV_LAYERS.values() for l in layers)
+    raise InputError(f"unknown convolution layer {label!r}; known: {known}")
+
+
+def im2col(x, kernel: int, stride: int = 1, pad: int = 0):
+    """Rows of receptive fields of NCHW ``x`` (NumPy or CuPy): ``[N*OH*OW x C*kernel^2]``."""
+    xp = array_module(x)
+    n, c, h, w = x.shape
+    if pad:
+        x = xp.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    sn, sc, sh, sw = x.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        x, shape=(n, oh, ow, c, kernel, kernel), strides=(sn, sh * stride, sw * stride, sc, sh, sw))
+    return xp.ascontiguousarray(windows.reshape(n * oh * ow, c * kernel * kernel))
+
+
+def feature_maps(batch: int, channels: int, size: int, density: float, *, cluster_px: float = 0.0,
+                 seed: int = 0) -> np.ndarray:
+    """Post-ReLU NCHW maps (float32) with the given fraction of non-zeros. ``cluster_px``
+    is the correlation length of the non-zero regions (0: independent pixels; larger: the
+    zeros come in blobs of about that many pixels, as in real feature maps)."""
+    if not 0 <= density <= 1:
+        raise InputError(f"density must be in [0, 1], got {density}")
+    rng = np.random.default_rng(seed)
+    field = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+    if cluster_px > 0:
+        from scipy.ndimage import gaussian_filter
+
+        field = gaussian_filter(field, sigma=(0, 0, cluster_px, cluster_px)).astype(np.float32)
+    threshold = np.quantile(field, 1 - density) if 0 < density < 1 else (np.inf if density == 0 else -np.inf)
+    values = np.abs(rng.standard_normal(field.shape)).astype(np.float32) + 0.01
+    return np.where(field > threshold, values, np.float32(0)).astype(np.float32)
+
+
+def tiled_preactivations(m: int, k: int, tile_density: float, *, tile=(128, 32), fill: float = 0.5,
+                         seed: int = 0, xp=np):
+    """Pre-activations ``[m x k]`` whose ReLU has exactly ``round(tile_density * tiles)``
+    non-zero tiles of ``tile`` (chosen at random), each with about ``fill`` of its entries
+    positive; elsewhere strictly negative. Feed them through a monitored epilogue to get the
+    activations and their profile together. ``xp``: ``numpy`` or ``cupy`` (where to make them)."""
+    tile = TileShape.of(tile)
+    if not 0 <= tile_density <= 1 or not 0 < fill <= 1:
+        raise InputError(f"tile_density must be in [0, 1] and fill in (0, 1], got {tile_density}, {fill}")
+    rng = np.random.default_rng(seed)
+    tm, tn = tile.grid((m, k))
+    active = np.zeros(tm * tn, dtype=bool)
+    active[rng.choice(tm * tn, size=int(round(tile_density * tm * tn)), replace=False)] = True
+    mask = xp.asarray(active.reshape(tm, tn))
+    mask = xp.repeat(xp.repeat(mask, tile.rows, axis=0), tile.cols, axis=1)[:m, :k]
+    state = xp.random.RandomState(seed)
+    magnitude = xp.abs(state.standard_normal((m, k))).astype(xp.float32) + xp.float32(0.01)
+    positive = state.random_sample((m, k)) < fill
+    return xp.where(mask & positive, magnitude, -magnitude).astype(xp.float32)
