@@ -99,16 +99,6 @@ __global__ void scatter_rows(const float* __restrict__ a, const int* __restrict_
     for (int c = threadIdx.x; c < N; c += blockDim.x) packed[(size_t)p * N + c] = a[(size_t)r * N + c];
 }
 
-// Compaction scatter of non-zero tiles: tile t (row-major over tiles_m x tiles_n) with
-// tile_nnz[t] > 0 writes its coordinates at pos[t] (an exclusive scan of the flags).
-__global__ void scatter_tile_coords(const int* __restrict__ tile_nnz, const int* __restrict__ pos, int* __restrict__ coords,
-                                    int tiles, int tiles_n) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= tiles || tile_nnz[t] == 0) return;
-    coords[2 * pos[t]] = t / tiles_n;
-    coords[2 * pos[t] + 1] = t % tiles_n;
-}
-
 // Packed tile data: data[p, i, j] = a[tr * TR + i, tc * TC + j] (zero outside the matrix),
 // one block per listed tile. UNPACK = true writes the other way (into a zeroed matrix).
 template <bool UNPACK>
@@ -124,5 +114,81 @@ __global__ void move_tiles(float* __restrict__ a, const int* __restrict__ coords
         } else {
             data[(size_t)p * TR * TC + e] = inside ? a[(size_t)r * N + c] : 0.f;
         }
+    }
+}
+
+// Lists the non-zero tiles of a tiles_m x tiles_n count matrix in one block, with no host
+// round trip: thread i takes a contiguous run of tiles, counts its non-zero ones, a block
+// scan gives each run its first position, and a second pass writes coords[p] = (tile row,
+// tile col), col_index[p] = tile col, and row_ptr[r] = tiles listed before tile row r
+// (row_ptr[tiles_m] = all of them). The output buffers hold tiles_m * tiles_n entries.
+__global__ void __launch_bounds__(1024) list_tiles(const int* __restrict__ counts, int tiles_m, int tiles_n,
+                                                   int* __restrict__ row_ptr, int* __restrict__ coords,
+                                                   int* __restrict__ col_index) {
+    __shared__ int warp_total[32];
+    const int total = tiles_m * tiles_n;
+    const int per_thread = (total + blockDim.x - 1) / blockDim.x;
+    const int begin = min(total, (int)threadIdx.x * per_thread), end = min(total, begin + per_thread);
+    int mine = 0;
+    for (int t = begin; t < end; ++t) mine += counts[t] > 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int scan = mine;  // inclusive scan within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, scan, o);
+        if (lane >= o) scan += up;
+    }
+    if (lane == 31) warp_total[warp] = scan;
+    __syncthreads();
+    if (warp == 0) {
+        const int v = lane < (int)(blockDim.x >> 5) ? warp_total[lane] : 0;
+        int x = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int up = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += up;
+        }
+        warp_total[lane] = x - v;  // exclusive: tiles in the warps before
+    }
+    __syncthreads();
+    int pos = warp_total[warp] + scan - mine;
+    for (int t = begin; t < end; ++t) {
+        const int r = t / tiles_n, c = t - r * tiles_n;
+        if (c == 0) row_ptr[r] = pos;
+        if (counts[t] > 0) {
+            coords[2 * pos] = r;
+            coords[2 * pos + 1] = c;
+            col_index[pos] = c;
+            ++pos;
+        }
+    }
+    if (end == total && begin < end) row_ptr[tiles_m] = pos;
+    if (total == 0 && threadIdx.x == 0) row_ptr[tiles_m] = 0;
+}
+
+// The profile's scalars in one pass: out[0] += non-zeros, out[1] += non-zero tiles,
+// out[2] += live rows (rows whose partial counts over `chunks` column chunks sum above 0).
+// out must be zeroed.
+__global__ void profile_scalars(const int* __restrict__ tile_nnz, int tiles, const int* __restrict__ row_counts, int rows,
+                                int chunks, unsigned long long* __restrict__ out) {
+    unsigned long long nnz = 0, active = 0, live = 0;
+    const int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < tiles; i += stride) {
+        const int v = tile_nnz[i];
+        nnz += v;
+        active += v > 0;
+    }
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+        int s = 0;
+        for (int c = 0; c < chunks; ++c) s += row_counts[(size_t)r * chunks + c];
+        live += s > 0;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        nnz += __shfl_down_sync(0xffffffffu, nnz, o);
+        active += __shfl_down_sync(0xffffffffu, active, o);
+        live += __shfl_down_sync(0xffffffffu, live, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (nnz) atomicAdd(out, nnz);
+        if (active) atomicAdd(out + 1, active);
+        if (live) atomicAdd(out + 2, live);
     }
 }

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, infer, make_engine, resolve_backend
 from spartan_py.engines.reference import ReferenceEngine
+from spartan_py.errors import InputError
 
 # Backends checked against the reference here; GPU ones carry the gpu marker.
 BACKENDS = [
@@ -250,3 +251,27 @@ def test_twin_counts_tiles_that_still_have_live_rows():
         assert lower <= record.executed_macs <= executed_upper_bound(record, plans)
     assert any(r.executed_macs < executed_upper_bound(r, plans) for r in launches)
     assert all(0 < r.useful_macs <= r.executed_macs for r in launches)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("gpu-twin", id="gpu-twin"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)])
+def test_monitor_modes_change_only_the_monitoring(backend):
+    network = generate_network(1024, 12, seed=5)
+    inputs = generate_inputs(500, 1024, seed=5)
+    want = ReferenceEngine(network).run(inputs)
+    traces = {}
+    for mode in ("fused", "sampled", "software", "off"):
+        got = make_engine(backend, network, monitor=mode, monitor_every=4).run(inputs, run_id=mode)
+        assert_same_run(got, want)
+        traces[mode] = got.trace
+    layers = [r for r in traces["sampled"] if r.kernel == "gpu.gc_layer"]
+    assert [r.monitor_bytes > 0 for r in layers] == [i % 4 == 0 for i in range(len(layers))]
+    assert all(r.monitor_mode == "fused" and r.monitor_bytes > 0 for r in traces["fused"] if r.kernel == "gpu.gc_layer")
+    assert all(r.monitor_bytes == 0 for r in traces["off"])
+    software = traces["software"]
+    launches = [r for r in software if r.kernel == "gpu.gc_layer"]
+    passes = [r for r in software if r.kernel == "gpu.monitor_pass"]
+    assert len(launches) == len(passes) == network.layers  # one layer per launch, a pass after each
+    assert all(p.bytes_read == l.rows_out * 1024 * 4 for p, l in zip(passes, launches))
+    assert sum(r.host_syncs for r in software if r.variant == "monitor") == 2 * network.layers
+    with pytest.raises(InputError, match="monitor must be one of"):
+        make_engine(backend, network, monitor="hardware")

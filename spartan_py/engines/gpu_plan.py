@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.bank_schedule import conflict_free_ell
+from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord
 
 #: Threads per block (one kernel build each); output columns per thread = neurons / threads.
@@ -66,7 +67,7 @@ def gc_monitor_mode(monitor: bool | str) -> str:
     if isinstance(monitor, bool):
         return "fused" if monitor else "off"
     if monitor not in GC_MONITOR_MODES:
-        raise ValueError(f"monitor must be one of {', '.join(GC_MONITOR_MODES)} (or a bool), not {monitor!r}")
+        raise InputError(f"monitor must be one of {', '.join(GC_MONITOR_MODES)} (or a bool), not {monitor!r}")
     return monitor
 
 

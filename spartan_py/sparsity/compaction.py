@@ -1,10 +1,11 @@
 """The compaction engine: live rows and non-zero tiles of an activation matrix, and back.
 
 On the GPU each compaction is count, scan and scatter on the device: the counts come from
-the monitor (or a counting pass when none is given), an exclusive scan (``cupy.cumsum``)
-gives every kept row or tile its position, and a kernel of ``kernels/spartan_tiles.cu``
-scatters it there. The one host read is the total, to size the output. On the CPU the same
-steps run in NumPy.
+the monitor (or a counting pass when none is given), an exclusive scan gives every kept row
+or tile its position, and a kernel of ``kernels/spartan_tiles.cu`` scatters it there. Rows:
+``cupy.cumsum`` and one host read of the total, to size the packed rows. Tiles: one
+single-block kernel (count, block scan, scatter) into buffers with room for every tile, so
+listing them needs no host round trip. On the CPU the same steps run in NumPy.
 
 Example::
 
@@ -100,24 +101,23 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
         raise InputError(f"tile counts of shape {tuple(counts.shape)} do not fit a {shape} matrix in {tile} tiles "
                          f"(expected {tile.grid(shape)})")  # fmt: skip
     tiles_m, tiles_n = counts.shape
-    flags = (counts.ravel() > 0).astype(xp.int32)
-    per_row = flags.reshape(tiles_m, tiles_n).sum(axis=1, dtype=xp.int32)
-    row_ptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(per_row, dtype=xp.int32)])
     if not is_gpu_array(counts):
+        flags = (counts.ravel() > 0).astype(np.int32)
+        row_ptr = np.concatenate([np.zeros(1, np.int32), np.cumsum(flags.reshape(tiles_m, tiles_n).sum(axis=1), dtype=np.int32)])
         flat = np.flatnonzero(flags)
-        coords = np.stack([flat // tiles_n, flat % tiles_n], axis=1).astype(np.int32)
-        coords = coords.reshape(-1, 2)
-        return TileList(tuple(shape), tile, coords, row_ptr, np.ascontiguousarray(coords[:, 1]))
+        coords = np.stack([flat // tiles_n, flat % tiles_n], axis=1).astype(np.int32).reshape(-1, 2)
+        return TileList(tuple(shape), tile, row_ptr, np.ascontiguousarray(coords[:, 1]), coords)
     import cupy
 
     from spartan_py.sparsity.gpu_kernels import tile_kernels
 
-    pos, total = _exclusive_scan(flags)
-    coords = cupy.empty((total, 2), dtype=cupy.int32)
-    if total:
-        kernel = tile_kernels(cupy.cuda.Device().id)["scatter_tile_coords"]
-        kernel((-(-flags.size // 256),), (256,), (counts.ravel(), pos, coords, np.int32(flags.size), np.int32(tiles_n)))
-    return TileList(tuple(shape), tile, coords, row_ptr, cupy.ascontiguousarray(coords[:, 1]))
+    total = tiles_m * tiles_n
+    row_ptr = cupy.empty(tiles_m + 1, dtype=cupy.int32)
+    coords = cupy.empty((max(total, 1), 2), dtype=cupy.int32)
+    col_index = cupy.empty(max(total, 1), dtype=cupy.int32)
+    counts = cupy.ascontiguousarray(counts, dtype=cupy.int32)
+    tile_kernels(cupy.cuda.Device().id)["list_tiles"]((1,), (1024,), (counts, np.int32(tiles_m), np.int32(tiles_n), row_ptr, coords, col_index))
+    return TileList(tuple(shape), tile, row_ptr, col_index, coords)
 
 
 def compact_tiles(a, tile, tile_nnz=None, *, pack: bool = True) -> CompactTiles:

@@ -66,6 +66,7 @@ class LayerProfile:
     stale: bool = False
     call: int = 0  # which call of this layer the counts come from (0-based)
     _seconds: object = field(default=None, repr=False)  # float, or a callable resolving GPU events
+    _scalars: tuple | None = field(default=None, repr=False)
 
     @property
     def monitor_seconds(self) -> float:
@@ -81,10 +82,16 @@ class LayerProfile:
             return self.row_counts
         return self.row_counts.sum(axis=1, dtype=self.row_counts.dtype)
 
+    def scalars(self) -> tuple[int, int, int]:
+        """(non-zeros, non-zero tiles, live rows): one pass over the counts, one host read."""
+        if self._scalars is None:
+            self._scalars = count_scalars(self.tile_nnz, self.row_counts)
+        return self._scalars
+
     @property
     def nnz(self) -> int:
         """Non-zero activations."""
-        return int(self.tile_nnz.sum())
+        return self.scalars()[0]
 
     @property
     def density(self) -> float:
@@ -95,7 +102,7 @@ class LayerProfile:
     @property
     def tiles_active(self) -> int:
         """Tiles with at least one non-zero."""
-        return int((self.tile_nnz > 0).sum())
+        return self.scalars()[1]
 
     @property
     def tile_density(self) -> float:
@@ -105,7 +112,7 @@ class LayerProfile:
     @property
     def live_rows(self) -> int:
         """Rows with at least one non-zero."""
-        return int((self.row_nnz > 0).sum())
+        return self.scalars()[2]
 
     @property
     def live_row_fraction(self) -> float:
@@ -117,6 +124,24 @@ class LayerProfile:
         return {"layer": self.layer, "mode": self.mode, "tile": str(self.tile), "rows": self.shape[0],
                 "cols": self.shape[1], "density": self.density, "tile_density": self.tile_density,
                 "live_rows": self.live_rows, "stale": self.stale, "monitor_seconds": self.monitor_seconds}  # fmt: skip
+
+
+def count_scalars(tile_nnz, row_counts) -> tuple[int, int, int]:
+    """(non-zeros, non-zero tiles, live rows) from tile counts and row counts (``[M]`` or
+    ``[M x chunks]`` partials); on the GPU one kernel and one host read."""
+    if not is_gpu_array(tile_nnz):
+        rows = row_counts if row_counts.ndim == 1 else row_counts.sum(axis=1)
+        return int(tile_nnz.sum()), int((tile_nnz > 0).sum()), int((rows > 0).sum())
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+
+    out = cupy.zeros(3, dtype=cupy.uint64)
+    chunks = 1 if row_counts.ndim == 1 else row_counts.shape[1]
+    args = (cupy.ascontiguousarray(tile_nnz, dtype=cupy.int32), np.int32(tile_nnz.size),
+            cupy.ascontiguousarray(row_counts, dtype=cupy.int32), np.int32(row_counts.shape[0]), np.int32(chunks), out)  # fmt: skip
+    tile_kernels(cupy.cuda.Device().id)["profile_scalars"]((264,), (256,), args)
+    return tuple(int(v) for v in out.get())
 
 
 class SparsityMonitor:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
-from spartan_py.sparsity.monitor import LayerProfile
+from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, tile_sparse_matmul
 from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
 from spartan_py.trace import TraceRecord, to_frame
@@ -101,11 +101,9 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
 
 def _profile_scalars(profile: LayerProfile, counts) -> tuple[int, int, int]:
     """(non-zeros, active tiles at the policy's tile, live rows) in one host read."""
-    xp = array_module(profile.tile_nnz)
-    tiles = counts if counts is not None else profile.tile_nnz
-    values = xp.stack([profile.tile_nnz.sum(dtype=xp.int64), (tiles > 0).sum(dtype=xp.int64),
-                       (profile.row_nnz > 0).sum(dtype=xp.int64)])  # fmt: skip
-    return tuple(int(v) for v in (values.get() if is_gpu_array(values) else values))
+    if counts is None or counts is profile.tile_nnz:
+        return profile.scalars()
+    return count_scalars(counts, profile.row_counts)
 
 
 def _bucket(m: int, k: int, nnz: int, tiles_active: int, live_rows: int, tile: TileShape) -> tuple[int, int, int]:
@@ -186,7 +184,7 @@ class KernelPolicy:
             predicted.pop("tile_sparse", None)
         dense = predicted["dense"]
         best = min((v, name) for name, v in predicted.items() if not math.isnan(v))[1]
-        stats = dict(density=profile.density, tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
+        stats = dict(density=nnz / max(m * k, 1), tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
                      live_row_fraction=live / max(m, 1))  # fmt: skip
         stale = " (stale profile)" if profile.stale else ""
         if best != "dense" and predicted[best] <= (1 - self.margin) * dense:

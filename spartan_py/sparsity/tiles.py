@@ -7,7 +7,7 @@ tiles are partial. Tile ``(i, j)`` covers rows ``i*rows .. (i+1)*rows - 1`` and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -82,20 +82,31 @@ def coarsen_counts(counts, tile, to) -> "np.ndarray":
 
 @dataclass(frozen=True)
 class TileList:
-    """The non-zero tiles of a matrix: ``coords`` int32 ``[T x 2]`` (tile row, tile column),
-    row-major order, on the matrix's device; ``row_ptr`` int32 ``[tiles_m + 1]`` indexes the
-    tiles of each tile row (CSR over tiles); ``col_index`` is ``coords[:, 1]``, contiguous."""
+    """The non-zero tiles of a matrix, on the matrix's device: ``row_ptr`` int32
+    ``[tiles_m + 1]`` indexes the tiles of each tile row (CSR over tiles); ``col_index``
+    int32 holds each listed tile's column and ``coords`` int32 ``[T x 2]`` its (tile row,
+    tile column), row-major order. On the GPU the list is built without a host round trip:
+    its buffers have room for every tile, and ``count`` (and so ``coords``) reads the total
+    from the device on first use."""
 
     shape: tuple[int, int]
     tile: TileShape
-    coords: object
     row_ptr: object
-    col_index: object
+    col_index: object  # may be longer than count (GPU buffers)
+    coords_buffer: object = field(repr=False, default=None)
+    _count: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def count(self) -> int:
         """Number of listed (non-zero) tiles."""
-        return int(self.coords.shape[0])
+        if not self._count:
+            self._count.append(int(self.row_ptr[-1]))
+        return self._count[0]
+
+    @property
+    def coords(self):
+        """(tile row, tile column) of each listed tile, ``[count x 2]``."""
+        return self.coords_buffer[: self.count]
 
     @property
     def grid(self) -> tuple[int, int]:

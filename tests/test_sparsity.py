@@ -1,0 +1,307 @@
+"""The Spartan machinery on NumPy (always) and CuPy (gpu marker), against NumPy references."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity import (
+    KERNEL_CHOICES,
+    KernelPolicy,
+    LayerProfile,
+    SparsityMonitor,
+    TileShape,
+    coarsen_counts,
+    compact_rows,
+    compact_tiles,
+    dense_matmul,
+    expand_rows,
+    expand_tiles,
+    matmul_error,
+    round_to_tf32,
+    tile_counts,
+    tile_list,
+    tile_sparse_matmul,
+    tile_utilization,
+)
+from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    """The array module a test runs on: NumPy (CPU path) or CuPy (GPU path)."""
+    if request.param == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def host(array):
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def brute_tile_counts(a: np.ndarray, tile: TileShape) -> np.ndarray:
+    tm, tn = tile.grid(a.shape)
+    return np.array([[np.count_nonzero(a[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols])
+                      for j in range(tn)] for i in range(tm)])  # fmt: skip
+
+
+def sparse_matrix(m=300, k=256, tile_density=0.3, seed=1) -> np.ndarray:
+    return np.maximum(tiled_preactivations(m, k, tile_density, tile=(128, 32), seed=seed), 0)
+
+
+# -- tiles ---------------------------------------------------------------------------------
+def test_tile_shape_checks_its_sides():
+    assert TileShape.of(16) == TileShape(16, 16) and TileShape.of((8, 32)) == TileShape(8, 32)
+    with pytest.raises(InputError, match="power of two"):
+        TileShape(12, 16)
+    with pytest.raises(InputError, match="rows, cols"):
+        TileShape.of("big")
+
+
+@pytest.mark.parametrize("tile", [(8, 8), (32, 16), (128, 32), (1, 4)])
+def test_tile_counts_match_brute_force(xp, tile):
+    a = sparse_matrix()
+    tile = TileShape.of(tile)
+    counts = host(tile_counts(xp.asarray(a), tile))
+    assert np.array_equal(counts, brute_tile_counts(a, tile))
+    assert np.array_equal(coarsen_counts(tile_counts(a, (8, 8)), (8, 8), (32, 16)), brute_tile_counts(a, TileShape(32, 16)))
+
+
+def test_tile_utilization_is_useful_over_executed():
+    a = np.zeros((16, 16), np.float32)
+    a[0, 0] = a[0, 1] = 1  # two non-zeros in one 8x8 tile
+    assert tile_utilization(a, 8) == pytest.approx(2 / 64)
+    assert tile_utilization(a, 1) == 1.0
+    assert tile_utilization(np.zeros((4, 4), np.float32), 2) == 1.0
+
+
+# -- monitor -------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["software", "fused"])
+@pytest.mark.parametrize("tile", [(8, 8), (32, 32), (128, 32), (64, 128), (1, 4)])
+def test_monitor_counts_what_the_epilogue_writes(xp, mode, tile):
+    z = tiled_preactivations(300, 256, 0.3, seed=2)
+    bias = np.linspace(-0.2, 0.2, 256, dtype=np.float32)
+    y, profile = SparsityMonitor(tile=tile, mode=mode).epilogue(xp.asarray(z), xp.asarray(bias), clamp=1.5)
+    expected = np.minimum(np.maximum(z + bias, 0), 1.5)
+    assert np.array_equal(host(y), expected)
+    assert np.array_equal(host(profile.tile_nnz), brute_tile_counts(expected, TileShape.of(tile)))
+    assert np.array_equal(host(profile.row_nnz), np.count_nonzero(expected, axis=1))
+    assert profile.density == pytest.approx(np.count_nonzero(expected) / expected.size)
+    assert profile.live_rows == int((np.count_nonzero(expected, axis=1) > 0).sum())
+    assert profile.monitor_seconds >= 0 and not profile.stale and profile.mode == mode
+
+
+def test_monitor_off_and_in_place(xp):
+    z = xp.asarray(tiled_preactivations(64, 64, 0.5, tile=(32, 32), seed=3))
+    expected = np.maximum(host(z), 0)
+    y, profile = SparsityMonitor(mode="off").epilogue(z, out=z)
+    assert profile is None and y is z and np.array_equal(host(z), expected)
+    z2 = xp.asarray(tiled_preactivations(64, 64, 0.5, tile=(32, 32), seed=3))
+    y2, profile2 = SparsityMonitor(tile=(32, 32), mode="fused").epilogue(z2, out=z2)  # timing runs must not touch z2
+    assert np.array_equal(host(y2), expected) and profile2.nnz == np.count_nonzero(expected)
+
+
+def test_sampled_monitor_profiles_every_kth_call(xp):
+    monitor = SparsityMonitor(tile=(32, 32), mode="sampled", every=3)
+    batches = [tiled_preactivations(96, 64, d, tile=(32, 32), seed=i) for i, d in enumerate([0.2, 0.9, 0.9, 0.5])]
+    profiles = [monitor.epilogue(xp.asarray(b), layer="fc")[1] for b in batches]
+    assert [p.stale for p in profiles] == [False, True, True, False]
+    assert profiles[1].tile_density == profiles[0].tile_density  # the stale profile is the last measured one
+    assert profiles[1].monitor_seconds == 0.0 and profiles[3].call == 3
+    assert monitor.epilogue(xp.asarray(batches[0][:32]), layer="fc")[1] is None  # another shape: no stale profile
+
+
+def test_monitor_rejects_bad_arguments(xp):
+    with pytest.raises(InputError, match="off, software, fused, sampled"):
+        SparsityMonitor(mode="hardware")
+    with pytest.raises(InputError, match="every"):
+        SparsityMonitor(mode="sampled", every=0)
+    with pytest.raises(InputError, match=r"expected \(8,\)"):
+        SparsityMonitor().epilogue(xp.zeros((4, 8), dtype=xp.float32), xp.zeros(5, dtype=xp.float32))
+    with pytest.raises(InputError, match="2-D"):
+        SparsityMonitor().epilogue(xp.zeros(8, dtype=xp.float32))
+
+
+# -- compaction ----------------------------------------------------------------------------
+def test_compaction_round_trips(xp):
+    a = sparse_matrix(m=300, k=250, tile_density=0.2)  # partial edge tiles both ways
+    a[5] = 0
+    dev = xp.asarray(a)
+    rows = compact_rows(dev)
+    assert np.array_equal(host(rows.ids), np.flatnonzero(np.count_nonzero(a, axis=1)))
+    assert np.array_equal(host(expand_rows(rows)), a)
+    given = compact_rows(dev, xp.asarray(np.count_nonzero(a, axis=1).astype(np.int32)))
+    assert np.array_equal(host(given.values), host(rows.values))
+    for tile in ((16, 16), (128, 32), (8, 64)):
+        tiles = compact_tiles(dev, tile)
+        counts = brute_tile_counts(a, TileShape.of(tile))
+        assert np.array_equal(host(tiles.tiles.coords), np.argwhere(counts > 0))
+        assert tiles.tiles.tile_density == pytest.approx((counts > 0).mean())
+        assert np.array_equal(host(expand_tiles(tiles)), a)
+    with pytest.raises(InputError, match="pack=False"):
+        expand_tiles(compact_tiles(dev, 16, pack=False))
+    with pytest.raises(InputError, match="do not fit"):
+        tile_list(np.zeros((2, 2), np.int32), (300, 250), 16)
+
+
+# -- tile GEMM -----------------------------------------------------------------------------
+def test_round_to_tf32_rounds_to_nearest_ties_away():
+    one = np.float32(1.0)
+    values = np.array([one + 2.0**-11, one + 2.0**-12, -(one + 2.0**-11), np.inf, 3.0], np.float32)
+    assert list(round_to_tf32(values)) == [1 + 2.0**-10, 1.0, -(1 + 2.0**-10), np.inf, 3.0]
+
+
+@pytest.mark.parametrize("tile", [(128, 32), (64, 16)])
+def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
+    a = sparse_matrix(m=300, k=256, tile_density=0.3)
+    w = np.random.default_rng(0).standard_normal((256, 192)).astype(np.float32)
+    tiles = compact_tiles(xp.asarray(a), tile, pack=False).tiles
+    c = tile_sparse_matmul(xp.asarray(a), xp.asarray(w), tiles)
+    assert matmul_error(c, a, w)["max_rel"] < 1e-5
+    assert np.allclose(host(c), tile_sparse_matmul(a, w, compact_tiles(a, tile, pack=False).tiles), rtol=1e-5, atol=1e-5)
+
+
+def test_tile_sparse_matmul_skips_unlisted_tiles(xp):
+    a = sparse_matrix(m=256, k=128, tile_density=1.0)
+    w = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    counts = brute_tile_counts(a, TileShape(128, 32))
+    counts[0, 1] = 0  # drop one non-zero tile from the list
+    tiles = tile_list(xp.asarray(counts.astype(np.int32)), a.shape, (128, 32))
+    masked = a.copy()
+    masked[:128, 32:64] = 0
+    c = tile_sparse_matmul(xp.asarray(a), xp.asarray(w), tiles)
+    assert matmul_error(c, masked, w)["max_rel"] < 1e-5
+
+
+def test_tf32_error_is_reported_and_bounded(xp):
+    a = sparse_matrix(m=256, k=256, tile_density=0.5)
+    w = np.random.default_rng(2).standard_normal((256, 128)).astype(np.float32)
+    tiles = compact_tiles(xp.asarray(a), (128, 32), pack=False).tiles
+    c = tile_sparse_matmul(xp.asarray(a), xp.asarray(w), tiles, precision="tf32")
+    error = matmul_error(c, a, w)
+    assert 1e-6 < error["max_rel"] < 2e-3  # TF32 keeps 10 mantissa bits: visibly worse than FP32, bounded
+    emulated = round_to_tf32(a).astype(np.float64) @ round_to_tf32(w).astype(np.float64)
+    assert np.allclose(host(c), emulated, rtol=1e-4, atol=1e-4)
+    assert matmul_error(dense_matmul(xp.asarray(a), xp.asarray(w), precision="tf32"), a, w)["max_rel"] < 2e-3
+
+
+def test_matmul_checks_its_operands(xp):
+    with pytest.raises(InputError, match="inner dimensions"):
+        dense_matmul(xp.zeros((4, 8), dtype=xp.float32), xp.zeros((4, 8), dtype=xp.float32))
+    with pytest.raises(InputError, match="precision"):
+        dense_matmul(xp.zeros((4, 8), dtype=xp.float32), xp.zeros((8, 8), dtype=xp.float32), precision="fp8")
+    a = xp.zeros((64, 64), dtype=xp.float32)
+    with pytest.raises(InputError, match="describes"):
+        tile_sparse_matmul(a, xp.zeros((64, 8), dtype=xp.float32), tile_list(xp.zeros((2, 1), xp.int32), (128, 64), 64))
+
+
+# -- policy --------------------------------------------------------------------------------
+def _profile(counts: np.ndarray, tile, shape, row_nnz=None) -> LayerProfile:
+    row_nnz = np.full(shape[0], 1, np.int32) if row_nnz is None else row_nnz
+    return LayerProfile("l", "fused", TileShape.of(tile), shape, counts.astype(np.int32), row_nnz)
+
+
+def test_policy_follows_the_model():
+    policy = KernelPolicy("h100-sxm")
+    m, k, n = 93312, 2400, 256
+    tiles = (m // 128) * (k // 32)
+    sparse = policy.predict(m, k, n, nnz=m * k // 200, tiles_active=tiles // 100, live_rows=m)
+    dense = policy.predict(m, k, n, nnz=m * k // 2, tiles_active=tiles, live_rows=m)
+    assert all(np.isfinite(list(sparse.values()))) and set(sparse) == set(KERNEL_CHOICES)
+    assert sparse["tile_sparse"] < 0.1 * sparse["dense"]
+    assert dense["tile_sparse"] > 0.9 * dense["dense"]
+    full = _profile(np.full((2, 4), 128 * 32 // 2), (128, 32), (256, 128))
+    decision = policy.choose(full, 64)
+    assert decision.kernel == "dense" and "h100-sxm" in decision.reason
+    assert policy.choose(None, 64).kernel == "dense"
+    mostly_empty = np.zeros((m // 128, k // 32), np.int32)
+    mostly_empty[::10, 0] = 100
+    chosen = policy.choose(_profile(mostly_empty, (128, 32), (m, k)), n)
+    assert chosen.kernel != "dense" and chosen.predicted_us[chosen.kernel] < 0.9 * chosen.predicted_us["dense"]
+    assert chosen.summary()["tile_density"] == pytest.approx(mostly_empty.astype(bool).mean())
+
+
+def test_policy_runs_every_kernel_exactly(xp):
+    z = tiled_preactivations(300, 256, 0.3, seed=4)
+    w = np.random.default_rng(3).standard_normal((256, 96)).astype(np.float32)
+    policy = KernelPolicy()
+    y, profile = SparsityMonitor(tile=policy.tile).epilogue(xp.asarray(z))
+    decision = policy.choose(profile, 96)
+    for kernel in KERNEL_CHOICES:
+        c = policy.run(replace(decision, kernel=kernel), y, xp.asarray(w), profile)
+        assert matmul_error(c, np.maximum(z, 0), w)["max_rel"] < 1e-5, kernel
+    coarse = KernelPolicy(tile=(128, 64))  # a monitor tile that divides the policy's is coarsened
+    _, fine = SparsityMonitor(tile=(32, 32)).epilogue(xp.asarray(z))
+    c = coarse.run(replace(coarse.choose(fine, 96), kernel="tile_sparse"), y, xp.asarray(w), fine)
+    assert matmul_error(c, np.maximum(z, 0), w)["max_rel"] < 1e-5
+
+
+def test_policy_rejects_bad_settings():
+    with pytest.raises(InputError, match="must include 'dense'"):
+        KernelPolicy(kernels=("tile_sparse",))
+    with pytest.raises(InputError, match="margin"):
+        KernelPolicy(margin=1.5)
+    with pytest.raises(InputError, match="unknown machine|not found|no machine"):
+        KernelPolicy("h900")
+
+
+# -- workloads -----------------------------------------------------------------------------
+def test_conv_shapes_and_im2col(xp):
+    assert conv_layer("alexnet/conv2").gemm_shape(128) == (128 * 27 * 27, 96 * 25, 256)
+    assert conv_layer("resnet18/conv3_1").gemm_shape(1) == (28 * 28, 64 * 9, 128)
+    with pytest.raises(InputError, match="vgg16/conv3_2"):
+        conv_layer("vgg16/conv9")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    kernel = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    cols = host(im2col(xp.asarray(x), 3, stride=2, pad=1))
+    out = (cols @ kernel.reshape(4, -1).T).reshape(2, 4, 4, 4)  # batch, oy, ox, channel
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    direct = np.array([[[[np.sum(padded[b, :, 2 * oy : 2 * oy + 3, 2 * ox : 2 * ox + 3] * kernel[c])
+                          for c in range(4)] for ox in range(4)] for oy in range(4)] for b in range(2)])  # fmt: skip
+    assert np.allclose(out, direct, atol=1e-5)
+
+
+def test_generated_activations_have_the_asked_density():
+    maps = feature_maps(2, 8, 16, 0.3, cluster_px=2.0, seed=1)
+    assert np.count_nonzero(maps) / maps.size == pytest.approx(0.3, abs=0.01)
+    clustered = tile_utilization(maps.reshape(-1, 16), 4)
+    scattered = tile_utilization(feature_maps(2, 8, 16, 0.3, seed=1).reshape(-1, 16), 4)
+    assert clustered > scattered  # blobs fill the tiles they touch
+    y = np.maximum(tiled_preactivations(512, 256, 0.25, tile=(64, 32), seed=2), 0)
+    assert (tile_counts(y, (64, 32)) > 0).mean() == pytest.approx(0.25)
+
+
+# -- digits MLP and the adaptive run ---------------------------------------------------------
+def test_trained_mlp_runs_adaptively(xp):
+    pytest.importorskip("sklearn", reason="the digits extra (scikit-learn) is not installed")
+    from spartan_py.sparsity import run_mlp
+    from spartan_py.sparsity.digits import load_digits, shifted_copies, train_mlp
+
+    data = load_digits()
+    mlp = train_mlp(data, hidden=(64, 64), epochs=5, seed=1)
+    assert mlp.test_accuracy > 0.85 and mlp.sizes == (64, 64, 64, 10)
+    assert shifted_copies(data.x[:10], 1).shape == (90, 64)
+    x = xp.asarray(data.x)
+    dense = run_mlp(mlp, x)
+    adaptive = run_mlp(mlp, x, policy=KernelPolicy(), monitor=SparsityMonitor(tile=(128, 32)))
+    assert np.allclose(host(adaptive.logits), host(dense.logits), atol=1e-4)
+    assert adaptive.accuracy(data.y) == dense.accuracy(data.y) > 0.9
+    assert len(adaptive.decisions) == 3 and adaptive.decisions[0].kernel == "dense"  # no profile of the input
+    assert all(p is not None for p in adaptive.profiles[:-1])
+
+
+def test_digits_without_scikit_learn_says_what_to_install(monkeypatch):
+    import sys
+
+    from spartan_py.errors import OptionalDependencyError
+    from spartan_py.sparsity.digits import load_digits
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(OptionalDependencyError, match=r"spartan-py\[digits\]"):
+        load_digits()
