@@ -18,7 +18,8 @@
 //   w_*_ptrs    : per-layer device pointers (as 64-bit integers) of the weights below.
 //   nnz_counts  : nnz_counts[layer + 1] += non-zeros written by this layer.
 //   tile_nnz    : optional monitor, per output row: non-zeros of each 32-column tile
-//                 [row * (n / 32) + tile]; row_nnz: optional per-row non-zero count.
+//                 [row * (n / 32) + tile], one byte each (a count is at most 32, and the
+//                 monitor's traffic is what it costs); row_nnz: optional per-row count.
 //   tile_layers : optional, tile_layers[l] += 1 for every tile that computed layer l (a
 //                 tile stops once all its rows are dead), so the trace's executed
 //                 multiply-adds are exact whatever order compaction left the rows in.
@@ -72,7 +73,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
-         int* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
          float bias, float clamp) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
@@ -172,7 +173,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
                 if (row_nnz) row_nnz[dst_row] = s_row_count[r];
             }
             if (tile_nnz)
-                for (int e = threadIdx.x; e < TILES_PER_ROW; e += GC_THREADS) tile_nnz[dst_row * TILES_PER_ROW + e] = s_tile_count[r][e];
+                for (int e = threadIdx.x; e < TILES_PER_ROW; e += GC_THREADS) tile_nnz[dst_row * TILES_PER_ROW + e] = (unsigned char)s_tile_count[r][e];
         }
         __syncthreads();  // the tile buffer is reused by the next iteration
     }
@@ -183,7 +184,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
-                                              const int*, int*, unsigned long long*, int, int, int*, int*, int*, float, float);
+                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, int*, float, float);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)
 GC_LAYER_INSTANCE(16, 1)

@@ -275,7 +275,7 @@ class GpuEngine(Engine):
     def _batch_rows(self, rows: int) -> int:
         """Rows per batch: what two activation buffers can hold in half the free memory."""
         free, _ = self.cp.cuda.runtime.memGetInfo()
-        per_row = 2 * (self.network.neurons * 4 + 8) + (self.network.neurons // 32 + 1) * 4
+        per_row = 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
         fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
         if self.max_batch_rows:
             fit = min(fit, self.max_batch_rows)
@@ -342,7 +342,7 @@ class DeviceBatch:
             ]
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
-            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.int32)
+            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
             self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
         except cp.cuda.memory.OutOfMemoryError:

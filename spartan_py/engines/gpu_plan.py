@@ -154,7 +154,7 @@ def launch_records(
         layers = plans[start:stop]
         read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
         monitored = launch_monitored(mode, launch, monitor_every)
-        count_bytes = rows_out * (n // 32 + 1) * 4
+        count_bytes = rows_out * (n // 32 + 4)  # a byte per 32-column tile, an int per row
         monitor_bytes = count_bytes * monitored
         written = rows_out * (n * 4 + 4) + monitor_bytes
         uniform = all(layer.uniform is not None for layer in layers)
