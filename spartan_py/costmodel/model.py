@@ -48,6 +48,7 @@ FAMILIES: dict[str, KernelFamily] = {
     "gpu.monitor_pass": KernelFamily("memory", monitor_pass=True),
     "gpu.epilogue": KernelFamily("memory"),
     "gpu.compact": KernelFamily("memory"),
+    "gpu.list_tiles": KernelFamily("memory"),
     "gpu.tile_gemm.fp32": KernelFamily("fp32"),
     "gpu.tile_gemm.tf32": KernelFamily("tf32"),
     "gpu.tile_gemm.bf16": KernelFamily("bf16"),

@@ -74,7 +74,7 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
         tm, tn = tile.grid((m, k))
         bn = 128 if n % 128 == 0 else 64
         list_bytes = 4 * tm * tn + 8 * tiles_active
-        return [TraceRecord(kernel="gpu.compact", variant="tile_list", bytes_read=list_bytes, bytes_written=list_bytes,
+        return [TraceRecord(kernel="gpu.list_tiles", variant="one-block-scan", bytes_read=list_bytes, bytes_written=list_bytes,
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),
                 TraceRecord(kernel=f"gpu.tile_gemm.{precision}", rows_in=m, rows_out=m, tiles_total=tm * tn,
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
@@ -125,7 +125,7 @@ class KernelPolicy:
     predicted to be chosen over ``dense``."""
 
     def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
-                 tile=DEFAULT_GEMM_TILE, margin: float = 0.1):
+                 tile=DEFAULT_GEMM_TILE, margin: float = 0.15):
         from spartan_py.costmodel.simulate import resolve_machine
 
         if precision not in PRECISIONS:
