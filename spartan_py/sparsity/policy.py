@@ -17,7 +17,10 @@ device holds the arrays (NumPy/SciPy on the CPU, which then only mirrors the GPU
 
 Example::
 
+    import numpy as np
     from spartan_py.sparsity import KernelPolicy, SparsityMonitor
+    z = np.random.default_rng(0).standard_normal((1024, 512)).astype(np.float32) - 2
+    w = np.random.default_rng(1).standard_normal((512, 256)).astype(np.float32)
     policy = KernelPolicy("h100-sxm")
     y, profile = SparsityMonitor(tile=policy.tile).epilogue(z)
     decision = policy.choose(profile, w.shape[1])
