@@ -198,20 +198,20 @@ class GpuEngine(Engine):
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length
             if self.monitor == "software":
-                self._software_pass(batch, dst, start)
+                self._monitor_pass(batch, dst, start)
         if events is not None:
             events[-1].record()
 
-    def _software_pass(self, batch: "DeviceBatch", dst: "_Buffers", layer: int) -> None:
+    def _monitor_pass(self, batch: "DeviceBatch", dst: "_Buffers", layer: int) -> None:
         """The software monitor after a launch: read the live-row count, count the layer's
         output per 32-column tile in a separate pass, copy the counts to the host."""
-        from spartan_py.sparsity.monitor import _software_pass
+        from spartan_py.sparsity.monitor import software_pass
         from spartan_py.sparsity.tiles import TileShape
 
         n = self.network.neurons
         alive = int(batch.counts[layer].get())
         if alive:
-            _software_pass(dst.values[: alive * n].reshape(alive, n), TileShape(1, 32), timed=False)
+            software_pass(dst.values[: alive * n].reshape(alive, n), TileShape(1, 32), timed=False)
 
     def run_device(self, batch: "DeviceBatch", *, per_layer_times: bool = False) -> float:
         """Run all layers on an uploaded batch; return the seconds measured by CUDA events.

@@ -199,7 +199,7 @@ class SparsityMonitor:
             return y, None
         if mode == "software":
             _run_plain(z, bias, clamp, y)
-            tile_nnz, row_nnz, seconds = _software_pass(y, self.tile, self.timed)
+            tile_nnz, row_nnz, seconds = software_pass(y, self.tile, self.timed)
         else:
             tile_nnz, row_nnz, seconds = self._fused(z, bias, clamp, y)
         profile = LayerProfile(layer, mode, self.tile, (m, n), tile_nnz, row_nnz, call=call, _seconds=seconds)
@@ -280,8 +280,10 @@ def _gpu_counts(kernel: str, z, bias, clamp, y, tile: TileShape):
     return tile_nnz, (row_part[:, 0] if grid[0] == 1 else row_part)
 
 
-def _software_pass(y, tile: TileShape, timed: bool):
-    """A separate counting pass over ``y`` and a copy of the counts to the host."""
+def software_pass(y, tile: TileShape, timed: bool):
+    """The software monitor's work on an activation matrix ``y``: a separate counting pass
+    and a copy of the counts to the host (and the wait for it). Returns (tile counts, row
+    counts, seconds or None); the Graph Challenge engine's software mode uses it too."""
     if not is_gpu_array(y):
         start = time.perf_counter()
         tile_nnz = tile_counts(y, tile)
