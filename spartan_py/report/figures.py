@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from spartan_py.report.published import published_rates  # noqa: E402
@@ -92,14 +91,10 @@ def monitor_overhead(overhead: pd.DataFrame) -> bytes | None:
     """Extra time of each monitor mode over no monitor, per group of otherwise equal points."""
     if overhead.empty:
         return None
+    table = overhead.pivot_table(index="group", columns="mode", values="overhead_pct", sort=False)
     figure, axes = plt.subplots(figsize=(6, 3.5))
-    groups = list(dict.fromkeys(overhead["group"]))
-    modes = list(dict.fromkeys(overhead["mode"]))
-    width = 0.8 / len(modes)
-    for i, mode in enumerate(modes):
-        rows = overhead[overhead["mode"] == mode].set_index("group").reindex(groups)
-        axes.bar(np.arange(len(groups)) + i * width, rows["overhead_pct"], width, label=mode)
-    axes.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups, rotation=30, ha="right", fontsize=7)
+    table.plot.bar(ax=axes, rot=30)
+    axes.set_xticklabels(table.index, ha="right", fontsize=7)
     axes.set(ylabel="% of the time without monitor", title="profiling overhead by monitor mode")
     axes.legend(fontsize=7)
     return _png(figure)

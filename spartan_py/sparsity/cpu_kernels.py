@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit, prange
 
 
@@ -37,7 +36,3 @@ def epilogue_fused(z, bias, clamp, y, tile_rows, tile_cols, tile_nnz, row_nnz): 
                     tile_nnz[ti, c // tile_cols] += 1
             row_nnz[r] = count
 
-
-def zero_bias(n: int) -> np.ndarray:
-    """A bias of zeros for layers without one."""
-    return np.zeros(n, dtype=np.float32)

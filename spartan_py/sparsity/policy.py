@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
-from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, tile_sparse_matmul
+from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, fp32_block_width, tile_sparse_matmul
 from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
 from spartan_py.trace import TraceRecord, to_frame
 
@@ -75,7 +75,7 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
                             block_threads=256, **gemm)]  # fmt: skip
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
-        bn = 128 if n % 128 == 0 else 64
+        bn = fp32_block_width(n)
         list_bytes = 4 * tm * tn + 8 * tiles_active
         return [TraceRecord(kernel="gpu.list_tiles", variant="one-block-scan", bytes_read=list_bytes, bytes_written=list_bytes,
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),

@@ -36,6 +36,12 @@ PRECISIONS = ("fp32", "tf32")
 DEFAULT_GEMM_TILE = TileShape(128, 32)
 
 
+def fp32_block_width(n: int) -> int:
+    """Output columns per block of the FP32 tile GEMM for ``n`` columns (the policy's
+    records describe the same launch)."""
+    return 128 if n % 128 == 0 else 64
+
+
 def round_to_tf32(x):
     """``x`` (float32, either device) rounded to TF32's 10-bit mantissa, to nearest with ties
     away from zero (what ``cvt.rna.tf32.f32`` does); NaN and infinities pass unchanged."""
@@ -112,7 +118,7 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
         heights = sorted({s[0] for s in F32_SHAPES})
         if tile.rows not in heights:
             raise InputError(f"the fp32 tile GEMM needs tiles of {' or '.join(map(str, heights))} rows, got {tile}")
-        bm, bn, bk = block or (tile.rows, 128 if n % 128 == 0 else 64, F32_BLOCK_K)
+        bm, bn, bk = block or (tile.rows, fp32_block_width(n), F32_BLOCK_K)
         if (bm, bn, bk) not in F32_SHAPES or bm != tile.rows:
             raise InputError(f"no fp32 tile GEMM instance {(bm, bn, bk)} for {tile} tiles; have {F32_SHAPES}")
     if tile.cols % bk or k % tile.cols:
