@@ -20,7 +20,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._gpu_timing import GpuTimer  # noqa: E402
+from spartan_py.timing import GpuTimer  # noqa: E402
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.sparsity import (  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._gpu_timing import GpuTimer  # noqa: E402
+from spartan_py.timing import GpuTimer  # noqa: E402
 from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list  # noqa: E402
 from spartan_py.sparsity.gpu_kernels import F32_SHAPES  # noqa: E402
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul  # noqa: E402

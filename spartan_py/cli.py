@@ -144,7 +144,7 @@ def _cmd_run(args) -> int:
     summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point)
     bar.close()
     print(f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
-          f"results.csv, simulated.csv and points/ written")  # fmt: skip
+          f"tables (*.csv) and points/ written")  # fmt: skip
     if args.report:
         from spartan_py.report import write_report
 

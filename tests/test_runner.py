@@ -44,6 +44,8 @@ sweep:
         ("empty", r"the file is empty"),
         ("zero-points", r"line 5, field `sweep`: .*empty list: the sweep would have zero points"),
         ("bad-sweep", r"line 7, sweep.grid: unknown field `workload.layrs`; did you mean `workload.layers`\?"),
+        ("conv-options", r"line 4, field `workload.layers`: .*unknown convolution layer 'alexnet/conv9'(.|\n)*"
+                         r"line 6, field `tile`: Tuple should have at most 2 items"),
     ],
 )
 def test_bad_experiment_files(name, expected):

@@ -156,7 +156,7 @@ def test_round_to_tf32_rounds_to_nearest_ties_away():
     assert list(round_to_tf32(values)) == [1 + 2.0**-10, 1.0, -(1 + 2.0**-10), np.inf, 3.0]
 
 
-@pytest.mark.parametrize("tile", [(128, 32), (64, 16)])
+@pytest.mark.parametrize("tile", [(128, 32), (64, 16), (32, 32), (16, 16), (16, 64)])
 def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
     a = sparse_matrix(m=300, k=256, tile_density=0.3)
     w = np.random.default_rng(0).standard_normal((256, 192)).astype(np.float32)

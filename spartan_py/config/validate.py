@@ -28,13 +28,13 @@ class ConfigError(InputError):
         super().__init__(heading + ":\n  " + "\n  ".join(problems), path=path)
 
 
-def _models_in(annotation) -> list[type[pydantic.BaseModel]]:
+def models_in(annotation) -> list[type[pydantic.BaseModel]]:
     """BaseModel classes reachable from a type annotation (through Optional, list, dict...)."""
     if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
         return [annotation]
     found = []
     for arg in typing.get_args(annotation):
-        found += _models_in(arg)
+        found += models_in(arg)
     return found
 
 
@@ -48,7 +48,7 @@ def _known_keys(model: type[pydantic.BaseModel], location: tuple) -> list[str]:
         for candidate in candidates:
             info = candidate.model_fields.get(part)
             if info is not None:
-                following += _models_in(info.annotation)
+                following += models_in(info.annotation)
         candidates = following or candidates
     keys: list[str] = []
     for candidate in candidates:
@@ -57,8 +57,32 @@ def _known_keys(model: type[pydantic.BaseModel], location: tuple) -> list[str]:
     return keys
 
 
+def _data_location(location: tuple, data) -> tuple:
+    """``location`` without the parts pydantic adds that are not keys of the YAML (a tagged
+    union's tag, a function validator's name); the last part (perhaps a missing key) stays."""
+    kept = []
+    for i, part in enumerate(location):
+        last = i == len(location) - 1
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if not last and isinstance(data, dict) and part not in data:
+            continue
+        kept.append(part)
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            data = None
+    return tuple(kept)
+
+
 def describe_error(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
-    location = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+    """One problem as a line: where (line, field path), what was wrong, what was expected."""
+    data = marked.data
+    for part in root:
+        data = data[part] if isinstance(data, dict) else None
+    location = _data_location(tuple(error["loc"]), data)
     full = (*root, *location)
     line = marked.line_of(full)
     field = ".".join(str(part) for part in full) or "(top level)"

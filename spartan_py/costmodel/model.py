@@ -97,7 +97,9 @@ def unit_rate_per_sm(machine: Machine, family: KernelFamily) -> float:
 
 
 def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd.DataFrame:
-    """Records as they would be under the variant: no monitor traffic, other tile heights."""
+    """Records as they would be under the variant: no monitor traffic, other tile heights
+    (of the Graph Challenge layer kernel, whose work item is a tile of activation rows; a
+    dense-layer GEMM's block shape is the library's or the tile list's, not the variant's)."""
     if variant is None:
         return frame
     frame = frame.copy()
@@ -105,7 +107,7 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
         frame["bytes_written"] -= frame["monitor_bytes"]
         frame["monitor_bytes"] = 0
     if variant.block_rows:
-        tiled = (frame["blocks"] > 0) & (frame["block_rows"] > 0)
+        tiled = (frame["kernel"] == "gpu.gc_layer") & (frame["blocks"] > 0) & (frame["block_rows"] > 0)
         old_rows = frame.loc[tiled, "block_rows"].astype(float)
         old_blocks = frame.loc[tiled, "blocks"].astype(float)
         new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)

@@ -9,8 +9,11 @@ from spartan_py.costmodel.model import predict
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, to_frame
 
-#: Kernels whose time an engine's ``seconds`` covers (copies and syncs are reported apart).
-TIMED_KERNELS = ("gpu.gc_layer",)
+#: Kernels whose times a replay adds up: the Graph Challenge layer kernel and the dense-layer
+#: kernels (the policy's candidates). Copies, syncs and the software monitor's pass are
+#: reported apart.
+TIMED_KERNELS = ("gpu.gc_layer", "gpu.dense_gemm.fp32", "gpu.dense_gemm.tf32", "gpu.tile_gemm.fp32", "gpu.tile_gemm.tf32",
+                 "gpu.list_tiles", "gpu.compact", "gpu.csr_convert", "gpu.csr_gemm.fp32")  # fmt: skip
 
 
 def resolve_machine(name: str, variant: str | None = None) -> tuple[Machine, Variant | None]:

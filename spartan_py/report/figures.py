@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from spartan_py.report.published import published_rates  # noqa: E402
@@ -109,4 +110,45 @@ def tile_utilization(utilization: pd.DataFrame) -> bytes | None:
         axes.plot(rows["block_rows"], rows["utilization"], "o-", label=label)
     axes.set(xscale="log", xlabel="rows per tile", ylabel="useful / executed MACs", title="tile utilization")
     axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def tile_sweep(layers: pd.DataFrame) -> bytes | None:
+    """Dense-weight layers: tile-sparse speed-up over dense and the policy's speed-up against
+    activation density, one line per tile (geometric means over layers), and utilization
+    (useful / executed MACs) against square tile size, one line per density."""
+    if layers.empty:
+        return None
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    frame = layers.assign(log_tile=np.log(layers["speedup_tile_sparse"]), log_chosen=np.log(layers["speedup_chosen"]))
+    keys = ["timed_on", "tile", "map_density"]
+    by_tile = frame.groupby(keys)[["log_tile", "log_chosen", "density"]].mean().reset_index()
+    several_clocks = by_tile["timed_on"].nunique() > 1
+    figure, (speed_axes, chosen_axes, util_axes) = plt.subplots(1, 3, figsize=(13, 3.8))
+    for (timed_on, tile), rows in by_tile.groupby(["timed_on", "tile"], sort=False):
+        label = f"tile {tile}" + (f" ({timed_on})" if several_clocks else "")
+        speed_axes.plot(rows["density"], np.exp(rows["log_tile"]), "o-", label=label)
+        chosen_axes.plot(rows["density"], np.exp(rows["log_chosen"]), "o-", label=label)
+    grid = np.geomspace(max(by_tile["density"].min(), 1e-3), 0.5, 20)
+    speed_axes.plot(grid, 0.7 / grid, "k--", lw=0.8, label="0.7 / density")
+    for axes in (speed_axes, chosen_axes):
+        axes.axhline(1.0, color="grey", lw=0.8)
+        axes.set(xscale="log", yscale="log", xlabel="activation density (non-zeros / entries)")
+        for axis in (axes.xaxis, axes.yaxis):
+            axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+        axes.legend(fontsize=7)
+    speed_axes.set(ylabel="dense time / tile-sparse time", title="tile-sparse GEMM vs dense")
+    chosen_axes.set(ylabel="dense time / chosen kernel's time", title="the policy's choice vs dense")
+    sizes = [int(c.split("_")[1]) for c in layers.columns if c.startswith("utilization_")]
+    util = layers.groupby("map_density")[[f"utilization_{s}" for s in sizes]].mean()
+    for density, values in util.iterrows():
+        util_axes.plot(sizes, values.to_numpy(), "o-", label=f"maps {density:g} dense")
+    util_axes.set(xscale="log", xlabel="square tile size", ylabel="useful / executed MACs (mean over layers)",
+                  title="tile utilization", ylim=(0, 1.05))  # fmt: skip
+    util_axes.set_xticks(sizes, [str(s) for s in sizes])
+    util_axes.xaxis.set_minor_formatter(NullFormatter())
+    util_axes.legend(fontsize=7)
     return _png(figure)

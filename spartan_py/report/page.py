@@ -14,7 +14,7 @@ from spartan_py.graph_challenge.formats import atomic_write_bytes
 from spartan_py.report import figures
 from spartan_py.report.published import published_rates
 from spartan_py.report.tables import html_table, markdown_table
-from spartan_py.runner.store import load_points, results_table, simulated_table
+from spartan_py.runner.store import dense_layer_table, is_graph_challenge, load_points, results_table, simulated_table
 from spartan_py.trace import read_trace
 
 
@@ -49,9 +49,12 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
 
 
 def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
+    """Graph Challenge points that differ only in the monitor: each mode's extra time over
+    none. (A conv_layers point's monitor also changes the policy's input, so its overhead is
+    the per-layer ``monitor_us`` of the dense-layer table instead.)"""
     groups: dict[str, dict] = {}
     for point in points:
-        if point["status"] != "ok":
+        if not is_graph_challenge(point):
             continue
         config = dict(point["config"])
         monitor = config.pop("monitor")
@@ -77,11 +80,17 @@ def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
     tiled = traces[(traces["kernel"] == "gpu.gc_layer") & (traces["executed_macs"] > 0)]
     if tiled.empty:
         return pd.DataFrame()
-    workloads = {p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if p["status"] == "ok"}
+    workloads = {p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if is_graph_challenge(p)}
     tiled = tiled.assign(workload=tiled["point"].map(workloads))
     grouped = tiled.groupby(["workload", "block_rows"])[["useful_macs", "executed_macs"]].sum().reset_index()
     grouped["utilization"] = grouped["useful_macs"] / grouped["executed_macs"]
     return grouped
+
+
+#: The dense-layer table's columns shown in the report (the CSV has them all).
+DENSE_LAYER_COLUMNS = ["label", "layer", "timed_on", "M", "K", "N", "tile", "density", "tile_density", "utilization",
+                       "monitor", "monitor_us", "dense_us", "tile_sparse_us", "tile_list_us", "speedup_tile_sparse",
+                       "kernel", "chosen_us", "speedup_chosen"]  # fmt: skip
 
 
 def write_report(out: str | Path) -> tuple[Path, Path]:
@@ -91,8 +100,9 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         raise InputError("not a run folder (no points/ inside); run `spartan run FILE --out DIR` first", path=out)
     config = json.loads((out / "config.json").read_text())
     environment = json.loads((out / "environment.json").read_text())
-    points = load_points(out)
-    results, simulated = results_table(points), simulated_table(points)
+    order = {p["id"]: i for i, p in enumerate(config["points"])}
+    points = sorted(load_points(out), key=lambda p: order.get(p["id"], len(order)))  # the sweep's order
+    results, simulated, dense_layers = results_table(points), simulated_table(points), dense_layer_table(points)
     traces = _traces(out, points)
     model = _measured_vs_model(traces, points)
     overhead = _monitor_overhead(points)
@@ -101,7 +111,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     proxy = any(
         p["summary"]["neurons"] == 1024 and p["summary"]["layers"] == 120 and p["summary"]["rows"] == 60000
         and not p["config"]["workload"]["network"].startswith("generated:")
-        for p in ok
+        for p in ok if is_graph_challenge(p)
     )  # the published runs used the official network and the proxy input
     pictures = {
         "live-rows.png": ("Live rows and density by layer", figures.live_rows_by_layer(results)),
@@ -110,6 +120,8 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         "model-error.png": ("Measured vs simulated time per launch", figures.model_error(model)),
         "monitor-overhead.png": ("Profiling overhead by monitor mode", figures.monitor_overhead(overhead)),
         "tile-utilization.png": ("Tile utilization", figures.tile_utilization(utilization)),
+        "tile-sweep.png": ("Dense-weight layers: speed-up and tile utilization against tile size and density",
+                           figures.tile_sweep(dense_layers)),
     }
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
     for name, (_, png) in pictures.items():
@@ -119,13 +131,14 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         "backend": p["summary"]["backend"] if p["status"] == "ok" else "",
         "device": p["summary"]["device"] if p["status"] == "ok" else "",
         "simulated": p["summary"]["simulated"] if p["status"] == "ok" else "",
-        "categories": p["summary"]["categories"] if p["status"] == "ok" else "",
-        "passed": p["summary"]["passed"] if p["status"] == "ok" else "",
+        "categories": p["summary"].get("categories", "") if p["status"] == "ok" else "",
+        "passed": p["summary"].get("passed", "") if p["status"] == "ok" else "",
         "seconds": p["summary"]["seconds"] if p["status"] == "ok" else float("nan"),
-        "edges_per_second": p["summary"]["edges_per_second"] if p["status"] == "ok" else float("nan"),
+        "edges_per_second": p["summary"].get("edges_per_second", float("nan")) if p["status"] == "ok" else float("nan"),
         "error": p.get("error") or "",
     } for p in points])  # fmt: skip
-    sections = [("Points", summary)]
+    empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all() and c != "error"]
+    sections = [("Points", summary.drop(columns=empty))]
     if not simulated.empty:
         sections.append(("What if (predicted seconds of the kernel launches)",
                          simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "note"]]))  # fmt: skip
@@ -137,6 +150,9 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         sections.append(("Profiling overhead by monitor mode (vs none)", overhead))
     if not utilization.empty:
         sections.append(("Tile utilization", utilization))
+    if not dense_layers.empty:
+        sections.append(("Dense-weight layers (times in µs; simulated points: the cost model of timed_on)",
+                         dense_layers[DENSE_LAYER_COLUMNS]))  # fmt: skip
     if proxy:
         sections.append(("Published runs (1024 x 120, 60000-row proxy)", pd.DataFrame(published_rates())))
     experiment = config["experiment"]

@@ -4,18 +4,36 @@ An experiment is one YAML mapping (see ``experiments/README.md``). Every field h
 but the workload; ``sweep:`` turns one experiment into many points: ``grid`` (every
 combination of its lists) times ``zip`` (its lists taken together, element by element).
 Keys in a sweep are dotted field paths (``workload.layers``, ``backend``).
+
+Two workloads, told apart by ``workload.kind``: ``graph_challenge`` (the default) and
+``conv_layers`` (dense-weight convolution layers whose inputs are sparse ReLU outputs).
+Fields that only one of them uses are refused for the other.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from spartan_py.engines import BACKEND_CHOICES
 
 Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
+#: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
+CONV_BACKENDS = ("auto", "cpu", "gpu")
+#: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
+POLICIES = ("adaptive", "dense", "tile_sparse", "row_compact", "csr")
 
 
 class _Frozen(BaseModel):
@@ -63,6 +81,58 @@ class GraphChallengeWorkload(_Frozen):
         return _check_source(value, info, "truth file")
 
 
+class ConvLayersWorkload(_Frozen):
+    """Convolution layers as im2col GEMMs (dense weights) over generated post-ReLU maps."""
+
+    kind: Literal["conv_layers"]
+    layers: list[str] = Field(["alexnet/conv2", "vgg16/conv3_2", "resnet18/conv2_x"], min_length=1,
+                              description="network/layer names, or a network name for all its layers "
+                              "(alexnet, vgg16, resnet18)")  # fmt: skip
+    batch: PositiveInt = Field(8, description="images per layer (GEMM rows = batch x output pixels)")
+    density: float = Field(0.3, gt=0, le=1, description="fraction of non-zero input activations")
+    cluster_px: float = Field(2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)")
+    seed: int = Field(0, description="seed of the maps and weights")
+
+    @field_validator("layers")
+    @classmethod
+    def _known_layers(cls, values: list[str]) -> list[str]:
+        from spartan_py.errors import InputError
+        from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer
+
+        out = []
+        for value in values:
+            if value in CONV_LAYERS:
+                out += [layer.label for layer in CONV_LAYERS[value]]
+                continue
+            try:
+                out.append(conv_layer(value).label)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return out
+
+
+def _workload_kind(value) -> str:
+    if isinstance(value, dict):
+        return value.get("kind", "graph_challenge")
+    return getattr(value, "kind", "graph_challenge")
+
+
+#: The ``workload`` field: the kind names the model (a file without ``kind`` is a Graph Challenge one).
+Workload = Annotated[
+    Annotated[GraphChallengeWorkload, Tag("graph_challenge")] | Annotated[ConvLayersWorkload, Tag("conv_layers")],
+    Discriminator(_workload_kind, custom_error_type="workload_kind",
+                  custom_error_message="workload.kind must be graph_challenge or conv_layers"),
+]  # fmt: skip
+#: Location parts pydantic adds for the workload's tag; error messages leave them out.
+WORKLOAD_TAGS = ("graph_challenge", "conv_layers")
+
+
+def _kind(info: ValidationInfo) -> str | None:
+    """The workload kind of the experiment being validated (None if its workload is invalid)."""
+    workload = info.data.get("workload")
+    return workload.kind if workload is not None else None
+
+
 class Sweep(_Frozen):
     """``grid``: every combination of its lists; ``zip``: its lists element by element."""
 
@@ -89,7 +159,7 @@ class Experiment(_Frozen):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="names the output folder")
     description: str = ""
-    workload: GraphChallengeWorkload
+    workload: Workload
     backend: Backend = "auto"
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
@@ -100,6 +170,12 @@ class Experiment(_Frozen):
     rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (gpu, gpu-twin; default per size)")
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling", description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count")
+    tile: tuple[PositiveInt, PositiveInt] = Field(
+        (128, 32), description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
+        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns)")
+    policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
+        "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed")
+    precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
     sweep: Sweep | None = None
@@ -123,10 +199,48 @@ class Experiment(_Frozen):
                 raise ValueError(str(exc)) from None
         return values
 
+    @field_validator("tile", mode="before")
+    @classmethod
+    def _square(cls, value):
+        return (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("rows_per_tile", "compact_every")
+    @classmethod
+    def _graph_challenge_only(cls, value, info: ValidationInfo):
+        if _kind(info) == "conv_layers":
+            raise ValueError(f"{info.field_name} is an option of the Graph Challenge kernel; a conv_layers workload "
+                             "takes tile, policy and precision")  # fmt: skip
+        return value
+
+    @field_validator("tile", "policy", "precision")
+    @classmethod
+    def _conv_only(cls, value, info: ValidationInfo):
+        if _kind(info) == "graph_challenge":
+            raise ValueError(f"{info.field_name} is an option of conv_layers workloads; the Graph Challenge kernel "
+                             "takes rows_per_tile and compact_every")  # fmt: skip
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_fits(cls, value, info: ValidationInfo):
+        if _kind(info) == "conv_layers" and value not in CONV_BACKENDS:
+            raise ValueError(f"a conv_layers workload runs on {', '.join(CONV_BACKENDS)}, not {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _simulated_needs_a_machine(self):
         if self.mode == "simulated" and not self.machines:
             raise ValueError("mode: simulated needs at least one entry in `machines` (the first times the run)")
+        if self.workload.kind == "conv_layers":
+            if self.mode == "simulated" and self.backend == "gpu":
+                raise ValueError("mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu")
+        elif self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin"):
+            raise ValueError(f"mode: simulated runs the gpu kernel's twin; backend {self.backend!r} has none")
+        return self
+        wrong = [name for name in ("tile", "policy", "precision") if name in self.model_fields_set]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: options of conv_layers workloads; the Graph Challenge kernel "
+                             "takes rows_per_tile and compact_every")  # fmt: skip
         if self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin"):
             raise ValueError(f"mode: simulated runs the gpu kernel's twin; backend {self.backend!r} has none")
         return self

@@ -4,7 +4,8 @@
     <out>/environment.json   versions, device, commit
     <out>/points/<id>.json   one point: its config, status, error, summary, times, simulations
     <out>/points/<id>.trace.csv
-    <out>/results.csv        one row per point and layer
+    <out>/results.csv        one row per Graph Challenge point and layer
+    <out>/dense-layers.csv   one row per conv_layers point and layer
     <out>/simulated.csv      one row per point and machine
 
 A point file is written last and atomically, so a point either has a complete file or is
@@ -73,11 +74,16 @@ def load_points(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
 
 
+def is_graph_challenge(point: dict) -> bool:
+    """Whether a finished point ran a Graph Challenge workload (not dense-weight layers)."""
+    return point["status"] == "ok" and point["summary"].get("workload", "graph_challenge") == "graph_challenge"
+
+
 def results_table(points: list[dict]) -> pd.DataFrame:
-    """One row per point and layer: live rows, non-zeros, and the point's time and rate."""
+    """One row per Graph Challenge point and layer: live rows, non-zeros, the point's time and rate."""
     rows = []
     for point in points:
-        if point["status"] != "ok":
+        if not is_graph_challenge(point):
             continue
         summary = point["summary"]
         for layer, (live, nnz) in enumerate(zip(summary["live_rows_by_layer"], summary["nonzeros_by_layer"]), start=1):
@@ -87,6 +93,22 @@ def results_table(points: list[dict]) -> pd.DataFrame:
                          "nonzeros": nnz, "density": nnz / max(summary["rows"] * summary["neurons"], 1),
                          "seconds": summary["seconds"], "edges_per_second": summary["edges_per_second"],
                          "monitor": point["config"]["monitor"], "rows_per_tile": point["config"]["rows_per_tile"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def dense_layer_table(points: list[dict]) -> pd.DataFrame:
+    """One row per ``conv_layers`` point and layer: the point's swept values, the layer's
+    profile, utilization, kernel times (measured or predicted) and the policy's choice."""
+    rows = []
+    for point in points:
+        if point["status"] != "ok" or is_graph_challenge(point):
+            continue
+        summary, config = point["summary"], point["config"]
+        for layer in summary["layers"]:
+            rows.append({"point": point["id"], "label": point["label"], "backend": summary["backend"],
+                         "device": summary["device"], "simulated": summary["simulated"], "timed_on": summary["timed_on"],
+                         "monitor": config["monitor"], "policy": config["policy"], "precision": config["precision"],
+                         "batch": config["workload"]["batch"], "map_density": config["workload"]["density"], **layer})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -101,13 +123,15 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
                          "predicted_seconds": predicted["seconds"], "note": predicted.get("note", ""),
                          "own_seconds": point["summary"]["seconds"], "own_device": point["summary"]["device"],
                          "own_simulated": point["summary"]["simulated"],
-                         "edges": point["summary"]["edges"] * point["summary"]["rows"]})  # fmt: skip
+                         "edges": point["summary"]["edges"] * point["summary"]["rows"] if is_graph_challenge(point) else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def write_tables(out: Path) -> tuple[Path, Path]:
-    """(Re)build results.csv and simulated.csv from the point files."""
+def write_tables(out: Path) -> list[Path]:
+    """(Re)build results.csv, dense-layers.csv (when there are conv_layers points) and
+    simulated.csv from the point files."""
     points = load_points(out)
-    results = atomic_write_bytes(out / "results.csv", results_table(points).to_csv(index=False).encode())
-    simulated = atomic_write_bytes(out / "simulated.csv", simulated_table(points).to_csv(index=False).encode())
-    return results, simulated
+    tables = {"results.csv": results_table(points), "dense-layers.csv": dense_layer_table(points),
+              "simulated.csv": simulated_table(points)}  # fmt: skip
+    return [atomic_write_bytes(out / name, frame.to_csv(index=False).encode()) for name, frame in tables.items()
+            if name != "dense-layers.csv" or not frame.empty]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pydantic
 
-from spartan_py.config.validate import ConfigError, describe_error, validate_model
+from spartan_py.config.validate import ConfigError, models_in, describe_error, validate_model
 from spartan_py.config.yaml_marks import MarkedYaml, load_yaml
 from spartan_py.runner.schema import Experiment
 
@@ -32,10 +32,10 @@ def _field_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]
     for name, info in model.model_fields.items():
         if name == "sweep":
             continue
-        paths.append(prefix + name)
-        annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-            paths += _field_paths(annotation, prefix + name + ".")
+        if prefix + name not in paths:
+            paths.append(prefix + name)
+        for nested in models_in(info.annotation):  # through unions (the workload kinds)
+            paths += [p for p in _field_paths(nested, prefix + name + ".") if p not in paths]
     return paths
 
 

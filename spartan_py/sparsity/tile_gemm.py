@@ -7,7 +7,7 @@ path emulates TF32 by rounding the operands the same way, so CPU and GPU results
 only by FP32 summation order.
 
 GPU kernels (``kernels/tile_gemm.cu``) take the tile list as CSR over row blocks: the
-tile's rows are the kernel's block height (64 or 128 for ``fp32``, 128 for ``tf32``) and
+tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 128 for ``tf32``) and
 its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
 multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
 

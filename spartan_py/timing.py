@@ -1,9 +1,30 @@
-"""GPU timing for the benchmark scripts, after Triton's ``do_bench``: warm-up, an L2 flush
-before every repeat, CUDA events around the work alone, median and percentiles."""
+"""Timing of short pieces of work, after Triton's ``do_bench``: warm-up, then the median and
+percentiles of many repeats. On the GPU an L2 flush precedes every repeat and CUDA events
+bracket the work alone; on the CPU ``time.perf_counter`` brackets it."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+
+
+def _stats(values_us: list[float], repeats: int) -> dict:
+    values = np.array(values_us)
+    return {"median_us": float(np.median(values)), "p10_us": float(np.percentile(values, 10)),
+            "p90_us": float(np.percentile(values, 90)), "repeats": repeats}  # fmt: skip
+
+
+def time_cpu(work, *, repeats: int = 5, warmup: int = 1) -> dict:
+    """{'median_us', 'p10_us', 'p90_us', 'repeats'} of ``work()`` on the host clock."""
+    for _ in range(warmup):
+        work()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append((time.perf_counter() - start) * 1e6)
+    return _stats(times, repeats)
 
 
 class GpuTimer:
@@ -31,6 +52,4 @@ class GpuTimer:
             stop.record()
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
-        values = np.array(times)
-        return {"median_us": float(np.median(values)), "p10_us": float(np.percentile(values, 10)),
-                "p90_us": float(np.percentile(values, 90)), "repeats": repeats}  # fmt: skip
+        return _stats(times, repeats)

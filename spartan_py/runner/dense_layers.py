@@ -1,0 +1,197 @@
+"""One point of a ``conv_layers`` experiment: each convolution layer as an im2col GEMM over
+generated post-ReLU maps, profiled by the sparsity monitor, multiplied by cuBLAS (NumPy on
+the CPU), by the tile-sparse GEMM at the point's tile, and by the kernel the policy picks.
+
+Per layer: the maps (``feature_maps``) are turned into the GEMM operand ``A`` by im2col,
+with ``K`` padded by zero columns to a multiple of the tile's columns; the monitored
+epilogue writes ``A`` (ReLU is idempotent on it) and yields its profile; ``W`` is random.
+Measured mode times every kernel (CUDA events after warm-up with an L2 flush on the GPU,
+the host clock on the CPU; median of ``repeats``). Simulated mode computes on the CPU and
+takes every time from the cost model of ``machines[0]`` (the kernels' trace records).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from spartan_py.errors import InputError
+from spartan_py.runner.schema import Experiment
+from spartan_py.trace import TraceRecord, to_frame
+
+#: Square tile sizes whose utilization every point reports (useful / executed MACs).
+UTILIZATION_TILES = (8, 16, 32, 64)
+
+
+def _device(backend: str):
+    """(array module, device name) for a conv backend (``auto``: the GPU when there is one)."""
+    from spartan_py.engines import resolve_backend
+
+    if backend == "cpu" or (backend == "auto" and resolve_backend("auto") != "gpu"):
+        import platform
+
+        return np, f"CPU ({platform.processor() or platform.machine()})"
+    try:
+        import cupy
+    except ImportError as exc:
+        raise InputError("backend gpu needs CuPy (pip install -e '.[gpu-cuda13]' or '.[gpu]')") from exc
+    from spartan_py.engines.gpu import device_name
+
+    return cupy, device_name(cupy)
+
+
+@functools.lru_cache(maxsize=8)
+def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
+    """A layer's input maps; kept for the next points (a sweep over tiles reuses them)."""
+    from spartan_py.sparsity.workloads import conv_layer, feature_maps
+
+    layer = conv_layer(label)
+    maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
+    maps.setflags(write=False)
+    return maps
+
+
+def layer_operands(label: str, workload, tile_cols: int, xp):
+    """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
+    multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
+    from spartan_py.sparsity.workloads import conv_layer, im2col
+
+    layer = conv_layer(label)
+    maps = _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed)
+    a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
+    m, k = a.shape
+    k_pad = -(-k // tile_cols) * tile_cols
+    if k_pad != k:
+        a = xp.ascontiguousarray(xp.pad(a, ((0, 0), (0, k_pad - k))))
+    rng = np.random.default_rng(workload.seed + 1)
+    w = rng.standard_normal((k_pad, layer.out_channels), dtype=np.float32) / np.float32(np.sqrt(k))
+    return a, xp.asarray(w), (m, k, layer.out_channels)
+
+
+class _Clock:
+    """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock."""
+
+    def __init__(self, xp, repeats: int):
+        self.repeats = repeats
+        if xp is np:
+            from spartan_py.timing import time_cpu
+
+            self._time = lambda work: time_cpu(work, repeats=repeats, warmup=1)["median_us"]
+        else:
+            from spartan_py.timing import GpuTimer
+
+            timer = GpuTimer()
+            self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
+
+    def __call__(self, work) -> float:
+        return self._time(work)
+
+
+def _records(kernel: str, m: int, k: int, n: int, profile, policy, label: str) -> list[TraceRecord]:
+    from spartan_py.sparsity.policy import candidate_records
+
+    nnz, tiles_active, live = _counts(profile, policy)
+    return [replace(r, run=label, device="") for r in candidate_records(
+        kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live, tile=policy.tile, precision=policy.precision)]
+
+
+def _counts(profile, policy) -> tuple[int, int, int]:
+    from spartan_py.sparsity.policy import _profile_scalars
+
+    return _profile_scalars(profile, policy._policy_counts(profile))
+
+
+def _predict_us(records: list[TraceRecord], machine: str) -> float:
+    from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
+
+    spec, variant = resolve_machine(machine)
+    return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
+
+
+def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:
+    """One layer: its profile, utilization, kernel times and the policy's choice; plus the
+    trace records of the kernels the policy's choice launched."""
+    from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
+    from spartan_py.sparsity.policy import Decision
+    from spartan_py.sparsity.tiles import tile_counts
+
+    workload = config.workload
+    tile = policy.tile
+    a, w, (m, k_true, n) = layer_operands(label, workload, tile.cols, xp)
+    k = a.shape[1]
+    monitor = SparsityMonitor(tile=tile, mode=config.monitor, timed=clock is not None)
+    a, profile = monitor.epilogue(a, out=a)
+    # the GEMM kernels need counts even when the monitor is off: count them apart, untimed
+    counted = profile if profile is not None else SparsityMonitor(tile=tile, mode="fused", timed=False).epilogue(a)[1]
+    nnz, tiles_active, live = _counts(counted, policy)
+    tiles = tile_list(counted.tile_nnz, a.shape, tile)
+    c = xp.empty((m, n), dtype=xp.float32)
+    reference = dense_matmul(a, w, precision=policy.precision)
+    tiled = tile_sparse_matmul(a, w, tiles, precision=policy.precision)
+    scale = float(xp.abs(reference).max()) or 1.0
+    max_rel_diff = float(xp.abs(tiled - reference).max()) / scale
+    if config.policy == "adaptive":
+        decision = policy.choose(profile, n, layer=label)
+    else:
+        decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
+    chosen = policy.run(decision, a, w, profile)
+    chosen_rel_diff = float(xp.abs(chosen - reference).max()) / scale
+    row = {"layer": label, "M": m, "K": k_true, "K_padded": k, "N": n, "tile": f"{tile.rows}x{tile.cols}",
+           "tile_rows": tile.rows, "tile_cols": tile.cols, "density": nnz / (m * k),
+           "tile_density": tiles_active / max(np.prod(tile.grid((m, k))), 1), "live_row_fraction": live / m,
+           "utilization": tile_utilization(a, tile), "kernel": decision.kernel, "reason": decision.reason,
+           "tile_sparse_max_rel_diff": max_rel_diff, "chosen_max_rel_diff": chosen_rel_diff}  # fmt: skip
+    for size in UTILIZATION_TILES:
+        row[f"utilization_{size}"] = tile_utilization(a, size)
+        row[f"tile_density_{size}"] = float((tile_counts(a, size) > 0).mean())
+    chosen_records = _records(decision.kernel, m, k, n, counted, policy, label)
+    dense_records = _records("dense", m, k, n, counted, policy, label)
+    tile_records = _records("tile_sparse", m, k, n, counted, policy, label)
+    if clock is None:  # simulated: the cost model's times on machines[0]
+        machine = config.machines[0]
+        row |= {"dense_us": _predict_us(dense_records, machine), "tile_sparse_us": _predict_us(tile_records[1:], machine),
+                "tile_list_us": _predict_us(tile_records[:1], machine), "chosen_us": _predict_us(chosen_records, machine),
+                "monitor_us": float("nan")}  # fmt: skip
+    else:
+        row["dense_us"] = clock(lambda: dense_matmul(a, w, precision=policy.precision, out=c))
+        row["tile_sparse_us"] = clock(lambda: tile_sparse_matmul(a, w, tiles, precision=policy.precision, out=c))
+        row["tile_list_us"] = clock(lambda: tile_list(counted.tile_nnz, a.shape, tile))
+        row["chosen_us"] = clock(lambda: policy.run(decision, a, w, profile, out=c))
+        row["monitor_us"] = profile.monitor_seconds * 1e6 if profile is not None else 0.0
+        # launches timed on their own carry their time (row compaction and CSR were timed whole)
+        own = {"dense": [row["dense_us"]], "tile_sparse": [row["tile_list_us"], row["tile_sparse_us"]]}
+        if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
+            chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
+    row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
+    row["speedup_tile_sparse_with_list"] = row["dense_us"] / (row["tile_sparse_us"] + row["tile_list_us"])
+    row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
+    return row, chosen_records
+
+
+def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRecord]]:
+    """``(summary, trace)`` of one ``conv_layers`` point (see the module doc)."""
+    from spartan_py.sparsity import KernelPolicy
+
+    simulated = config.mode == "simulated"
+    xp, device = _device("cpu" if simulated else config.backend)
+    machine = config.machines[0] if config.machines else "h100-sxm"
+    policy = KernelPolicy(machine, precision=config.precision, tile=config.tile)
+    clock = None if simulated else _Clock(xp, config.repeats)
+    started = time.perf_counter()
+    trace_device = f"simulated:{machine}" if simulated else ("cpu" if xp is np else device)
+    rows, trace = [], []
+    for number, label in enumerate(config.workload.layers, start=1):
+        row, records = run_layer(label, config, xp, clock, policy)
+        rows.append(row)
+        trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
+    summary = {"workload": "conv_layers", "backend": "gpu" if xp is not np else "cpu", "device": device,
+               "simulated": simulated, "timed_on": machine if simulated else device,
+               "seconds": sum(r["chosen_us"] for r in rows) * 1e-6,
+               "dense_seconds": sum(r["dense_us"] for r in rows) * 1e-6,
+               "tile_sparse_seconds": sum(r["tile_sparse_us"] + r["tile_list_us"] for r in rows) * 1e-6,
+               "layers": rows, "wall_seconds": time.perf_counter() - started}  # fmt: skip
+    return summary, trace

@@ -1,0 +1,57 @@
+"""Open a page in headless Chromium and report, from inside the browser, which images loaded.
+
+The page is copied with a probe script appended; Chromium loads it from a file URL, runs
+the probe after the load event, and prints the DOM (``--dump-dom``), from which the probe's
+result is read. Only a real browser decoding the images can give a non-zero natural width.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+PROBE = """<script>window.addEventListener('load', () => {
+  const images = [...document.images].map(i => ({alt: i.alt, loaded: i.complete && i.naturalWidth > 0,
+                                                width: i.naturalWidth, height: i.naturalHeight}));
+  const out = document.createElement('pre'); out.id = 'spartan-probe';
+  out.textContent = JSON.stringify({title: document.title, images: images,
+                                    tables: document.querySelectorAll('table').length});
+  document.body.appendChild(out);
+});</script>"""
+# The flags a root process needs in a closed sandbox (no GPU, no network, no first-run UI).
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+def chromium() -> str | None:
+    """The Chromium executable on PATH, or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def inspect_page(page: Path, scratch: Path, *, screenshot: Path | None = None) -> dict:
+    """``{'title', 'images': [{'alt', 'loaded', 'width', 'height'}], 'tables'}`` as the browser saw ``page``."""
+    browser = chromium()
+    if browser is None:
+        raise RuntimeError("no Chromium on PATH")
+    scratch.mkdir(parents=True, exist_ok=True)
+    probed = scratch / f"probed-{page.name}"
+    text = page.read_text()
+    probed.write_text(text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE)
+    common = [browser, *FLAGS, f"--user-data-dir={scratch / 'profile'}", "--virtual-time-budget=10000"]
+    run = subprocess.run([*common, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="spartan-probe">(.*?)</pre>', run.stdout, re.S)
+    if found is None:
+        raise RuntimeError(f"the probe did not run (exit {run.returncode}): {run.stderr[-2000:]}")
+    if screenshot is not None:
+        subprocess.run([*common, f"--screenshot={screenshot}", "--window-size=1200,3000", page.as_uri()],
+                       capture_output=True, timeout=120)  # fmt: skip
+    import html
+
+    return json.loads(html.unescape(found.group(1)))

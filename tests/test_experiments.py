@@ -1,0 +1,117 @@
+"""The experiment files in experiments/: each validates as written, runs at a small size on
+this machine (GPU points in simulated mode, or recorded as failed where a sweep asks for a
+GPU backend that is missing), and its report opens in a real headless browser with every
+figure loaded."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+
+import pytest
+import yaml
+
+from spartan_py.config.yaml_marks import load_yaml
+from spartan_py.report import write_report
+from spartan_py.runner import load_experiment, run_experiment
+from tests import browser
+from tests.conftest import DATA, ROOT, gpu_unavailable_reason
+
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
+#: Figures each experiment's report must show (by file name), whatever the machine.
+EXPECTED_FIGURES = {
+    "quickstart": {"live-rows.png", "edge-rate.png", "what-if.png"},
+    "graph-challenge-1024": {"live-rows.png", "edge-rate.png"},
+    "profiling-overhead": {"monitor-overhead.png", "live-rows.png"},
+    "what-if-gpus": {"what-if.png", "live-rows.png"},
+    "tile-size-sweep": {"tile-sweep.png", "what-if.png"},
+}
+GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
+
+
+def _small_workload_value(key: str, value):
+    """A workload field's value at a size the CI machine runs in seconds."""
+    if value is None:
+        return None
+    if key == "inputs":
+        return "generated:300"
+    if key in ("rows", "truth"):
+        return None
+    if key == "layers" and isinstance(value, int):
+        return max(2, value // 40)  # 120 -> 3, 480 -> 12, 1920 -> 48
+    if key == "layers" and isinstance(value, list):
+        return value[:2]
+    if key == "batch":
+        return 1
+    return value
+
+
+def small_copy(data: dict, gpu: bool) -> dict:
+    """``data`` (an experiment file's mapping) shrunk; without a GPU, a fixed ``gpu`` backend
+    becomes the GPU kernel's twin in simulated mode (Graph Challenge) or the CPU (conv layers)."""
+    data = copy.deepcopy(data)
+    workload = data["workload"]
+    for key in list(workload):
+        workload[key] = _small_workload_value(key, workload[key])
+    data["repeats"] = 1
+    if not gpu and data.get("backend") == "gpu":
+        if workload.get("kind") == "conv_layers":
+            data["backend"] = "cpu"
+        else:
+            data["backend"], data["mode"] = "gpu-twin", "simulated"
+    for table in (data.get("sweep") or {}).values():
+        for key, values in table.items():
+            if key.startswith("workload."):
+                table[key] = [_small_workload_value(key.split(".", 1)[1], v) for v in values]
+    return data
+
+
+def _here(text: str) -> str:
+    """The file's text with the shared data folder where this machine has it."""
+    return text.replace("../../shared/data/graph-challenge", str(DATA))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_validates_as_written(path, tmp_path):
+    if "../../shared/" in path.read_text() and not DATA.is_dir():
+        pytest.skip(f"the Graph Challenge data is not at {DATA}")
+    copy_here = tmp_path / path.name
+    copy_here.write_text(_here(path.read_text()))
+    experiment, points = load_experiment(copy_here)
+    assert experiment.name == path.stem
+    assert points
+
+
+def test_every_experiment_the_issue_names_is_here():
+    assert {p.stem for p in EXPERIMENTS} >= set(EXPECTED_FIGURES)
+
+
+@pytest.mark.skipif(browser.chromium() is None and not os.environ.get("CI"),
+                    reason="no Chromium on PATH (.ci/run installs it; under CI this test fails instead)")
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_runs_small_and_its_report_loads_in_a_browser(path, tmp_path):
+    gpu = gpu_unavailable_reason() is None
+    data = small_copy(load_yaml(path).data, gpu)
+    small = tmp_path / path.name
+    small.write_text(_here(yaml.safe_dump(data, sort_keys=False)))
+    experiment, points = load_experiment(small)
+    out = tmp_path / "run"
+    summary = run_experiment(experiment, points, out)
+    assert summary.ran == len(points)
+    records = [json.loads(p.read_text()) for p in (out / "points").glob("*.json")]
+    failed = [r for r in records if r["status"] != "ok"]
+    assert len(records) > len(failed), "no point succeeded"
+    for record in failed:  # only GPU backends may fail, and only where there is no GPU
+        assert not gpu and GPU_MISSING.search(record["error"]), record["error"]
+    html_path, md_path = write_report(out)
+    figures = set(re.findall(r"\]\(([\w.-]+\.png)\)", md_path.read_text()))
+    assert EXPECTED_FIGURES[path.stem] <= figures, figures
+    seen = browser.inspect_page(html_path, tmp_path / "browser", screenshot=tmp_path / "page.png")
+    assert seen["title"] == f"spartan_py report: {experiment.name}"
+    assert len(seen["images"]) == len(figures)
+    broken = [image["alt"] for image in seen["images"] if not image["loaded"]]
+    assert not broken, f"figures that did not load: {broken}"
+    assert all(image["width"] >= 300 and image["height"] >= 200 for image in seen["images"])
+    assert seen["tables"] >= 1
