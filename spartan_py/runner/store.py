@@ -15,6 +15,7 @@ run again when the experiment is restarted.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -60,12 +61,14 @@ def environment() -> dict:
         info["cupy"] = cupy.__version__
     except ImportError:
         info["cupy"] = None
-    try:
-        root = Path(__file__).resolve().parents[2]
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        info["commit"] = commit.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        info["commit"] = None
+    info["commit"] = os.environ.get("SPARTAN_COMMIT")  # a copy of the tree without its history says which
+    if not info["commit"]:
+        try:
+            root = Path(__file__).resolve().parents[2]
+            commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+            info["commit"] = commit.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            info["commit"] = None
     return info
 
 
