@@ -63,8 +63,12 @@ def what_if(simulated: pd.DataFrame) -> bytes | None:
     if frame.empty:
         return None
     table = frame.pivot_table(index="machine", columns="label", values="predicted_seconds", sort=False)
-    figure, axes = plt.subplots(figsize=(max(6, 0.8 * len(table.index) * max(1, len(table.columns))), 4))
+    if len(table.columns) > 6:  # many points: one group per point, one bar per machine
+        table = table.T
+    bars = len(table.index) * max(1, len(table.columns))
+    figure, axes = plt.subplots(figsize=(min(16, max(6, 0.25 * bars + 0.3 * len(table.index))), 4.5))
     table.mul(1e3).plot.bar(ax=axes, rot=30)
+    axes.set_xticklabels(table.index, ha="right", fontsize=7)
     axes.set(ylabel="predicted ms (kernel launches)", title="what if: the same run on other GPUs (cost model)")
     axes.legend(fontsize=7)
     return _png(figure)
@@ -78,7 +82,8 @@ def model_error(predicted: pd.DataFrame) -> bytes | None:
     if frame.empty:
         return None
     figure, axes = plt.subplots(figsize=(5, 4.5))
-    for label, rows in frame.groupby("label"):
+    by = "label" if frame["label"].nunique() <= 8 else "kernel"  # one colour per point while that stays legible
+    for label, rows in frame.groupby(by):
         axes.scatter(rows["measured_us"], rows["predicted_us"], s=10, label=label)
     low, high = frame[["measured_us", "predicted_us"]].min().min() * 0.8, frame[["measured_us", "predicted_us"]].max().max() * 1.25
     axes.plot([low, high], [low, high], "k-", lw=0.8)

@@ -35,6 +35,8 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
     from spartan_py.costmodel.simulate import resolve_machine
 
     parts = []
+    if traces.empty:  # no trace files (a copied run folder may leave them out)
+        return pd.DataFrame()
     for point in points:
         if point["status"] != "ok" or point["summary"]["simulated"] or not point["config"]["machines"]:
             continue
