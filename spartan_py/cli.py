@@ -21,8 +21,35 @@ def _log(args, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+def _cmd_infer_sharded(args) -> int:
+    from spartan_py.executors import open_executor
+    from spartan_py.graph_challenge.formats import write_truth
+    from spartan_py.shard import infer_sharded
+
+    if args.mode != "measured" or args.trace_out:
+        raise InputError("--shards runs measured inference only (no --mode simulated, no --trace-out)")
+    with open_executor(args.cluster, args.workers or args.shards) as workers:
+        _log(args, f"running {args.shards} shards of {args.inputs} on {workers.description}, backend {args.backend} ...")
+        result = infer_sharded(args.network, args.inputs, workers=workers, shards=args.shards, backend=args.backend,
+                               layers=args.layers, rows=args.rows, truth=args.truth)  # fmt: skip
+    if args.categories_out:
+        write_truth(args.categories_out, result.categories)
+    if args.json:
+        print(json.dumps(result.summary()))
+    else:
+        verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
+        print(f"backend {result.backend} in {len(result.shard_rows)} shards ({', '.join(sorted(set(result.devices)))}): "
+              f"{result.neurons} neurons x {result.layers} layers, {result.rows} rows -> {result.categories.size} "
+              f"categories ({verdict})\ninference {result.seconds:.3f} s (slowest shard), "
+              f"{result.edges_per_second:.3e} edges/s; {result.wall_seconds:.2f} s wall with loading")  # fmt: skip
+    return 0
+
+
 def _cmd_infer(args) -> int:
     from spartan_py.api import infer, resolve_inputs, resolve_network
+
+    if args.shards > 1 or args.cluster:
+        return _cmd_infer_sharded(args)
     from spartan_py.graph_challenge.formats import read_truth, write_truth
 
     started = time.perf_counter()
@@ -141,7 +168,12 @@ def _cmd_run(args) -> int:
         if record["status"] == "failed" and not skipped:
             bar.write(f"point {point.id} ({point.label}) failed: {record['error']}", file=sys.stderr)
 
-    summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point)
+    from spartan_py.executors import open_executor
+
+    cluster = args.cluster if args.cluster is not None else experiment.executor.cluster
+    with open_executor(cluster, args.workers or experiment.executor.workers) as workers:
+        _log(args, f"running on {workers.description}")
+        summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point, workers=workers)
     bar.close()
     print(f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
           f"tables (*.csv) and points/ written")  # fmt: skip
@@ -181,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    run.add_argument("--shards", type=int, default=1, help="split the rows into this many shards run at once "
+                     "(one per worker; on GPUs, one per GPU) and merge them exactly")
+    run.add_argument("--cluster", help="run the shards on Dask: local, local-cuda (a worker per GPU) or a scheduler "
+                     "address tcp://host:8786 (default: local processes)")
+    run.add_argument("--workers", type=int, help="worker processes for --shards (default: one per shard)")
     run.set_defaults(handler=_cmd_infer)
 
     machines = commands.add_parser("machines", help="list the described GPUs (sim/) and what-if variants")
@@ -200,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
     experiment.add_argument("--report", action="store_true", help="write the report when done")
+    experiment.add_argument("--cluster", help="run the points as Dask tasks: local, local-cuda, or a scheduler "
+                            "address tcp://host:8786 (default: the file's executor.cluster, else no Dask)")
+    experiment.add_argument("--workers", type=int, help="worker processes (default: the file's executor.workers, 1)")
     experiment.add_argument("--quiet", action="store_true", help="no progress bar")
     experiment.set_defaults(handler=_cmd_run)
 

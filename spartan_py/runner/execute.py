@@ -12,6 +12,7 @@ from pathlib import Path
 
 from spartan_py.engines import resolve_backend
 from spartan_py.errors import SpartanError
+from spartan_py.executors import Workers, run_all
 from spartan_py.runner.schema import Experiment
 from spartan_py.runner.store import environment, finished_point, point_path, write_json, write_tables
 from spartan_py.runner.sweep import Point
@@ -57,21 +58,20 @@ def _simulate(trace, machines: list[str]) -> dict:
     return out
 
 
-def _record(point: Point, summary: dict, seconds: list[float], trace, out: Path) -> dict:
-    """A finished point's result record: its trace written, its trace replayed on ``machines``."""
+def _record(point: Point, summary: dict, seconds: list[float], trace) -> tuple[dict, list]:
+    """A finished point's result record and its trace, replayed on ``machines``."""
     config = point.experiment
-    trace_path = write_trace(out / "points" / f"{point.id}.trace.csv", trace)
     has_gpu_kernels = any(r.kernel.startswith("gpu.") for r in trace)
     machines = _simulate(trace, config.machines) if has_gpu_kernels else {
         name: {"seconds": None, "note": f"backend {summary['backend']} records no GPU kernels to replay"} for name in config.machines
     }  # fmt: skip
     return {"id": point.id, "label": point.label, "values": point.values, "config": config.model_dump(mode="json"),
             "status": "ok", "error": None, "summary": summary, "repeat_seconds": seconds,
-            "trace": trace_path.name, "machines": machines}  # fmt: skip
+            "trace": f"{point.id}.trace.csv", "machines": machines}, trace  # fmt: skip
 
 
-def run_point(point: Point, out: Path) -> dict:
-    """Run one point (``repeats`` times) and return its result record (not yet stored)."""
+def run_point(point: Point) -> tuple[dict, list]:
+    """Run one point (``repeats`` times): its result record and kernel trace (not yet stored)."""
     from spartan_py.api import infer
 
     config = point.experiment
@@ -79,7 +79,7 @@ def run_point(point: Point, out: Path) -> dict:
         from spartan_py.runner.dense_layers import run_conv_point
 
         summary, trace = run_conv_point(config, point.id)
-        return _record(point, summary, [summary["seconds"]], trace, out)
+        return _record(point, summary, [summary["seconds"]], trace)
     workload = config.workload
     started = time.perf_counter()
     network = _network(workload.network, workload.layers)
@@ -103,7 +103,41 @@ def run_point(point: Point, out: Path) -> dict:
     summary["seconds"] = statistics.median(seconds)
     summary["edges_per_second"] = last.rows * last.edges / summary["seconds"] if summary["seconds"] > 0 else None
     summary["workload"] = "graph_challenge"
-    return _record(point, summary, seconds, last.trace, out)
+    return _record(point, summary, seconds, last.trace)
+
+
+def _failed(point: Point, exc: BaseException, tb: str) -> dict:
+    return {"id": point.id, "label": point.label, "values": point.values,
+            "config": point.experiment.model_dump(mode="json"), "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}", "traceback": tb}  # fmt: skip
+
+
+def run_point_task(point: Point) -> tuple[dict, list]:
+    """A point as a task for any executor: a point that raises becomes a failed record (so
+    that an exception from the future itself always means the worker was lost)."""
+    try:
+        return run_point(point)
+    except Exception as exc:  # a failing point is a result: record it and go on
+        return _failed(point, exc, traceback.format_exc(limit=5)), []
+
+
+def _store(out: Path, record: dict, trace: list) -> None:
+    """The trace first, then the point file (its presence marks the point finished)."""
+    if record["status"] == "ok":
+        write_trace(out / "points" / record["trace"], trace)
+    write_json(point_path(out, record["id"]), record)
+
+
+def _run_on(workers: Workers, todo: list[Point], retries: int):
+    """Yield ``(point, record, trace)`` as the workers finish them (a point whose worker was
+    lost more than ``retries`` times is recorded as failed)."""
+    by_id = {point.id: point for point in todo}
+    for point_id, result, error in run_all(workers, run_point_task, {p.id: (p,) for p in todo}, retries=retries):
+        point = by_id[point_id]
+        if error is not None:
+            yield point, _failed(point, error, f"worker lost {retries + 1} times"), []
+        else:
+            yield point, *result
 
 
 def run_experiment(
@@ -113,35 +147,37 @@ def run_experiment(
     *,
     force: bool = False,
     on_point: Callable[[Point, dict, bool], None] | None = None,
+    workers: Workers | None = None,
+    retries: int = 3,
 ) -> RunSummary:
     """Run every point not already finished in ``out`` (all of them with ``force``).
 
-    Each point's file is written atomically when it finishes; a failing point is stored with
-    its error and the run goes on. ``on_point(point, record, skipped)`` is called after each
-    point (the CLI draws its progress bar from it).
+    Points run inline, or on ``workers`` (from :func:`spartan_py.executors.open_executor`:
+    a process pool or a Dask cluster), their results streaming back here. Each point's
+    files are written atomically, here, when it finishes; a failing point is stored with its
+    error and the run goes on; a point whose worker died is resubmitted (``retries`` times).
+    ``on_point(point, record, skipped)`` is called after each point (the CLI's progress bar).
     """
     out = Path(out)
     (out / "points").mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", {"experiment": experiment.model_dump(mode="json"),
                                      "points": [{"id": p.id, "label": p.label, "values": p.values} for p in points]})  # fmt: skip
-    write_json(out / "environment.json", environment())
+    write_json(out / "environment.json", environment() | {"executor": workers.description if workers else "this process"})
     ran = skipped = failed = 0
+    todo = []
     for point in points:
         stored = None if force else finished_point(out, point.id)
         if stored is not None and stored.get("status") == "ok":
             skipped += 1
             if on_point:
                 on_point(point, stored, True)
-            continue
-        try:
-            record = run_point(point, out)
-        except Exception as exc:  # a failing point is a result: record it and go on
-            failed += 1
-            record = {"id": point.id, "label": point.label, "values": point.values,
-                      "config": point.experiment.model_dump(mode="json"), "status": "failed",
-                      "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}  # fmt: skip
-        write_json(point_path(out, point.id), record)
+        else:
+            todo.append(point)
+    finished = _run_on(workers, todo, retries) if workers and workers.executor else ((p, *run_point_task(p)) for p in todo)
+    for point, record, trace in finished:
+        _store(out, record, trace)
         ran += 1
+        failed += record["status"] != "ok"
         if on_point:
             on_point(point, record, False)
     write_tables(out)

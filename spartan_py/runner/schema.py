@@ -154,6 +154,25 @@ class Sweep(_Frozen):
         return self
 
 
+class ExecutorConfig(_Frozen):
+    """Where the points run; results do not depend on it (``spartan run --cluster/--workers``
+    override it). See :mod:`spartan_py.executors`."""
+
+    cluster: str | None = Field(None, description="local, local-cuda, or a Dask scheduler address "
+                                "(tcp://host:8786); none: this machine, without Dask")  # fmt: skip
+    workers: PositiveInt = Field(1, description="processes (no cluster, or local); 1 with no cluster runs the "
+                                 "points one by one in this process")  # fmt: skip
+
+    @field_validator("cluster")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        from spartan_py.executors import LOCAL_CLUSTERS
+
+        if value is not None and value not in LOCAL_CLUSTERS and "://" not in value:
+            raise ValueError(f"expected {', '.join(LOCAL_CLUSTERS)} or a scheduler address such as tcp://host:8786")
+        return value
+
+
 class Experiment(_Frozen):
     """One experiment file (before its sweep is expanded) or one point of it (no sweep)."""
 
@@ -178,6 +197,7 @@ class Experiment(_Frozen):
     precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
+    executor: ExecutorConfig = ExecutorConfig()
     sweep: Sweep | None = None
 
     @field_validator("monitor", mode="before")

@@ -30,7 +30,7 @@ class Point:
 def _field_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]:
     paths = []
     for name, info in model.model_fields.items():
-        if name == "sweep":
+        if name in ("sweep", "executor"):  # not point fields: how a run is spread, not what it computes
             continue
         if prefix + name not in paths:
             paths.append(prefix + name)
@@ -108,7 +108,7 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
                     prefix = f"line {line}, sweep value {values[swept]!r}: " if kind else f"point {values}: "
                     problems.append(prefix + message.split(", ", 1)[-1] if kind else prefix + message)
                 continue
-            key = json.dumps(point.model_dump(mode="json"), sort_keys=True)
+            key = json.dumps(point.model_dump(mode="json", exclude={"executor"}), sort_keys=True)
             digest = hashlib.sha1(key.encode()).hexdigest()[:10]
             if digest in seen:
                 continue

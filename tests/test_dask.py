@@ -1,0 +1,145 @@
+"""Scale-out: sweeps on a process pool and on a Dask LocalCluster (one of whose workers is
+killed mid-sweep), and inference sharded by rows, merged exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from spartan_py.errors import InputError, OptionalDependencyError
+from spartan_py.executors import open_executor
+from spartan_py.runner import load_experiment, run_experiment
+from spartan_py.shard import infer_sharded, shard_bounds
+
+SWEEP = """\
+name: scale
+workload:
+  layers: 8
+  inputs: generated:1500:1
+backend: cpu
+sweep:
+  grid:
+    workload.network: ["generated:1024:1", "generated:1024:2", "generated:1024:3"]
+    monitor: [fused, "off"]
+"""
+
+
+def _results(out) -> dict:
+    """Per point id: what a point computed (not its times)."""
+    found = {}
+    for path in (out / "points").glob("*.json"):
+        record = json.loads(path.read_text())
+        assert record["status"] == "ok", record.get("error")
+        summary = record["summary"]
+        found[record["id"]] = (summary["categories"], summary["live_rows_by_layer"], summary["nonzeros_by_layer"])
+    return found
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The sweep file, and its points run inline (the reference)."""
+    folder = tmp_path_factory.mktemp("sweep")
+    path = folder / "scale.yaml"
+    path.write_text(SWEEP)
+    experiment, points = load_experiment(path)
+    run_experiment(experiment, points, folder / "inline")
+    return experiment, points, _results(folder / "inline")
+
+
+def test_process_pool_matches_inline(sweep, tmp_path):
+    experiment, points, expected = sweep
+    with open_executor(None, 2) as workers:
+        summary = run_experiment(experiment, points, tmp_path, workers=workers)
+    assert (summary.ran, summary.failed) == (len(points), 0)
+    assert _results(tmp_path) == expected
+    assert "pool of 2" in json.loads((tmp_path / "environment.json").read_text())["executor"]
+
+
+def test_local_cluster_survives_a_killed_worker(sweep, tmp_path):
+    pytest.importorskip("distributed")
+    experiment, points, expected = sweep
+    killed = []
+    with open_executor("local", 2) as workers:
+        client = workers.client
+        pids = client.run(os.getpid)  # worker address -> pid
+
+        def kill_a_busy_worker(point, record, skipped):
+            if killed:
+                return
+            busy = [address for address, keys in client.processing().items() if keys]
+            if busy:  # a worker with a point in flight: its point must be run again elsewhere
+                os.kill(pids[busy[0]], signal.SIGKILL)
+                killed.append(busy[0])
+
+        summary = run_experiment(experiment, points, tmp_path, workers=workers, on_point=kill_a_busy_worker)
+    assert killed, "no worker was busy after the first point finished"
+    assert (summary.ran, summary.failed) == (len(points), 0)
+    assert len(list((tmp_path / "points").glob("*.json"))) == len(points)  # every point once
+    assert _results(tmp_path) == expected
+
+
+def test_dask_missing_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(OptionalDependencyError, match=r"\[dask\]"):
+        with open_executor("local", 2):
+            pass
+
+
+def test_executor_arguments_are_checked():
+    with pytest.raises(InputError, match="scheduler address"):
+        with open_executor("my-laptop"):
+            pass
+    with pytest.raises(InputError, match="workers"):
+        with open_executor(None, 0):
+            pass
+
+
+def test_shard_bounds_cover_every_row_once():
+    assert shard_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert shard_bounds(2, 4)[-1] == (2, 2) and sum(b - a for a, b in shard_bounds(2, 4)) == 2
+    with pytest.raises(InputError):
+        shard_bounds(10, 0)
+
+
+@pytest.mark.parametrize("cluster, workers", [(None, 1), (None, 3), ("local", 2)])
+def test_sharded_inference_equals_one_run(cluster, workers):
+    if cluster:
+        pytest.importorskip("distributed")
+    from spartan_py.api import infer, resolve_inputs, resolve_network
+
+    network, inputs = "generated:1024:5", "generated:2000:6"
+    one = infer(resolve_network(network, 10), resolve_inputs(inputs, 1024), backend="cpu")
+    with open_executor(cluster, workers) as pool:
+        merged = infer_sharded(network, inputs, workers=pool, shards=3, backend="cpu", layers=10,
+                               truth=one.categories, keep_values=True)  # fmt: skip
+    assert merged.passed is True
+    assert np.array_equal(merged.categories, one.categories)
+    assert merged.live_rows_by_layer == one.live_rows_by_layer
+    assert merged.nonzeros_by_layer == one.nonzeros_by_layer
+    assert (merged.values != one.values).nnz == 0
+    assert merged.shard_rows == [667, 666, 667] and len(merged.shard_seconds) == 3
+
+
+def test_sharded_inference_takes_specs_only():
+    from spartan_py.api import resolve_network
+
+    with open_executor() as pool, pytest.raises(InputError, match="specs"):
+        infer_sharded(resolve_network("generated:1024", 2), "generated:10", workers=pool)
+
+
+def test_experiment_executor_field(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text(SWEEP + "executor:\n  cluster: laptop\n  workers: 0\n")
+    with pytest.raises(InputError) as info:
+        load_experiment(path)
+    assert "line 11, field `executor.cluster`" in str(info.value)
+    assert "line 12, field `executor.workers`" in str(info.value)
+    path.write_text(SWEEP + "executor:\n  cluster: local\n  workers: 2\n")
+    experiment, points = load_experiment(path)
+    assert experiment.executor.workers == 2 and len(points) == 6
