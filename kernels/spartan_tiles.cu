@@ -117,51 +117,31 @@ __global__ void move_tiles(float* __restrict__ a, const int* __restrict__ coords
     }
 }
 
-// Lists the non-zero tiles of a tiles_m x tiles_n count matrix in one block, with no host
-// round trip: thread i takes a contiguous run of tiles, counts its non-zero ones, a block
-// scan gives each run its first position, and a second pass writes coords[p] = (tile row,
-// tile col), col_index[p] = tile col, and row_ptr[r] = tiles listed before tile row r
-// (row_ptr[tiles_m] = all of them). The output buffers hold tiles_m * tiles_n entries.
-__global__ void __launch_bounds__(1024) list_tiles(const int* __restrict__ counts, int tiles_m, int tiles_n,
-                                                   int* __restrict__ row_ptr, int* __restrict__ coords,
-                                                   int* __restrict__ col_index) {
-    __shared__ int warp_total[32];
+// Lists the non-zero tiles of a tiles_m x tiles_n count matrix, given `inclusive`, the
+// inclusive prefix sum of (counts > 0) in row-major order (a device scan; no host round
+// trip). Writes coords[p] = (tile row, tile col) and col_index[p] = tile col for the p-th
+// listed tile, row_ptr[r] = tiles listed before tile row r and row_ptr[tiles_m] = all of them.
+// Any grid; the output buffers hold tiles_m * tiles_n entries.
+__global__ void scatter_tiles(const int* __restrict__ counts, const int* __restrict__ inclusive, int tiles_m,
+                              int tiles_n, int* __restrict__ row_ptr, int* __restrict__ coords,
+                              int* __restrict__ col_index) {
     const int total = tiles_m * tiles_n;
-    const int per_thread = (total + blockDim.x - 1) / blockDim.x;
-    const int begin = min(total, (int)threadIdx.x * per_thread), end = min(total, begin + per_thread);
-    int mine = 0;
-    for (int t = begin; t < end; ++t) mine += counts[t] > 0;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int scan = mine;  // inclusive scan within the warp
-    for (int o = 1; o < 32; o <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, scan, o);
-        if (lane >= o) scan += up;
+    if (total == 0) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) row_ptr[tiles_m] = 0;
+        return;
     }
-    if (lane == 31) warp_total[warp] = scan;
-    __syncthreads();
-    if (warp == 0) {
-        const int v = lane < (int)(blockDim.x >> 5) ? warp_total[lane] : 0;
-        int x = v;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int up = __shfl_up_sync(0xffffffffu, x, o);
-            if (lane >= o) x += up;
-        }
-        warp_total[lane] = x - v;  // exclusive: tiles in the warps before
-    }
-    __syncthreads();
-    int pos = warp_total[warp] + scan - mine;
-    for (int t = begin; t < end; ++t) {
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
         const int r = t / tiles_n, c = t - r * tiles_n;
+        const int active = counts[t] > 0;
+        const int pos = inclusive[t] - active;
         if (c == 0) row_ptr[r] = pos;
-        if (counts[t] > 0) {
+        if (active) {
             coords[2 * pos] = r;
             coords[2 * pos + 1] = c;
             col_index[pos] = c;
-            ++pos;
         }
+        if (t == total - 1) row_ptr[tiles_m] = inclusive[t];
     }
-    if (end == total && begin < end) row_ptr[tiles_m] = pos;
-    if (total == 0 && threadIdx.x == 0) row_ptr[tiles_m] = 0;
 }
 
 // The profile's scalars in one pass: out[0] += non-zeros, out[1] += non-zero tiles,

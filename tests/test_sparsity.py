@@ -150,6 +150,19 @@ def test_compaction_round_trips(xp):
 
 
 # -- tile GEMM -----------------------------------------------------------------------------
+@pytest.mark.parametrize("grid, density", [((700, 300), 0.3), ((3, 5), 0.0), ((1, 1), 1.0), ((4000, 1), 0.5)])
+def test_tile_list_matches_the_nonzero_counts(xp, grid, density):
+    rng = np.random.default_rng(sum(grid))
+    counts = np.where(rng.random(grid) < density, rng.integers(1, 50, grid), 0).astype(np.int32)
+    shape = (grid[0] * 16, grid[1] * 16)
+    tiles = tile_list(xp.asarray(counts), shape, (16, 16))
+    rows, cols = np.nonzero(counts)  # row-major, as the list
+    assert tiles.count == rows.size
+    assert np.array_equal(host(tiles.coords), np.stack([rows, cols], axis=1))
+    assert np.array_equal(host(tiles.col_index)[: tiles.count], cols)
+    assert np.array_equal(host(tiles.row_ptr), np.concatenate([[0], np.cumsum((counts > 0).sum(axis=1))]))
+
+
 def test_round_to_tf32_rounds_to_nearest_ties_away():
     one = np.float32(1.0)
     values = np.array([one + 2.0**-11, one + 2.0**-12, -(one + 2.0**-11), np.inf, 3.0], np.float32)

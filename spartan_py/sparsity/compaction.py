@@ -116,7 +116,10 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
     coords = cupy.empty((max(total, 1), 2), dtype=cupy.int32)
     col_index = cupy.empty(max(total, 1), dtype=cupy.int32)
     counts = cupy.ascontiguousarray(counts, dtype=cupy.int32)
-    tile_kernels(cupy.cuda.Device().id)["list_tiles"]((1,), (1024,), (counts, np.int32(tiles_m), np.int32(tiles_n), row_ptr, coords, col_index))
+    inclusive = cupy.cumsum(counts.ravel() > 0, dtype=cupy.int32) if total else cupy.zeros(1, cupy.int32)
+    blocks = min(max(-(-total // 256), 1), 4096)
+    tile_kernels(cupy.cuda.Device().id)["scatter_tiles"](
+        (blocks,), (256,), (counts, inclusive, np.int32(tiles_m), np.int32(tiles_n), row_ptr, coords, col_index))
     return TileList(tuple(shape), tile, row_ptr, col_index, coords)
 
 

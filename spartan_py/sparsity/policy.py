@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K
 from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, fp32_block_width, tile_sparse_matmul
 from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
 from spartan_py.trace import TraceRecord, to_frame
@@ -76,14 +77,15 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
-        list_bytes = 4 * tm * tn + 8 * tiles_active
-        return [TraceRecord(kernel="gpu.list_tiles", variant="one-block-scan", bytes_read=list_bytes, bytes_written=list_bytes,
+        tiles = tm * tn  # a scan of the flags, then a scatter reading counts and scan, writing the list
+        return [TraceRecord(kernel="gpu.list_tiles", variant="scan-scatter", bytes_read=12 * tiles,
+                            bytes_written=4 * tiles + 12 * tiles_active + 4 * (tm + 1),
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),
                 TraceRecord(kernel=f"gpu.tile_gemm.{precision}", rows_in=m, rows_out=m, tiles_total=tm * tn,
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
                             executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
                             bytes_written=4 * m * n, blocks=tm * -(-n // bn), block_rows=tile.rows,
-                            block_threads=(tile.rows // 8) * (bn // 8), block_shared_bytes=2 * 8 * (tile.rows + bn) * 4,
+                            block_threads=(tile.rows // 8) * (bn // 8), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
         live_blocks = -(-live_rows // 128) * -(-n // 128)
