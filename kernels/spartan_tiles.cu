@@ -117,30 +117,69 @@ __global__ void move_tiles(float* __restrict__ a, const int* __restrict__ coords
     }
 }
 
-// Lists the non-zero tiles of a tiles_m x tiles_n count matrix, given `inclusive`, the
-// inclusive prefix sum of (counts > 0) in row-major order (a device scan; no host round
-// trip). Writes coords[p] = (tile row, tile col) and col_index[p] = tile col for the p-th
-// listed tile, row_ptr[r] = tiles listed before tile row r and row_ptr[tiles_m] = all of them.
-// Any grid; the output buffers hold tiles_m * tiles_n entries.
-__global__ void scatter_tiles(const int* __restrict__ counts, const int* __restrict__ inclusive, int tiles_m,
-                              int tiles_n, int* __restrict__ row_ptr, int* __restrict__ coords,
-                              int* __restrict__ col_index) {
-    const int total = tiles_m * tiles_n;
-    if (total == 0) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) row_ptr[tiles_m] = 0;
-        return;
+// The non-zero tiles of a tiles_m x tiles_n count matrix as a list, in two launches and no
+// host round trip. count_tile_rows: row_count[r] = non-zero tiles in tile row r (a warp per
+// row). list_tile_rows: a block per 32 tile rows finds the tiles listed before its rows (a sum
+// over row_count), scans its 32 rows' counts, and each warp writes its row: coords[p] =
+// (tile row, tile col), col_index[p] = tile col, row_ptr[r] = tiles before row r,
+// row_ptr[tiles_m] = all of them. Launch list_tile_rows with max(1, ceil(tiles_m / 32))
+// blocks of 1024 threads. The output buffers hold tiles_m * tiles_n entries.
+__device__ __forceinline__ int warp_sum(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void count_tile_rows(const int* __restrict__ counts, int tiles_m, int tiles_n, int* __restrict__ row_count) {
+    const int lane = threadIdx.x & 31;
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < tiles_m; r += warps) {
+        int n = 0;
+        for (int c = lane; c < tiles_n; c += 32) n += counts[(size_t)r * tiles_n + c] > 0;
+        n = warp_sum(n);
+        if (lane == 0) row_count[r] = n;
     }
-    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
-        const int r = t / tiles_n, c = t - r * tiles_n;
-        const int active = counts[t] > 0;
-        const int pos = inclusive[t] - active;
-        if (c == 0) row_ptr[r] = pos;
-        if (active) {
-            coords[2 * pos] = r;
-            coords[2 * pos + 1] = c;
-            col_index[pos] = c;
+}
+
+__global__ void __launch_bounds__(1024) list_tile_rows(const int* __restrict__ counts, const int* __restrict__ row_count,
+                                                       int tiles_m, int tiles_n, int* __restrict__ row_ptr,
+                                                       int* __restrict__ coords, int* __restrict__ col_index) {
+    __shared__ int partial[32];
+    __shared__ int offsets[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int first = blockIdx.x * 32;
+    int before = 0;
+    for (int r = threadIdx.x; r < first && r < tiles_m; r += blockDim.x) before += row_count[r];
+    before = warp_sum(before);
+    if (lane == 0) partial[warp] = before;
+    __syncthreads();
+    if (warp == 0) {
+        const int all_before = warp_sum(lane < (int)(blockDim.x >> 5) ? partial[lane] : 0);
+        const int mine = first + lane < tiles_m ? row_count[first + lane] : 0;
+        int scan = mine;  // inclusive scan over the block's 32 rows
+        for (int o = 1; o < 32; o <<= 1) {
+            const int up = __shfl_up_sync(0xffffffffu, scan, o);
+            if (lane >= o) scan += up;
         }
-        if (t == total - 1) row_ptr[tiles_m] = inclusive[t];
+        offsets[lane] = all_before + scan - mine;
+        if (first + lane == tiles_m - 1) row_ptr[tiles_m] = all_before + scan;
+    }
+    __syncthreads();
+    const int r = first + warp;
+    if (tiles_m == 0 && threadIdx.x == 0) row_ptr[0] = 0;
+    if (r >= tiles_m) return;
+    int pos = offsets[warp];
+    if (lane == 0) row_ptr[r] = pos;
+    for (int c0 = 0; c0 < tiles_n; c0 += 32) {
+        const int c = c0 + lane;
+        const bool active = c < tiles_n && counts[(size_t)r * tiles_n + c] > 0;
+        const unsigned int mask = __ballot_sync(0xffffffffu, active);
+        if (active) {
+            const int p = pos + __popc(mask & ((1u << lane) - 1u));
+            coords[2 * p] = r;
+            coords[2 * p + 1] = c;
+            col_index[p] = c;
+        }
+        pos += __popc(mask);
     }
 }
 

@@ -116,10 +116,11 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
     coords = cupy.empty((max(total, 1), 2), dtype=cupy.int32)
     col_index = cupy.empty(max(total, 1), dtype=cupy.int32)
     counts = cupy.ascontiguousarray(counts, dtype=cupy.int32)
-    inclusive = cupy.cumsum(counts.ravel() > 0, dtype=cupy.int32) if total else cupy.zeros(1, cupy.int32)
-    blocks = min(max(-(-total // 256), 1), 4096)
-    tile_kernels(cupy.cuda.Device().id)["scatter_tiles"](
-        (blocks,), (256,), (counts, inclusive, np.int32(tiles_m), np.int32(tiles_n), row_ptr, coords, col_index))
+    row_count = cupy.empty(max(tiles_m, 1), dtype=cupy.int32)
+    kernels = tile_kernels(cupy.cuda.Device().id)
+    dims = (np.int32(tiles_m), np.int32(tiles_n))
+    kernels["count_tile_rows"]((min(max(-(-tiles_m // 8), 1), 4096),), (256,), (counts, *dims, row_count))
+    kernels["list_tile_rows"]((max(-(-tiles_m // 32), 1),), (1024,), (counts, row_count, *dims, row_ptr, coords, col_index))
     return TileList(tuple(shape), tile, row_ptr, col_index, coords)
 
 

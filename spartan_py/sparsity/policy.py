@@ -77,9 +77,9 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
-        tiles = tm * tn  # a scan of the flags, then a scatter reading counts and scan, writing the list
-        return [TraceRecord(kernel="gpu.list_tiles", variant="scan-scatter", bytes_read=12 * tiles,
-                            bytes_written=4 * tiles + 12 * tiles_active + 4 * (tm + 1),
+        tiles = tm * tn  # counts read twice (per-row counts, then the list), the list written
+        return [TraceRecord(kernel="gpu.list_tiles", variant="row-scan", bytes_read=8 * tiles + 4 * tm,
+                            bytes_written=12 * tiles_active + 8 * (tm + 1),
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),
                 TraceRecord(kernel=f"gpu.tile_gemm.{precision}", rows_in=m, rows_out=m, tiles_total=tm * tn,
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
