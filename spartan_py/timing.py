@@ -31,17 +31,24 @@ class GpuTimer:
     """Times callables on the current stream; ``flush_bytes`` of scratch are rewritten
     before each repeat so that no operand stays in L2 (H100 L2: 50 MiB)."""
 
-    def __init__(self, flush_bytes: int = 256 << 20):
+    def __init__(self, flush_bytes: int = 256 << 20, *, min_warmup_ms: float = 0.0):
         import cupy
 
         self.cupy = cupy
         self.scratch = cupy.empty(flush_bytes // 4, dtype=cupy.int32)
+        self.min_warmup_ms = min_warmup_ms
 
     def __call__(self, work, *, repeats: int = 20, warmup: int = 3, flush: bool = True) -> dict:
-        """{'median_us', 'p10_us', 'p90_us', 'repeats'} of ``work()``."""
+        """{'median_us', 'p10_us', 'p90_us', 'repeats'} of ``work()``. Warm-up runs ``warmup``
+        times and, with ``min_warmup_ms``, goes on until that much time has passed, so that
+        a GPU that idled (while the host prepared the next case) is back at full clock."""
         cupy = self.cupy
+        started = time.perf_counter()
         for _ in range(warmup):
             work()
+        while (time.perf_counter() - started) * 1e3 < self.min_warmup_ms:
+            work()
+            cupy.cuda.get_current_stream().synchronize()
         times = []
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         for _ in range(repeats):

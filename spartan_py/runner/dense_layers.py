@@ -83,7 +83,7 @@ class _Clock:
         else:
             from spartan_py.timing import GpuTimer
 
-            timer = GpuTimer()
+            timer = GpuTimer(min_warmup_ms=20)  # the GPU idles while the next layer's maps are made
             self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
 
     def __call__(self, work) -> float:
