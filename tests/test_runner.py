@@ -164,3 +164,32 @@ def test_killed_run_resumes(tmp_path):
     after = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
     assert len(after) == 6 and all(after[name] == stamp for name, stamp in done_before.items())
     assert len(pd.read_csv(out / "results.csv").drop_duplicates("point")) == 6
+
+
+def test_conv_layers_points_measured_and_simulated(tmp_path):
+    path = tmp_path / "conv.yaml"
+    path.write_text("name: conv\nworkload:\n  kind: conv_layers\n  layers: [alexnet/conv3, resnet18/conv5_x]\n"
+                    "  batch: 1\n  density: 0.05\ntile: 32\nmachines: [h100-sxm, t4]\n"
+                    "sweep:\n  grid:\n    mode: [measured, simulated]\n")  # fmt: skip
+    experiment, points = load_experiment(path)
+    summary = run_experiment(experiment, points, tmp_path / "run")
+    assert (summary.ran, summary.failed) == (2, 0)
+    table = pd.read_csv(tmp_path / "run" / "dense-layers.csv")
+    assert len(table) == 4 and set(table["layer"]) == {"alexnet/conv3", "resnet18/conv5_x"}
+    assert (table["tile_sparse_max_rel_diff"] < 1e-5).all() and (table["chosen_max_rel_diff"] < 1e-5).all()
+    assert (table["K_padded"] % 32 == 0).all() and (table["K_padded"] >= table["K"]).all()
+    simulated = table[table["simulated"]]
+    assert set(simulated["timed_on"]) == {"h100-sxm"} and simulated["monitor_us"].isna().all()
+    measured = table[~table["simulated"]]
+    assert (measured["dense_us"] > 0).all() and (measured["monitor_us"] >= 0).all()
+    # what the policy chose is what its time is: the chosen kernel's own time (simulated: its prediction)
+    for row in simulated.itertuples():
+        own = {"dense": row.dense_us, "tile_sparse": row.tile_sparse_us + row.tile_list_us}
+        if row.kernel in own:
+            assert row.chosen_us == pytest.approx(own[row.kernel], rel=1e-9)
+    # utilization at a tile is useful / executed: never above the density over the tile density
+    assert (table["utilization"] <= table["density"] / table["tile_density"] + 1e-9).all()
+    replay = pd.read_csv(tmp_path / "run" / "simulated.csv")
+    assert replay["predicted_seconds"].notna().all() and (replay["predicted_seconds"] > 0).all()
+    _, md_path = write_report(tmp_path / "run")
+    assert "(tile-sweep.png)" in md_path.read_text() and (tmp_path / "run" / "tile-sweep.png").is_file()

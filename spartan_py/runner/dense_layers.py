@@ -75,7 +75,6 @@ class _Clock:
     """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock."""
 
     def __init__(self, xp, repeats: int):
-        self.repeats = repeats
         if xp is np:
             from spartan_py.timing import time_cpu
 
@@ -90,18 +89,12 @@ class _Clock:
         return self._time(work)
 
 
-def _records(kernel: str, m: int, k: int, n: int, profile, policy, label: str) -> list[TraceRecord]:
+def _records(kernel: str, m: int, k: int, n: int, counts: tuple[int, int, int], policy) -> list[TraceRecord]:
     from spartan_py.sparsity.policy import candidate_records
 
-    nnz, tiles_active, live = _counts(profile, policy)
-    return [replace(r, run=label, device="") for r in candidate_records(
-        kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live, tile=policy.tile, precision=policy.precision)]
-
-
-def _counts(profile, policy) -> tuple[int, int, int]:
-    from spartan_py.sparsity.policy import _profile_scalars
-
-    return _profile_scalars(profile, policy._policy_counts(profile))
+    nnz, tiles_active, live = counts
+    return candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live, tile=policy.tile,
+                             precision=policy.precision)  # fmt: skip
 
 
 def _predict_us(records: list[TraceRecord], machine: str) -> float:
@@ -127,7 +120,7 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     a, profile = monitor.epilogue(a, out=a)
     # the GEMM kernels need counts even when the monitor is off: count them apart, untimed
     counted = profile if profile is not None else SparsityMonitor(tile=tile, mode="fused", timed=False).epilogue(a)[1]
-    nnz, tiles_active, live = _counts(counted, policy)
+    nnz, tiles_active, live = counts = policy.profile_counts(counted)
     tiles = tile_list(counted.tile_nnz, a.shape, tile)
     c = xp.empty((m, n), dtype=xp.float32)
     reference = dense_matmul(a, w, precision=policy.precision)
@@ -148,9 +141,9 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     for size in UTILIZATION_TILES:
         row[f"utilization_{size}"] = tile_utilization(a, size)
         row[f"tile_density_{size}"] = float((tile_counts(a, size) > 0).mean())
-    chosen_records = _records(decision.kernel, m, k, n, counted, policy, label)
-    dense_records = _records("dense", m, k, n, counted, policy, label)
-    tile_records = _records("tile_sparse", m, k, n, counted, policy, label)
+    chosen_records = _records(decision.kernel, m, k, n, counts, policy)
+    dense_records = _records("dense", m, k, n, counts, policy)
+    tile_records = _records("tile_sparse", m, k, n, counts, policy)
     if clock is None:  # simulated: the cost model's times on machines[0]
         machine = config.machines[0]
         row |= {"dense_us": _predict_us(dense_records, machine), "tile_sparse_us": _predict_us(tile_records[1:], machine),

@@ -173,6 +173,13 @@ class KernelPolicy:
             return coarsen_counts(profile.tile_nnz, profile.tile, self.tile)
         return None
 
+    def profile_counts(self, profile: LayerProfile) -> tuple[int, int, int]:
+        """(non-zeros, active tiles at the policy's tile, live rows) of a profile (one host
+        read); the active tiles are all tiles when the profile's tile cannot give them."""
+        counts = self._policy_counts(profile)
+        nnz, tiles_active, live = _profile_scalars(profile, counts)
+        return nnz, tiles_active if counts is not None else math.prod(self.tile.grid(profile.shape)), live
+
     def choose(self, profile: LayerProfile | None, n: int, *, k: int | None = None, layer=None) -> Decision:
         """The kernel for ``input @ W`` where ``profile`` describes the input ``[M x K]`` and
         ``W`` has ``n`` columns. Without a profile the choice is ``dense``."""
