@@ -143,3 +143,35 @@ def test_experiment_executor_field(tmp_path):
     path.write_text(SWEEP + "executor:\n  cluster: local\n  workers: 2\n")
     experiment, points = load_experiment(path)
     assert experiment.executor.workers == 2 and len(points) == 6
+
+
+def _die_once(marker: str, value: int) -> int:
+    """A task whose worker process dies the first time any task runs it (a marker file says)."""
+    from pathlib import Path
+
+    if value == 2 and not Path(marker).exists():
+        Path(marker).write_text("died")
+        os._exit(1)
+    return value * 10
+
+
+def test_a_broken_process_pool_is_renewed_and_its_work_resubmitted(tmp_path):
+    from spartan_py.executors import run_all
+
+    marker = str(tmp_path / "died")
+    with open_executor(None, 2) as workers:
+        first = workers.executor
+        results = {key: (result, error) for key, result, error in
+                   run_all(workers, _die_once, {v: (marker, v) for v in range(5)}, retries=2)}  # fmt: skip
+        assert workers.executor is not first  # the broken pool was replaced
+    assert results == {v: (v * 10, None) for v in range(5)}
+    assert (tmp_path / "died").read_text() == "died"
+
+
+def test_work_that_keeps_killing_its_worker_is_reported_not_retried_forever():
+    from spartan_py.executors import run_all
+
+    with open_executor(None, 2) as workers:
+        found = list(run_all(workers, os._exit, {"boom": (3,)}, retries=1))
+    assert len(found) == 1 and found[0][0] == "boom" and found[0][1] is None
+    assert type(found[0][2]).__name__ == "BrokenProcessPool"
