@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def spartan(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run(
         [sys.executable, "-m", "spartan_py", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
     )

@@ -148,11 +148,12 @@ def test_killed_run_resumes(tmp_path):
         "sweep:\n  grid: {workload.layers: [4, 5, 6, 7, 8, 9]}\n"
     )
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     command = [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and len(list((out / "points").glob("*.json"))) < 1:
+        assert process.poll() is None, process.communicate()[1].decode()[-2000:]  # it died on its own
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
