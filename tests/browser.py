@@ -40,6 +40,7 @@ def inspect_page(page: Path, scratch: Path, *, screenshot: Path | None = None) -
     browser = chromium()
     if browser is None:
         raise RuntimeError("no Chromium on PATH")
+    page, scratch = Path(page).resolve(), Path(scratch).resolve()  # file URIs need absolute paths
     scratch.mkdir(parents=True, exist_ok=True)
     probed = scratch / f"probed-{page.name}"
     text = page.read_text()
