@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, w
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from spartan_py.errors import InputError, OptionalDependencyError
+from spartan_py.errors import BackendUnavailableError, InputError, OptionalDependencyError
 
 LOCAL_CLUSTERS = ("local", "local-cuda")
 
@@ -88,8 +88,9 @@ def lost_worker_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def open_executor(cluster: str | None = None, workers: int = 1) -> Iterator[Workers]:
-    """Open the executor ``cluster``/``workers`` describe (see the module doc); closed on exit."""
+def open_executor(cluster: str | None = None, workers: int = 1, *, connect_timeout_s: float = 30) -> Iterator[Workers]:
+    """Open the executor ``cluster``/``workers`` describe (see the module doc); closed on exit.
+    ``connect_timeout_s``: how long to wait for a scheduler at an address."""
     if workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}")
     if cluster is None:
@@ -115,7 +116,11 @@ def open_executor(cluster: str | None = None, workers: int = 1) -> Iterator[Work
     if "://" not in cluster:
         raise InputError(f"cluster {cluster!r}: expected a scheduler address (tcp://host:8786) or one of "
                          f"{', '.join(LOCAL_CLUSTERS)}")  # fmt: skip
-    with distributed.Client(cluster, timeout="30s") as client:
+    try:
+        client = distributed.Client(cluster, timeout=f"{connect_timeout_s}s")
+    except OSError as exc:  # refused, unreachable, timed out
+        raise BackendUnavailableError(f"cannot reach the Dask scheduler at {cluster}: {exc}") from None
+    with client:
         count = len(client.scheduler_info().get("workers", {}))
         yield Workers(client.get_executor(pure=False), f"the Dask cluster at {cluster} ({count} workers)", max(count, 1),
                       client=client)

@@ -91,6 +91,15 @@ def test_dask_missing_is_a_clear_error(monkeypatch):
             pass
 
 
+def test_an_unreachable_scheduler_is_a_clear_error():
+    pytest.importorskip("distributed")
+    from spartan_py.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        with open_executor("tcp://127.0.0.1:9", connect_timeout_s=2):
+            pass
+
+
 def test_executor_arguments_are_checked():
     with pytest.raises(InputError, match="scheduler address"):
         with open_executor("my-laptop"):
