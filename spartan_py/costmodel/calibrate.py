@@ -1,7 +1,7 @@
 """Fit a machine's free cost-model parameters to measured traces (SciPy least squares).
 
 Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
-``memory_efficiency``, ``step_overhead_us`` and ``weight_load_cost`` (fewer for copies
+``memory_efficiency``, ``step_overhead_us``, ``weight_load_cost`` and ``saturating_warps`` (fewer for copies
 and syncs; ``overlap`` keeps its default, see :mod:`spartan_py.costmodel.model`). The fit
 minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
 that a few noisy short launches do not dominate).
@@ -21,11 +21,12 @@ from spartan_py.errors import InputError
 _FREE = {
     "kernel": {"launch_us": (0.0, 50.0, 3.0), "compute_efficiency": (0.005, 1.0, 0.3),
                "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0),
-               "weight_load_cost": (0.0, 16.0, 0.5)},
+               "weight_load_cost": (0.0, 16.0, 0.5), "saturating_warps": (1.0, 64.0, 4.0)},
     "memory": {"launch_us": (0.0, 50.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
 }  # fmt: skip
-_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0, "overlap": 1.0}
+_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0,
+          "overlap": 1.0, "saturating_warps": 0.0}  # fmt: skip
 
 
 def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:

@@ -57,6 +57,9 @@ class FamilyCalibration(_Frozen):
     weight_load_cost: float = Field(
         0.0, ge=0, description="cost of loading one weight, in multiply-adds; a work item reuses it for block_rows rows"
     )
+    saturating_warps: float = Field(
+        0.0, ge=0, description="resident warps per SM needed to reach the family's rate; fewer reach that share "
+        "of it (0: any number does)")
     source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
     records: int = Field(0, ge=0, description="measured records fitted")
     fit_median_error_pct: float | None = None

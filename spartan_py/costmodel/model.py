@@ -7,6 +7,7 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
     compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
                          + fused_layers x step_overhead)
+    rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))
 
 The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
@@ -18,7 +19,9 @@ memory than the machine allows cannot run (NaN, with the reason in ``note``). Co
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
 its own memory time; co-resident blocks hide each other's, up to ``overlap`` (default 1,
-not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the two efficiencies, ``step_overhead`` and ``weight_load_cost`` are fitted per kernel family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
+not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the two efficiencies, ``step_overhead``, ``weight_load_cost`` and ``saturating_warps`` (an SM with
+fewer resident warps issues too few instructions to reach the rate: blocks of one warp, as
+the tile GEMM's 16-row instances) are fitted per kernel family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
 datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = False``.
 """
 
@@ -145,7 +148,9 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         resident = np.minimum(blocks, specs.sm_count * np.maximum(per_sm, 1))
         memory = np.where(geometry, memory * waves * resident / np.maximum(blocks, 1), memory)
         reuse = 1 + params.weight_load_cost / np.maximum(rows["block_rows"].to_numpy(float), 1)
-        per_item = np.where(geometry, executed * reuse / np.maximum(blocks, 1) / (rate / np.maximum(per_sm, 1)), 0)
+        warps = np.ceil(threads / 32) * np.maximum(per_sm, 1)
+        fill = np.minimum(1.0, warps / params.saturating_warps) if params.saturating_warps > 0 else np.ones(n)
+        per_item = np.where(geometry, executed * reuse / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0)
         steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us
         compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
