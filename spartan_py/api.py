@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,19 @@ def resolve_inputs(spec: str | Path | sp.spmatrix, neurons: int, rows: int | Non
         count, seed = _generated_spec(text, "inputs")
         return generate_inputs(count, neurons, seed)
     return load_inputs(text, neurons, rows=rows)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_network(spec: str, layers: int | None = None) -> Network:
+    """:func:`resolve_network` of a spec string, kept for the next call in this process
+    (a sweep's points and a worker's shards reuse it)."""
+    return resolve_network(spec, layers)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_inputs(spec: str, neurons: int, rows: int | None = None) -> sp.csr_matrix:
+    """:func:`resolve_inputs` of a spec string, kept for the next call in this process."""
+    return resolve_inputs(spec, neurons, rows=rows)
 
 
 def infer(

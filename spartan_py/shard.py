@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from spartan_py.api import cached_inputs, cached_network
 from spartan_py.errors import InputError
 from spartan_py.executors import Workers, gpu_count, run_all
 
@@ -42,27 +43,13 @@ def shard_bounds(rows: int, shards: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-@functools.lru_cache(maxsize=2)
-def _network(spec: str, layers: int | None):
-    from spartan_py.api import resolve_network
-
-    return resolve_network(spec, layers)
-
-
 def _neurons(network: str, layers: int | None) -> int:
     """The network's width, without generating a generated one."""
     if network.startswith("generated:"):
         from spartan_py.api import _generated_spec
 
         return _generated_spec(network, "network")[0]
-    return _network(network, layers).neurons
-
-
-@functools.lru_cache(maxsize=2)
-def _inputs(spec: str, neurons: int, rows: int | None) -> sp.csr_matrix:
-    from spartan_py.api import resolve_inputs
-
-    return resolve_inputs(spec, neurons, rows=rows)
+    return cached_network(network, layers).neurons
 
 
 @functools.lru_cache(maxsize=4)
@@ -70,7 +57,7 @@ def _engine(network: str, layers: int | None, backend: str, device: int | None, 
     """A prepared engine, kept by the worker for the next shard of the same run."""
     from spartan_py.engines import make_engine
 
-    return make_engine(backend, _network(network, layers), **dict(options))
+    return make_engine(backend, cached_network(network, layers), **dict(options))
 
 
 def run_shard(network: str, inputs: str, start: int, stop: int, index: int, *, layers: int | None, rows: int | None,
@@ -81,8 +68,8 @@ def run_shard(network: str, inputs: str, start: int, stop: int, index: int, *, l
     other engines time whole runs."""
     from spartan_py.engines import resolve_backend
 
-    net = _network(network, layers)
-    x = _inputs(inputs, net.neurons, rows)[start:stop]
+    net = cached_network(network, layers)
+    x = cached_inputs(inputs, net.neurons, rows)[start:stop]
     device, gpu = _gpu_device(backend, index)
     with device:
         engine = _engine(network, layers, resolve_backend(backend), gpu, tuple(sorted(options.items())))
@@ -191,7 +178,7 @@ def infer_sharded(network: str, inputs: str, *, workers: Workers, shards: int | 
     if not isinstance(network, str) or not isinstance(inputs, str):
         raise InputError("infer_sharded takes the network and inputs as specs (paths or generated:...), "
                          "so that each worker loads its own copy")  # fmt: skip
-    total = _inputs(inputs, _neurons(network, layers), rows).shape[0]  # a bad spec fails here, before any task
+    total = cached_inputs(inputs, _neurons(network, layers), rows).shape[0]  # a bad spec fails here, before any task
     bounds = shard_bounds(total, shards or workers.workers)
     task = functools.partial(run_shard, network, inputs, layers=layers, rows=rows, backend=backend, repeats=repeats,
                              keep_values=keep_values, options=engine_options)  # fmt: skip

@@ -194,3 +194,16 @@ def test_conv_layers_points_measured_and_simulated(tmp_path):
     assert replay["predicted_seconds"].notna().all() and (replay["predicted_seconds"] > 0).all()
     _, md_path = write_report(tmp_path / "run")
     assert "(tile-sweep.png)" in md_path.read_text() and (tmp_path / "run" / "tile-sweep.png").is_file()
+
+
+def test_fields_of_the_other_workload_kind_are_refused(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text("name: mixed\nworkload:\n  kind: conv_layers\nrows_per_tile: 8\ncompact_every: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert "line 4, field `rows_per_tile`" in str(info.value) and "line 5, field `compact_every`" in str(info.value)
+    path.write_text("name: mixed\nworkload:\n  layers: 3\ntile: 8\nprecision: tf32\n")
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert "line 4, field `tile`" in str(info.value) and "line 5, field `precision`" in str(info.value)
+    assert "conv_layers workloads" in str(info.value)

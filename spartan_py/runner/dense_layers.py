@@ -110,7 +110,7 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     trace records of the kernels the policy's choice launched."""
     from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
     from spartan_py.sparsity.policy import Decision
-    from spartan_py.sparsity.tiles import tile_counts
+    from spartan_py.sparsity.tiles import counts_utilization, tile_counts
 
     workload = config.workload
     tile = policy.tile
@@ -139,8 +139,9 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
            "utilization": tile_utilization(a, tile), "kernel": decision.kernel, "reason": decision.reason,
            "tile_sparse_max_rel_diff": max_rel_diff, "chosen_max_rel_diff": chosen_rel_diff}  # fmt: skip
     for size in UTILIZATION_TILES:
-        row[f"utilization_{size}"] = tile_utilization(a, size)
-        row[f"tile_density_{size}"] = float((tile_counts(a, size) > 0).mean())
+        counts_at_size = tile_counts(a, size)
+        row[f"utilization_{size}"] = counts_utilization(counts_at_size, size)
+        row[f"tile_density_{size}"] = float((counts_at_size > 0).mean())
     chosen_records = _records(decision.kernel, m, k, n, counts, policy)
     dense_records = _records("dense", m, k, n, counts, policy)
     tile_records = _records("tile_sparse", m, k, n, counts, policy)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 import traceback
@@ -27,20 +26,6 @@ class RunSummary:
     ran: int
     skipped: int
     failed: int
-
-
-@functools.lru_cache(maxsize=4)
-def _network(spec: str, layers: int | None):
-    from spartan_py.api import resolve_network
-
-    return resolve_network(spec, layers)
-
-
-@functools.lru_cache(maxsize=4)
-def _inputs(spec: str, neurons: int, rows: int | None):
-    from spartan_py.api import resolve_inputs
-
-    return resolve_inputs(spec, neurons, rows=rows)
 
 
 def _simulate(trace, machines: list[str]) -> dict:
@@ -72,7 +57,7 @@ def _record(point: Point, summary: dict, seconds: list[float], trace) -> tuple[d
 
 def run_point(point: Point) -> tuple[dict, list]:
     """Run one point (``repeats`` times): its result record and kernel trace (not yet stored)."""
-    from spartan_py.api import infer
+    from spartan_py.api import cached_inputs, cached_network, infer
 
     config = point.experiment
     if config.workload.kind == "conv_layers":
@@ -82,8 +67,8 @@ def run_point(point: Point) -> tuple[dict, list]:
         return _record(point, summary, [summary["seconds"]], trace)
     workload = config.workload
     started = time.perf_counter()
-    network = _network(workload.network, workload.layers)
-    inputs = _inputs(workload.inputs, network.neurons, workload.rows)
+    network = cached_network(workload.network, workload.layers)
+    inputs = cached_inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
     options = {}
     backend = "gpu-twin" if config.mode == "simulated" else resolve_backend(config.backend)

@@ -32,6 +32,8 @@ from spartan_py.engines import BACKEND_CHOICES
 Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 #: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
 CONV_BACKENDS = ("auto", "cpu", "gpu")
+#: Fields only one workload kind takes (each kind refuses the other's).
+KIND_FIELDS = {"graph_challenge": ("rows_per_tile", "compact_every"), "conv_layers": ("tile", "policy", "precision")}
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
 POLICIES = ("adaptive", "dense", "tile_sparse", "row_compact", "csr")
 
@@ -224,20 +226,14 @@ class Experiment(_Frozen):
     def _square(cls, value):
         return (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
 
-    @field_validator("rows_per_tile", "compact_every")
+    @field_validator(*(name for names in KIND_FIELDS.values() for name in names))
     @classmethod
-    def _graph_challenge_only(cls, value, info: ValidationInfo):
-        if _kind(info) == "conv_layers":
-            raise ValueError(f"{info.field_name} is an option of the Graph Challenge kernel; a conv_layers workload "
-                             "takes tile, policy and precision")  # fmt: skip
-        return value
-
-    @field_validator("tile", "policy", "precision")
-    @classmethod
-    def _conv_only(cls, value, info: ValidationInfo):
-        if _kind(info) == "graph_challenge":
-            raise ValueError(f"{info.field_name} is an option of conv_layers workloads; the Graph Challenge kernel "
-                             "takes rows_per_tile and compact_every")  # fmt: skip
+    def _takes_the_workload_kind(cls, value, info: ValidationInfo):
+        kind = _kind(info)
+        owner = next(owner for owner, names in KIND_FIELDS.items() if info.field_name in names)
+        if kind is not None and kind != owner:
+            raise ValueError(f"{info.field_name} is an option of {owner} workloads; a {kind} workload takes "
+                             f"{', '.join(KIND_FIELDS[kind])}")  # fmt: skip
         return value
 
     @field_validator("backend")

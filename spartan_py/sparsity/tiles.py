@@ -124,6 +124,10 @@ def tile_utilization(a, tile) -> float:
     """Useful / executed multiply-adds of a tile-sparse product at this tile size: the
     non-zeros of ``a`` over the activations in its non-zero tiles (full tiles; 1.0 for a
     matrix without non-zeros)."""
-    counts = tile_counts(a, tile)
+    return counts_utilization(tile_counts(a, tile), tile)
+
+
+def counts_utilization(counts, tile) -> float:
+    """:func:`tile_utilization` from per-tile non-zero counts already at ``tile``."""
     active = int((counts > 0).sum())
     return 1.0 if active == 0 else float(counts.sum()) / (active * TileShape.of(tile).size)
