@@ -4,7 +4,9 @@ Checks correctness first (categories against the truth, values against the CPU e
 no poisoned element left), then times with CUDA events, inputs and weights already on
 the device, median of ``--repeats`` runs after warm-up. Writes one result file.
 
-    python benchmarks/gc_gpu.py [--data DIR] [--repeats 20] [--generated] [--out DIR]
+    python benchmarks/gc_gpu.py [--data DIR] [--repeats 20] [--out DIR]
+
+Generated networks: ``benchmarks/gc_gpu_generated.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E40
 
 import spartan_py as sp  # noqa: E402
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
+from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
 
@@ -30,19 +33,24 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def floor_seconds(trace, live_in: list[int], network, bandwidth: float, smem_loads_per_s: float, fma_per_s: float) -> dict:
-    """Lower bounds. ``macs``: every live row entering a layer times that layer's weights.
+def floor_seconds(trace, live_in: list[int], engine, bandwidth: float, smem_loads_per_s: float, fma_per_s: float) -> dict:
+    """Lower bounds. ``macs``: every live row entering a layer times that layer's weights
+    (for the merged engine: times the merged layer's steps x columns, the work it must do).
     ``fma_s``: macs at the FP32 FMA rate. ``smem_s``: one 4-byte shared-memory operand per
     multiply-add at 32 per clock per SM (the bound of this class of kernel). ``memory_s``:
     the device-memory bytes this kernel's schedule moves (from the trace) / measured copy
     bandwidth."""
-    moved = sum(r.bytes_read + r.bytes_written for r in trace)
-    macs = sum(rows * weights.nnz for rows, weights in zip(live_in, network.weights))
+    moved = sum(r.bytes_read + r.bytes_written for r in trace if r.kernel.startswith("gpu.") and "copy" not in r.kernel)
+    if isinstance(engine, GpuMergedEngine):
+        per_row = [layer.plan.steps * layer.width for layer in engine.merged.layers]
+    else:
+        per_row = [weights.nnz for weights in engine.network.weights]
+    macs = sum(rows * work for rows, work in zip(live_in, per_row))
     return {"bytes": moved, "macs": macs, "memory_s": moved / bandwidth, "smem_s": macs / smem_loads_per_s,
             "fma_s": macs / fma_per_s}
 
 
-def time_ours(engine: GpuEngine, inputs, repeats: int) -> tuple[list[float], object]:
+def time_ours(engine, inputs, repeats: int) -> tuple[list[float], object]:
     batch = engine.upload(inputs)
     for _ in range(3):
         engine.run_device(batch)
@@ -50,7 +58,7 @@ def time_ours(engine: GpuEngine, inputs, repeats: int) -> tuple[list[float], obj
     return times, batch
 
 
-def check_batch(engine: GpuEngine, batch, truth, cpu_out) -> dict:
+def check_batch(engine, batch, truth, cpu_out) -> dict:
     counts = batch.counts.get()
     alive = int(counts[-1])
     ids, values, _ = batch.final_rows(engine)
@@ -71,9 +79,6 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--baseline-repeats", type=int, default=3)
-    parser.add_argument("--generated", action="store_true", help="also time generated networks")
-    parser.add_argument("--cases", default="1024x120x60000,1024x480x60000,1024x1920x60000,4096x120x60000,4096x480x60000,16384x120x20000",
-                        help="generated cases NEURONSxLAYERSxROWS, comma-separated (with --generated)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     import cupy as cp
@@ -91,7 +96,7 @@ def main() -> int:
     engine = GpuEngine(network)
     device = engine.device
     props = cp.cuda.runtime.getDeviceProperties(0)
-    log(f"device {device}: {engine.sm_count} SMs, kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
+    log(f"device {device}: {engine.sm_count} SMs, rows kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
 
     # measured ceilings: device-to-device copy (read + write bytes) and the fused kernel's floor
     buf = cp.empty(2**28, dtype=cp.uint8)
@@ -112,19 +117,24 @@ def main() -> int:
 
     variants = {}
     best = None
-    for label, options in (("default", {}), ("R12", {"rows_per_tile": 12}), ("R16-512threads", {"rows_per_tile": 16, "threads": 512}),
-                           ("default-compact-every-layer", {"compact_every": 1})):  # fmt: skip
-        variant = GpuEngine(network, **options)
+    cases = (
+        ("rows", GpuEngine, {}), ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
+        ("merged", GpuMergedEngine, {}), ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
+        ("merged-R32", GpuMergedEngine, {"rows_per_tile": 32}),
+        ("merged-streamed-4MiB", GpuMergedEngine, {"weight_budget_bytes": 4 << 20}),
+    )  # fmt: skip
+    for label, kind, options in cases:
+        variant = kind(network, **options)
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)
         variant.run_device(batch, per_layer_times=True)
         trace = variant._records(batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, "proxy")
-        floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), network, bandwidth, smem_rate, fma_rate)
+        floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)
         result.update({
-            "options": options, "median_seconds": median, "p10_seconds": float(np.percentile(times, 10)),
+            "engine": variant.name, "options": options, "median_seconds": median, "p10_seconds": float(np.percentile(times, 10)),
             "p90_seconds": float(np.percentile(times, 90)), "repeats": len(times), "edges_per_second": edges / median,
-            "timing": "CUDA graph replay, events", "per_layer_events_total_seconds": sum(batch.layer_seconds),
+            "timing": "CUDA graph replay, events" if variant.use_graph else "launches (streamed weights), events", "per_layer_events_total_seconds": sum(batch.layer_seconds),
             "launch_seconds": batch.layer_seconds, "layers_per_launch": variant.chunks, "floor": floors,
             "gap_vs_smem_floor": median / floors["smem_s"], "gap_vs_memory_floor": median / floors["memory_s"],
             "gap_vs_fma_floor": median / floors["fma_s"],
@@ -140,7 +150,9 @@ def main() -> int:
         del batch, variant
     payload["variants"] = variants
     payload["best_variant"] = best
-    ours = variants[best] if best else variants["default"]
+    rows_best = min((k for k in variants if k.startswith("rows")), key=lambda k: variants[k]["median_seconds"])
+    payload["best_rows_kernel_variant"] = rows_best  # the kernel that assumes no structure in the weights
+    ours = variants[best] if best else variants["merged"]
     median = ours["median_seconds"]
     payload["ours"] = ours
     payload["measured_copy_bandwidth_bytes_per_s"] = bandwidth
@@ -164,27 +176,7 @@ def main() -> int:
     payload["baselines"] = baselines
     fastest = min((b["median_seconds"] for b in baselines.values() if "median_seconds" in b), default=None)
     payload["speedup_vs_fastest_baseline"] = fastest / median if fastest else None
-
-    if args.generated:
-        generated = []
-        for case in args.cases.split(","):
-            neurons, layers, rows = (int(v) for v in case.split("x"))
-            t0 = time.perf_counter()
-            net = sp.generate_network(neurons, layers, seed=0)
-            rows_in = sp.generate_inputs(rows, neurons, seed=0)
-            gen_engine = GpuEngine(net)
-            gtimes, gbatch = time_ours(gen_engine, rows_in, 5)
-            counts = gbatch.counts.get()
-            secs = statistics.median(gtimes)
-            entry = {"neurons": neurons, "layers": layers, "rows": rows, "median_seconds": secs,
-                     "edges_per_second": rows * net.edges / secs, "live_fraction_end": int(counts[-1]) / rows,
-                     "row_layers": int(counts[:-1].sum())}  # fmt: skip
-            generated.append(entry)
-            log(f"generated {neurons}x{layers}, {rows} rows: {secs * 1e3:.2f} ms, {entry['edges_per_second']:.3e} edges/s, "
-                f"live at end {entry['live_fraction_end']:.2%} (set-up {time.perf_counter() - t0:.0f} s)")  # fmt: skip
-            del gbatch, gen_engine
-            cp.get_default_memory_pool().free_all_blocks()
-        payload["generated"] = generated
+    payload["rows_kernel_speedup_vs_fastest_baseline"] = fastest / variants[rows_best]["median_seconds"] if fastest else None
 
     path = write_result("gc_gpu", device, payload, args.out)
     log(f"wrote {path}")

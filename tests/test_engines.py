@@ -14,7 +14,9 @@ from spartan_py.errors import InputError
 BACKENDS = [
     pytest.param("cpu", id="cpu"),
     pytest.param("gpu-twin", id="gpu-twin"),
+    pytest.param("gpu-merged-twin", id="gpu-merged-twin"),
     pytest.param("gpu", id="gpu", marks=pytest.mark.gpu),
+    pytest.param("gpu-merged", id="gpu-merged", marks=pytest.mark.gpu),
 ]
 
 
@@ -115,7 +117,8 @@ def test_auto_backend_without_gpu():
     assert resolve_backend("auto") == expected
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "gpu-merged-twin", pytest.param("gpu", marks=pytest.mark.gpu),
+                                     pytest.param("gpu-merged", marks=pytest.mark.gpu)])  # fmt: skip
 def test_official_first1200(backend, official_network, official_first1200):
     inputs, truth = official_first1200
     result = infer(official_network, inputs, backend=backend, truth=truth)
@@ -123,7 +126,8 @@ def test_official_first1200(backend, official_network, official_first1200):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("gpu", marks=pytest.mark.gpu),
+                                     pytest.param("gpu-merged", marks=pytest.mark.gpu)])  # fmt: skip
 def test_official_proxy60k(backend, official_network, official_proxy):
     inputs, truth = official_proxy
     result = infer(official_network, inputs, backend=backend, truth=truth)

@@ -48,6 +48,9 @@ class KernelFamily:
 #: Kernel name (or prefix ending in '.') -> family. Kernels not listed are not modelled.
 FAMILIES: dict[str, KernelFamily] = {
     "gpu.gc_layer": KernelFamily("smem"),
+    "gpu.gc_merged": KernelFamily("smem"),
+    "gpu.expand": KernelFamily("memory"),
+    "gpu.scatter_rows": KernelFamily("memory"),
     "gpu.monitor_pass": KernelFamily("memory", monitor_pass=True),
     "gpu.epilogue": KernelFamily("memory"),
     "gpu.compact": KernelFamily("memory"),

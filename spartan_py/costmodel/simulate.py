@@ -9,10 +9,10 @@ from spartan_py.costmodel.model import predict
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, to_frame
 
-#: Kernels whose times a replay adds up: the Graph Challenge layer kernel and the dense-layer
+#: Kernels whose times a replay adds up: the Graph Challenge layer kernels and the dense-layer
 #: kernels (the policy's candidates). Copies, syncs and the software monitor's pass are
 #: reported apart.
-TIMED_KERNELS = ("gpu.gc_layer", "gpu.dense_gemm.fp32", "gpu.dense_gemm.tf32", "gpu.tile_gemm.fp32", "gpu.tile_gemm.tf32",
+TIMED_KERNELS = ("gpu.gc_layer", "gpu.gc_merged", "gpu.expand", "gpu.scatter_rows", "gpu.dense_gemm.fp32", "gpu.dense_gemm.tf32", "gpu.tile_gemm.fp32", "gpu.tile_gemm.tf32",
                  "gpu.list_tiles", "gpu.compact", "gpu.csr_convert", "gpu.csr_gemm.fp32")  # fmt: skip
 
 

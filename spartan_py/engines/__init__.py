@@ -15,6 +15,8 @@ BACKENDS: dict[str, str] = {
     "cpu": "spartan_py.engines.cpu:CpuEngine",
     "gpu": "spartan_py.engines.gpu:GpuEngine",
     "gpu-twin": "spartan_py.engines.gpu_twin:GpuTwinEngine",
+    "gpu-merged": "spartan_py.engines.gpu_merged:GpuMergedEngine",
+    "gpu-merged-twin": "spartan_py.engines.gpu_merged_twin:GpuMergedTwinEngine",
     "gpu-cusparse-spgemm": "spartan_py.engines.gpu_baselines:CusparseSpgemmEngine",
     "gpu-cusparse-spmm": "spartan_py.engines.gpu_baselines:CusparseSpmmEngine",
     "gpu-cublas-dense": "spartan_py.engines.gpu_baselines:CublasDenseEngine",

@@ -23,7 +23,7 @@ from spartan_py.engines.ell import ell_from_csc
 BANKS = 32
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
     """Edge-colour one group: ``inputs[u, :degree[u]]`` are output u's inputs.
 
@@ -91,14 +91,16 @@ def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
     return slot
 
 
-def conflict_free_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int):
+def conflict_free_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int, input_count: int | None = None):
     """CSC weights -> k-major ELL ``(index, weight)`` of shape (steps, neurons), bank-conflict-free.
 
-    ``index`` refers to a tile row of ``neurons + 32`` entries whose last 32 are zero;
-    padding steps read those, with weight 0. ``neurons`` must be a multiple of 32.
+    ``neurons`` outputs (columns); ``input_count`` input rows (default ``neurons``). ``index``
+    refers to a tile row of ``input_count + 32`` entries whose last 32 are zero; padding steps
+    read those, with weight 0. Both counts must be multiples of 32.
     """
-    if neurons % BANKS:
-        raise ValueError(f"neurons must be a multiple of {BANKS}, got {neurons}")
+    input_count = neurons if input_count is None else input_count
+    if neurons % BANKS or input_count % BANKS:
+        raise ValueError(f"outputs and inputs must each be a multiple of {BANKS}, got {neurons} and {input_count}")
     degree = np.diff(col_ptr).astype(np.int64)
     width = max(int(degree.max(initial=0)), 1)
     dense_inputs, dense_values = ell_from_csc(col_ptr, row_index, values, neurons, width)
@@ -115,11 +117,11 @@ def conflict_free_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.nda
     padded = np.full((neurons, total), -1, np.int64)
     for group, (found, steps) in enumerate(zip(slots, steps_needed)):
         padded[group * BANKS : (group + 1) * BANKS, :steps] = found
-    return _assemble(padded, dense_inputs, dense_values, neurons)
+    return _assemble(padded, dense_inputs, dense_values, neurons, input_count)
 
 
-@numba.njit(cache=True)
-def _assemble(slot, inputs, values, neurons):  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _assemble(slot, inputs, values, neurons, padding_base):  # pragma: no cover - compiled
     """k-major (index, weight) from per-output step slots; free slots read a free zero column."""
     steps = slot.shape[1]
     index = np.empty((steps, neurons), np.int32)
@@ -139,6 +141,6 @@ def _assemble(slot, inputs, values, neurons):  # pragma: no cover - compiled
                 if slot[u, s] < 0:
                     while used[free]:
                         free += 1
-                    index[s, u] = neurons + free
+                    index[s, u] = padding_base + free
                     free += 1
     return index, weight

@@ -69,7 +69,10 @@ class GeneratedLayers(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.count))]
+            start, stop, step = index.indices(self.count)
+            if start == 0 and step == 1:  # a prefix stays lazy
+                return GeneratedLayers(self.neurons, max(stop, 0), self.seed)
+            return [self[i] for i in range(start, stop, step)]
         if index < 0:
             index += self.count
         if not 0 <= index < self.count:
@@ -78,15 +81,24 @@ class GeneratedLayers(Sequence):
 
     def _make(self, index: int) -> sp.csr_matrix:
         shift = 1 << (index % self._period)
-        layer = butterfly_layer(self.neurons, shift)
         if index < self._period:
-            return layer
+            return butterfly_layer(self.neurons, shift)
+        # butterfly_layer(...)[relabel_inputs][:, relabel_outputs], built row by row: new
+        # input row r is old row i = relabel_inputs[r], which feeds the old outputs of
+        # in-block lanes i mod M and (i mod M - shift) mod M in every block.
         rng = np.random.default_rng([self.seed, index])
         relabel_inputs = rng.permutation(self.neurons)
         relabel_outputs = rng.permutation(self.neurons)
-        layer = layer[relabel_inputs][:, relabel_outputs]
-        layer.sort_indices()
-        return sp.csr_matrix(layer, dtype=np.float32)
+        new_label = np.empty(self.neurons, dtype=np.int64)
+        new_label[relabel_outputs] = np.arange(self.neurons)
+        block = self.neurons // BLOCKS
+        lane = relabel_inputs % block
+        starts = np.arange(BLOCKS) * block
+        old = np.concatenate([starts[None, :] + lane[:, None], starts[None, :] + ((lane - shift) % block)[:, None]], axis=1)
+        columns = np.sort(new_label[old], axis=1).astype(np.int32)
+        indptr = np.arange(0, columns.size + 1, 2 * BLOCKS, dtype=np.int32)
+        data = np.full(columns.size, WEIGHT, dtype=np.float32)
+        return sp.csr_matrix((data, columns.ravel(), indptr), shape=(self.neurons, self.neurons))
 
 
 def generate_network(neurons: int, layers: int, seed: int = 0) -> Network:

@@ -54,6 +54,8 @@ class Network:
     _csc: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.weights, (list, tuple)):
+            return  # generated on demand (square by construction): checking would build every layer
         for number, matrix in enumerate(self.weights, start=1):
             if matrix.shape != (self.neurons, self.neurons):
                 raise InputError(

@@ -1,0 +1,319 @@
+"""Merge output neurons whose weight columns are identical (the merged plan, host side).
+
+Two outputs of a layer with the same inputs and the same weights compute the same value in
+every row: after bias, ReLU and the clamp too. RadiX-Net networks are full of them: the
+official 1024-neuron layers have 64 distinct columns (32 in layer 120), each shared by 16
+or 32 outputs, and the generated networks have ``neurons / 16``. Computing each distinct
+column once gives the same activations with a fraction of the work:
+
+* layer ``l`` computes ``Z_l`` (rows x ``width_l``), one column per group of equal outputs,
+  and ``Y_l[:, j] = Z_l[:, groups_l[j]]``;
+* layer ``l + 1`` reads ``Z_l`` instead of ``Y_l``: an input ``i`` of the original layer
+  becomes ``groups_l[i]``, and several inputs of one output that fall in the same group
+  become one weight, their sum (exact for the official 1/16 weights; within float32 rounding
+  of the original sum otherwise);
+* a row is live when a column of ``Z`` is non-zero; its non-zeros in ``Y`` are the sizes of
+  its non-zero groups summed.
+
+Nothing here assumes a structure: the groups are found by comparing every column's sorted
+(input, weight) list, and a network without duplicates merges into itself (factor 1).
+Widths are padded to a multiple of 32; padding columns have no inputs and size 0.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.bank_schedule import BANKS, conflict_free_ell
+from spartan_py.engines.gpu_plan import LayerPlan, gc_monitor_mode, launch_monitored
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord
+
+
+@dataclass
+class MergedLayer:
+    """One layer of the merged plan.
+
+    ``plan``: ELL over the previous layer's merged columns (the input neurons for layer 1),
+    steps x ``width``, bank-conflict-free, padding steps reading zero columns
+    ``width_in .. width_in + 31``. ``groups[j]``: merged column of original output ``j``.
+    ``sizes[h]``: original outputs in merged column ``h`` (0 for padding columns).
+    ``original_nnz``: weights of the original layer.
+    """
+
+    plan: LayerPlan
+    groups: np.ndarray
+    sizes: np.ndarray
+    width_in: int
+    original_nnz: int
+
+    @property
+    def width(self) -> int:
+        """Merged columns, padded to a multiple of 32."""
+        return int(self.sizes.size)
+
+
+@dataclass
+class MergedNetwork:
+    """Every layer of a network, merged; see the module docstring."""
+
+    neurons: int
+    layers: list[MergedLayer]
+
+    @property
+    def width(self) -> int:
+        """The widest merged layer (the row width of the kernel's activation buffers)."""
+        return max(layer.width for layer in self.layers)
+
+    @property
+    def factor(self) -> float:
+        """Original multiply-adds per row / merged ones (steps x width summed over layers)."""
+        merged = sum(layer.plan.steps * layer.width for layer in self.layers)
+        original = sum(layer.original_nnz for layer in self.layers)
+        return original / max(merged, 1)
+
+
+def column_lists(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray]:
+    """Each output's (inputs, weights) sorted by input, as (outputs x max degree) arrays;
+    slots past a column's degree hold input -1 and weight 0."""
+    csc = sp.csc_matrix(matrix, dtype=np.float32)
+    csc.sum_duplicates()
+    csc.sort_indices()
+    outputs = csc.shape[1]
+    degree = np.diff(csc.indptr)
+    width = max(int(degree.max(initial=0)), 1)
+    if outputs and int(degree.min()) == width:  # every column full (RadiX-Net): no padding
+        return csc.indices.reshape(outputs, width).astype(np.int64), csc.data.reshape(outputs, width)
+    inputs = np.full((outputs, width), -1, dtype=np.int64)
+    weights = np.zeros((outputs, width), dtype=np.float32)
+    slot = np.arange(csc.nnz) - np.repeat(csc.indptr[:-1], degree)
+    column = np.repeat(np.arange(outputs), degree)
+    inputs[column, slot] = csc.indices
+    weights[column, slot] = csc.data
+    return inputs, weights
+
+
+def _row_hashes(inputs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of (inputs, weights)."""
+    salt = np.random.default_rng(12345).integers(1, 2**63, size=inputs.shape[1] * 2, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        keys = (inputs.astype(np.uint64) + np.uint64(1)) * salt[: inputs.shape[1]]
+        keys ^= weights.view(np.uint32).astype(np.uint64) * salt[inputs.shape[1] :]
+        return keys.sum(axis=1)
+
+
+def duplicate_groups(inputs: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group equal rows of (``inputs``, ``weights``) (as from :func:`column_lists`).
+
+    Returns ``(groups, representatives)``: ``groups[j]`` numbers row ``j``'s group (in order of
+    first appearance) and ``representatives[g]`` is the first row of group ``g``. Rows are
+    bucketed by a 64-bit hash, then every row is compared with its bucket's first row; the
+    rare bucket that holds unequal rows is split exactly.
+    """
+    rows = inputs.shape[0]
+    if rows == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    _, first, bucket = np.unique(_row_hashes(inputs, weights), return_index=True, return_inverse=True)
+    head = first[bucket]
+    equal = (inputs == inputs[head]).all(axis=1) & (weights.view(np.uint32) == weights.view(np.uint32)[head]).all(axis=1)
+    if not equal.all():  # a hash collision: compare whole rows
+        packed = np.concatenate([inputs, weights.view(np.uint32).astype(np.int64)], axis=1)
+        _, first, bucket = np.unique(packed, axis=0, return_index=True, return_inverse=True)
+        bucket = bucket.ravel()
+    order = np.argsort(first, kind="stable")  # number groups by first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[bucket], np.sort(first)
+
+
+def _padded(width: int) -> int:
+    return max(BANKS, -(-width // BANKS) * BANKS)
+
+
+@dataclass
+class _ColumnGroups:
+    """A layer's groups of equal outputs, and one representative column per group."""
+
+    groups: np.ndarray  # int32 [outputs]
+    inputs: np.ndarray  # int64 [groups x degree], -1 past a column's degree
+    weights: np.ndarray  # float32 [groups x degree]
+    original_nnz: int
+
+
+def _column_groups(matrix: sp.spmatrix) -> _ColumnGroups:
+    inputs, weights = column_lists(matrix)
+    groups, representatives = duplicate_groups(inputs, weights)
+    return _ColumnGroups(groups.astype(np.int32), inputs[representatives], weights[representatives], int((inputs >= 0).sum()))
+
+
+def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
+    width = _padded(found.inputs.shape[0])
+    sizes = np.zeros(width, dtype=np.int32)
+    np.add.at(sizes, found.groups, 1)
+    valid = found.inputs >= 0
+    sources = found.inputs[valid] if input_groups is None else input_groups[found.inputs[valid]]
+    columns = np.broadcast_to(np.arange(found.inputs.shape[0])[:, None], found.inputs.shape)[valid]
+    merged = sp.csc_matrix((found.weights[valid], (sources, columns)), shape=(width_in, width), dtype=np.float32)
+    merged.sum_duplicates()  # inputs that fell in one group: one weight, their sum
+    merged.sort_indices()
+    index, weight = conflict_free_ell(merged.indptr, merged.indices, merged.data, width, width_in)
+    values = merged.data
+    uniform = float(values[0]) if values.size and np.all(values == values[0]) else None
+    plan = LayerPlan(index.astype(np.int32), weight, uniform, int(merged.nnz))
+    return MergedLayer(plan, found.groups, sizes, width_in, found.original_nnz)
+
+
+def merge_layer(matrix: sp.spmatrix, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
+    """Merge one layer; ``input_groups`` maps its input neurons to the previous layer's merged
+    columns (None for the first layer, which reads the input neurons themselves)."""
+    return _merged_layer(_column_groups(matrix), input_groups, width_in)
+
+
+def merge_network(network: Network, workers: int | None = None) -> MergedNetwork:
+    """The merged plan of every layer of ``network``, worked out on ``workers`` threads
+    (default: one per CPU). A layer's groups do not depend on the other layers, so they are
+    found in parallel first; then each layer is rewritten over its input groups."""
+    count = network.layers
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        found = list(pool.map(lambda layer: _column_groups(network.weights[layer]), range(count)))
+        widths_in = [network.neurons] + [_padded(f.inputs.shape[0]) for f in found[:-1]]
+        layers = list(pool.map(
+            lambda layer: _merged_layer(found[layer], found[layer - 1].groups if layer else None, widths_in[layer]),
+            range(count),
+        ))  # fmt: skip
+    return MergedNetwork(network.neurons, layers)
+
+#: Threads per block of the merged kernel.
+MERGED_THREADS = 256
+#: Tile heights built for the merged kernel (rows per block; at most 32, one warp's lanes).
+MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)
+#: Shared memory the two Z buffers of a block may take; more blocks per SM hide latency.
+BUFFER_BUDGET_BYTES = 48 * 1024
+#: Shared memory a block of the first launch may take (the H100 allows 227 KiB).
+FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
+#: Shared memory for one layer's indices and weights, staged once per tile and layer
+#: (layers that need more are read from device memory, through L1).
+STAGE_BUDGET_BYTES = 32 * 1024
+
+
+def stage_words(merged: "MergedNetwork") -> int:
+    """4-byte words of the per-block stage: the largest layer's indices (and weights, when
+    not uniform), or the last layer's ``neurons`` groups (for the monitor), whichever is
+    more, up to :data:`STAGE_BUDGET_BYTES`."""
+    need = max((layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) for layer in merged.layers), default=0)
+    return min(max(need, merged.neurons), STAGE_BUDGET_BYTES // 4)
+
+
+def merged_tile_rows(neurons: int, width: int, block_shared_limit: int = 227 * 1024, rows_per_tile: int | None = None,
+                     stage_bytes: int = 0):
+    """(rows per tile, rows per tile of the first launch, whether the first launch holds its
+    n-wide input rows in shared memory) for a merged network of ``width`` columns.
+
+    The tile is the largest (at most 16 rows) whose two buffers fit
+    :data:`BUFFER_BUDGET_BYTES`; the first launch takes the largest tile, no taller, whose
+    input rows fit too, and gathers from the expanded inputs in device memory when not even
+    one row fits.
+    """
+    row_bytes = 2 * (width + 32) * 4
+    if rows_per_tile is None:
+        fitting = [r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= BUFFER_BUDGET_BYTES]
+        rows_per_tile = max(fitting, default=1)
+    elif rows_per_tile not in MERGED_TILE_ROWS:
+        raise InputError(f"rows_per_tile must be one of {MERGED_TILE_ROWS} for gpu-merged, not {rows_per_tile}")
+    limit = min(block_shared_limit, FIRST_LAUNCH_BUDGET_BYTES)
+    first = [r for r in MERGED_TILE_ROWS if r <= rows_per_tile and r * (row_bytes + (neurons + 32) * 4) + stage_bytes <= limit]
+    if first:
+        return rows_per_tile, max(first), True
+    return rows_per_tile, rows_per_tile, False
+
+
+def merged_launch_records(
+    merged: MergedNetwork,
+    chunks: list[int],
+    rows_per_tile: int,
+    first_rows: int,
+    counts: np.ndarray,
+    nnz: np.ndarray,
+    input_nnz: int,
+    *,
+    monitor: bool | str,
+    device: str,
+    threads: int,
+    first_from_tile: bool,
+    run_id: str = "",
+    monitor_every: int = 4,
+    launch_seconds: list[float] | None = None,
+    tile_layers: np.ndarray | None = None,
+    streamed: bool = False,
+    stage_bytes: int = 0,
+) -> list[TraceRecord]:
+    """One trace record per launch of ``gpu.gc_merged`` over a batch, then the expansion of
+    the final rows (``gpu.expand``); with too-wide inputs, first their scatter to dense rows
+    (``gpu.scatter_rows``). Arguments as :func:`~spartan_py.engines.gpu_plan.launch_records`.
+
+    ``executed_macs`` counts the merged multiply-adds done (tiles x rows x width x steps);
+    ``useful_macs`` the original network's (one per non-zero input and outgoing edge), so
+    their ratio can exceed 1: that is the work merging saved. Streamed weights are read from
+    host memory by a copy overlapping the previous launch; their bytes are in ``bytes_read``
+    either way.
+    """
+    mode = gc_monitor_mode(monitor)
+    n = merged.neurons
+    layers = merged.layers
+    stride = merged.width
+    records, start = [], 0
+    seconds = list(launch_seconds or [])
+    if not first_from_tile:
+        rows = int(counts[0])
+        records.append(TraceRecord(run=run_id, layer=0, kernel="gpu.scatter_rows", variant="dense-inputs", rows_in=rows,
+                                   rows_out=rows, cols=n, nnz_in=input_nnz, nnz_out=input_nnz,
+                                   bytes_read=input_nnz * 8 + (rows + 1) * 4, bytes_written=rows * n * 4 + input_nnz * 4,
+                                   device=device))  # fmt: skip
+    for launch, length in enumerate(chunks):
+        stop = start + length
+        rows_in, rows_out = int(counts[start]), int(counts[stop])
+        tile = first_rows if start == 0 else rows_per_tile
+        tiles = -(-rows_in // tile)
+        chunk = layers[start:stop]
+        if start == 0:
+            read = input_nnz * 8 + (rows_in + 1) * 4 if first_from_tile else rows_in * n * 4
+        else:
+            read = rows_in * (layers[start - 1].width * 4 + 4)
+        monitored = launch_monitored(mode, launch, monitor_every)
+        count_bytes = rows_out * (n // 32 + 4)
+        monitor_bytes = count_bytes * monitored
+        weight_bytes = sum(layer.plan.index.size * 4 + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
+                           + layer.width * 4 + n * 4 for layer in chunk)  # fmt: skip
+        entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
+        executed = sum(
+            (tiles if tile_layers is None else int(tile_layers[start + i])) * tile * layer.width * layer.plan.steps
+            for i, layer in enumerate(chunk)
+        )
+        shared = tile * (2 * (stride + 32) + ((n + 32) if start == 0 and first_from_tile else 0)) * 4 + stage_bytes
+        records.append(
+            TraceRecord(
+                run=run_id, layer=start + 1, kernel="gpu.gc_merged",
+                variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
+                rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=entering[0], nnz_out=int(nnz[stop]),
+                tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
+                bytes_read=read + weight_bytes, bytes_written=rows_out * (chunk[-1].width * 4 + 4) + monitor_bytes,
+                useful_macs=sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk)),
+                executed_macs=executed, monitor_mode=mode if monitored else "off", monitor_bytes=monitor_bytes,
+                blocks=tiles, block_rows=tile, block_threads=threads, block_shared_bytes=shared, fused_layers=length,
+                measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"), device=device,
+            )
+        )  # fmt: skip
+        start = stop
+    final = int(counts[len(layers)])
+    records.append(TraceRecord(run=run_id, layer=len(layers), kernel="gpu.expand", variant="final-rows", rows_in=final,
+                               rows_out=final, cols=n, bytes_read=final * layers[-1].width * 4 + n * 4,
+                               bytes_written=final * n * 4,
+                               measured_us=seconds[len(chunks)] * 1e6 if len(seconds) > len(chunks) else float("nan"),
+                               device=device))  # fmt: skip
+    return records

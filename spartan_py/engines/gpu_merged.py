@@ -1,0 +1,314 @@
+"""The merged-column GPU engine: ``kernels/gc_merged.cu`` driven by CuPy (backend ``gpu-merged``).
+
+Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.gpu_merge`):
+the official RadiX-Net layers need 1/16 to 1/20 of the multiply-adds and rows 1/16 as wide.
+Same schedule as the rows kernel (:mod:`spartan_py.engines.gpu`): chunks of layers per
+launch with the tile kept in shared memory, live-row compaction after each launch, sizes on
+the device, one host synchronisation at the end; then the final live rows are expanded back
+to ``neurons`` columns on the device (timed). Weights that exceed the device memory budget
+stream from pinned host memory (:class:`~spartan_py.engines.gpu_weights.LayerStore`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.gpu import _NULL, _EventTimer, device_name, import_cupy, cupy_unavailable_reason
+from spartan_py.engines.gpu_merge import (
+    MERGED_THREADS as THREADS,
+    MERGED_TILE_ROWS as TILE_ROWS,
+    MergedNetwork,
+    merge_network,
+    merged_launch_records,
+    merged_tile_rows,
+    stage_words,
+)
+from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, launch_monitored, transfer_records
+from spartan_py.engines.gpu_weights import LayerStore
+from spartan_py.errors import DeviceMemoryError, InputError
+from spartan_py.graph_challenge.network import Network
+from spartan_py.resources import kernel_source
+from spartan_py.trace import TraceRecord
+
+
+@functools.lru_cache(maxsize=None)
+def _merged_kernels(device_id: int):
+    """Compile kernels/gc_merged.cu once per device: ({R: gc_merged<R>}, scatter, expand)."""
+    import cupy
+
+    names = {rows: f"gc_merged<{rows}>" for rows in TILE_ROWS}
+    module = cupy.RawModule(
+        code=kernel_source("gc_merged.cu"),
+        options=("-std=c++17", f"-DGM_THREADS={THREADS}", "-DGM_NO_EXPLICIT_INSTANCES"),
+        name_expressions=list(names.values()),
+    )
+    kernels = {rows: module.get_function(name) for rows, name in names.items()}
+    return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
+
+
+class GpuMergedEngine(Engine):
+    """Merged-column layer kernel with on-device compaction and the fused monitor."""
+
+    name = "gpu-merged"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return cupy_unavailable_reason()
+
+    def __init__(
+        self,
+        network: Network,
+        *,
+        monitor: bool | str = True,
+        monitor_every: int = 4,
+        use_graph: bool = True,
+        rows_per_tile: int | None = None,
+        max_batch_rows: int | None = None,
+        compact_every: str | int = "doubling",
+        weight_budget_bytes: int | None = None,
+        merged: MergedNetwork | None = None,
+    ):
+        super().__init__(network)
+        cp = self.cp = import_cupy()
+        self.merged = merged or merge_network(network)
+        self.monitor = gc_monitor_mode(monitor)
+        if self.monitor == "software":
+            raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
+        self.monitor_every = max(int(monitor_every), 1)
+        self.max_batch_rows = max_batch_rows
+        self.chunks = chunk_schedule(network.layers, compact_every)
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        self.sm_count = props["multiProcessorCount"]
+        self._sm_shared_bytes = props["sharedMemPerMultiprocessor"]
+        self._block_shared_limit = props["sharedMemPerBlockOptin"]
+        self._device = device_name(cp)
+        self.stride = self.merged.width
+        self.stage_words = stage_words(self.merged)
+        self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
+            network.neurons, self.stride, self._block_shared_limit, rows_per_tile, 4 * self.stage_words
+        )
+        kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
+        self.kernel, self.first_kernel = kernels[self.rows_per_tile], kernels[self.first_rows]
+        self.shared_bytes = self._shared_bytes(self.rows_per_tile, False)
+        self.first_shared_bytes = self._shared_bytes(self.first_rows, self.first_from_tile)
+        for kernel, shared in ((self.kernel, self.shared_bytes), (self.first_kernel, self.first_shared_bytes)):
+            kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
+        self.use_graph = use_graph
+        layers = [
+            {"index": m.plan.index.astype(np.int32), "weight": None if m.plan.uniform is not None else m.plan.weight,
+             "sizes": m.sizes, "groups": m.groups}
+            for m in self.merged.layers
+        ]  # fmt: skip
+        self.weights = LayerStore(cp, layers, self.chunks, weight_budget_bytes)
+        if self.weights.streamed:
+            self.use_graph = False  # the copy stream's work is not captured
+        self._tables = {
+            "uniform": cp.asarray(np.array([m.plan.uniform or 0.0 for m in self.merged.layers], dtype=np.float32)),
+            "k": cp.asarray(np.array([m.plan.steps for m in self.merged.layers], dtype=np.int32)),
+            "width": cp.asarray(np.array([m.width for m in self.merged.layers], dtype=np.int32)),
+        }
+        self._last_groups = cp.asarray(self.merged.layers[-1].groups)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _shared_bytes(self, rows: int, input_tile: bool) -> int:
+        return 4 * rows * (2 * (self.stride + 32) + ((self.network.neurons + 32) if input_tile else 0)) + 4 * self.stage_words
+
+    def _grid(self, kernel, shared: int) -> int:
+        """A persistent grid: as many blocks as fit on every SM at once."""
+        regs = max(int(kernel.num_regs), 1)
+        by_regs = 65536 // (regs * THREADS)
+        by_smem = self._sm_shared_bytes // (shared + int(kernel.shared_size_bytes) + 1024)
+        return self.sm_count * max(1, min(by_regs, by_smem, 2048 // THREADS))
+
+    def upload(self, inputs: sp.csr_matrix) -> "MergedBatch":
+        """Put a batch of input rows and its work buffers on the device (not timed)."""
+        return MergedBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
+
+    def _launch_layers(self, batch: "MergedBatch", events=None) -> None:
+        cp = self.cp
+        network = self.network
+        batch.counts[1:].fill(0)
+        batch.nnz_counts[1:].fill(0)
+        batch.tile_layers.fill(0)
+        if events is not None:
+            events[0].record()  # the first launch's time includes the scatter below
+        if batch.dense is not None:  # inputs too wide for a shared-memory tile
+            batch.dense.fill(0)
+            self._scatter((self.sm_count * 8,), (256,), (batch.csr_ptr, batch.csr_idx, batch.csr_val, np.int32(batch.rows),
+                                                          np.int32(network.neurons), batch.dense))  # fmt: skip
+        pointers = self.weights.pointers
+        starts = np.concatenate([[0], np.cumsum(self.chunks)])
+        for chunk in self.weights.launches(cp.cuda.get_current_stream()):
+            if events is not None and chunk:
+                events[chunk].record()
+            start, length = int(starts[chunk]), self.chunks[chunk]
+            src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
+            first = start == 0
+            kernel, shared = (self.first_kernel, self.first_shared_bytes) if first else (self.kernel, self.shared_bytes)
+            monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
+            args = (
+                *((batch.csr_ptr, batch.csr_idx, batch.csr_val) if first else (_NULL, _NULL, _NULL)),
+                batch.dense if first and batch.dense is not None else _NULL,
+                src.values, src.ids, dst.values, dst.ids,
+                pointers["index"], pointers["weight"], self._tables["uniform"], self._tables["k"], self._tables["width"],
+                pointers["sizes"], pointers["groups"],
+                batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
+                *((batch.tile_nnz, batch.row_nnz) if monitored else (_NULL, _NULL)),
+                batch.tile_layers,
+                np.int32(network.neurons), np.int32(self.stride), np.int32(self.stage_words),
+                np.float32(network.bias), np.float32(network.clamp),
+            )  # fmt: skip
+            kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
+        final = batch.buffers[len(self.chunks) % 2]
+        if events is not None:
+            events[len(self.chunks)].record()
+        self._expand((self.sm_count * 8,), (256,), (final.values, np.int32(self.stride), self._last_groups,
+                                                     np.int32(network.neurons), batch.counts[network.layers:], batch.expanded))  # fmt: skip
+        if events is not None:
+            events[-1].record()
+
+    def run_device(self, batch: "MergedBatch", *, per_layer_times: bool = False) -> float:
+        """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
+
+        ``per_layer_times`` records an event between launches (times stored on the batch)
+        instead of replaying the whole inference as one CUDA graph. The last entry of
+        ``batch.layer_seconds`` is the expansion of the final rows.
+        """
+        cp = self.cp
+        stream = batch.stream
+        if per_layer_times or not self.use_graph:
+            events = [cp.cuda.Event() for _ in range(len(self.chunks) + 2)]
+            with stream:
+                self._launch_layers(batch, events)
+            events[-1].synchronize()
+            batch.layer_seconds = [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(events, events[1:])]
+            return cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3
+        if batch.graph is None:
+            with stream:
+                stream.begin_capture()
+                self._launch_layers(batch)
+                batch.graph = stream.end_capture()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        batch.graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        rows = inputs.shape[0]
+        batch_rows = self._batch_rows(rows)
+        live_total = np.zeros(network.layers, dtype=np.int64)
+        nnz_total = np.zeros(network.layers, dtype=np.int64)
+        trace: list[TraceRecord] = []
+        live_parts, value_parts = [], []
+        seconds = 0.0
+        for first in range(0, rows, batch_rows):
+            part = inputs[first : first + batch_rows]
+            batch = self.upload(part)
+            seconds += self.run_device(batch, per_layer_times=True)
+            counts = batch.counts.get()
+            nnz = batch.nnz_counts.get()
+            ids, values, download_seconds = batch.final_rows(self)
+            live_total += counts[1:]
+            nnz_total += nnz[1:].astype(np.int64)
+            live_parts.append(ids + first)
+            value_parts.append(values)
+            trace += self._records(batch, counts, nnz, part.nnz, run_id)
+            trace += transfer_records(
+                part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
+                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
+            )  # fmt: skip
+            del batch
+        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
+        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+        final = live_rows_matrix(live_rows, values, rows)
+        return EngineOutput(live_rows, final, live_total.tolist(), nnz_total.tolist(), seconds, self.device, trace)
+
+    def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
+        """The trace of one batch (see :func:`merged_launch_records`)."""
+        return merged_launch_records(
+            self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
+            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+            launch_seconds=batch.layer_seconds, tile_layers=batch.tile_layers.get(), threads=THREADS,
+            first_from_tile=self.first_from_tile, streamed=self.weights.streamed, stage_bytes=4 * self.stage_words,
+        )  # fmt: skip
+
+    def _batch_rows(self, rows: int) -> int:
+        """Rows per batch: what the batch's buffers can hold in half the free memory."""
+        free, _ = self.cp.cuda.runtime.memGetInfo()
+        n = self.network.neurons
+        per_row = 2 * (self.stride * 4 + 4) + n // 32 + 4 + n * 4 + (0 if self.first_from_tile else n * 4)
+        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
+        if self.max_batch_rows:
+            fit = min(fit, self.max_batch_rows)
+        return min(rows, fit) if rows else 1
+
+
+class _Buffers:
+    def __init__(self, values, ids):
+        self.values, self.ids = values, ids
+
+
+class MergedBatch:
+    """A batch of input rows on the device with its work buffers and counters (poisoned with
+    NaN and -1, as the rows kernel's, so unwritten elements show up in checks)."""
+
+    def __init__(self, engine: GpuMergedEngine, inputs: sp.csr_matrix):
+        cp = engine.cp
+        n = engine.network.neurons
+        self.rows = rows = inputs.shape[0]
+        capacity = max(rows, 1)
+        try:
+            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
+            with _EventTimer(cp) as upload:
+                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
+            self.upload_seconds = upload.seconds
+            self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
+            self.buffers = [
+                _Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
+            ]
+            self.expanded = cp.empty(capacity * n, dtype=cp.float32)
+            self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
+            self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
+            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
+            self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
+            self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
+        except cp.cuda.memory.OutOfMemoryError:
+            need = capacity * (2 * engine.stride + n + (0 if engine.first_from_tile else n)) * 4
+            raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
+        for buffer in self.buffers:
+            buffer.values.fill(np.nan)
+            buffer.ids.fill(-1)
+        self.expanded.fill(np.nan)
+        self.counts[0] = rows
+        self.nnz_counts[0] = inputs.nnz
+        cp.cuda.Device().synchronize()  # the fills ran on the default stream; the layers run on another
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graph = None
+        self.layer_seconds: list[float] = []
+
+    def final_rows(self, engine: GpuMergedEngine) -> tuple[np.ndarray, np.ndarray, float]:
+        """(batch-local ids of the live rows after the last layer, their n-wide values, seconds
+        of the copies into pinned host memory), sorted by id."""
+        import cupyx
+
+        n = engine.network.neurons
+        alive = int(self.counts[engine.network.layers].get())
+        final = self.buffers[len(engine.chunks) % 2]
+        ids = cupyx.empty_pinned((alive,), dtype=np.int32)
+        values = cupyx.empty_pinned((alive, n), dtype=np.float32)
+        with _EventTimer(engine.cp) as timer:
+            final.ids[:alive].get(out=ids)
+            self.expanded[: alive * n].reshape(alive, n).get(out=values)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], values[order], timer.seconds

@@ -1,0 +1,145 @@
+"""The CPU twin of the merged-column GPU kernel (backend ``gpu-merged-twin``).
+
+It computes what ``kernels/gc_merged.cu`` computes, in the same order: each merged column
+is summed over the plan's steps one fused multiply-add at a time (padding steps read zero),
+then bias on non-zeros, ReLU, clamp; non-zeros are counted in original columns (group
+sizes). So its float32 results, live rows and non-zeros per layer equal the GPU's, and its
+trace records the GPU's launches (``executed_macs`` of multi-layer launches aside: they
+depend on the GPU's compaction order, as with :mod:`spartan_py.engines.gpu_twin`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+from numba import prange
+
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.gpu_merge import MERGED_THREADS, merge_network, merged_launch_records, merged_tile_rows, stage_words
+from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, transfer_records
+from spartan_py.errors import InputError
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord
+
+
+@numba.njit(parallel=True, fastmath={"contract"}, cache=True)
+def twin_merged_layer(rows, index, weight, uniform, use_uniform, sizes, bias, clamp, row_nnz):  # pragma: no cover - compiled
+    """One merged layer: ``rows`` (live x width_in) -> (live x width); ``row_nnz`` gets each
+    row's non-zeros in original columns."""
+    count, width_in = rows.shape
+    steps, width = index.shape
+    out = np.zeros((count, width), np.float32)
+    zero = np.float32(0.0)
+    for r in prange(count):
+        source = np.zeros(width_in + 32, np.float32)  # the 32 zero columns padding steps read
+        source[:width_in] = rows[r]
+        lit = 0
+        for h in range(width):
+            acc = zero
+            for s in range(steps):
+                w = uniform if use_uniform else weight[s, h]
+                acc = acc + w * source[index[s, h]]  # contracted to an FMA, as fmaf on the GPU
+            y = min(max(acc + bias, zero), clamp) if acc != zero else zero
+            out[r, h] = y
+            if y != zero:
+                lit += sizes[h]
+        row_nnz[r] = lit
+    return out
+
+
+class GpuMergedTwinEngine(Engine):
+    """The merged GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
+
+    name = "gpu-merged-twin"
+
+    def __init__(
+        self,
+        network: Network,
+        *,
+        monitor: bool | str = True,
+        monitor_every: int = 4,
+        rows_per_tile: int | None = None,
+        max_batch_rows: int | None = None,
+        compact_every: str | int = "doubling",
+        device_name: str = "simulated",
+    ):
+        super().__init__(network)
+        self.monitor = gc_monitor_mode(monitor)
+        if self.monitor == "software":
+            raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
+        self.monitor_every = max(int(monitor_every), 1)
+        self.max_batch_rows = max_batch_rows
+        self.chunks = chunk_schedule(network.layers, compact_every)
+        self.merged = merge_network(network)
+        self.stage_bytes = 4 * stage_words(self.merged)
+        self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
+            network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
+        )
+        self._device = f"cpu twin of gpu.gc_merged ({device_name})"
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _run_batch(self, inputs: sp.csr_matrix):
+        network = self.network
+        rows = np.ascontiguousarray(inputs.toarray(), dtype=np.float32)
+        ids = np.arange(rows.shape[0])
+        counts = np.zeros(network.layers + 1, np.int64)
+        nnz = np.zeros(network.layers + 1, np.int64)
+        counts[0], nnz[0] = rows.shape[0], inputs.nnz
+        bias, clamp = np.float32(network.bias), np.float32(network.clamp)
+        tile_layers = np.zeros(network.layers, np.int64)
+        starts = np.cumsum([0] + self.chunks[:-1]).tolist()
+        entering, tile = ids, self.first_rows
+        for layer, merged in enumerate(self.merged.layers):
+            if layer in starts:
+                entering, tile = ids, self.first_rows if layer == 0 else self.rows_per_tile
+            tile_layers[layer] = np.unique(np.searchsorted(entering, ids) // tile).size
+            plan = merged.plan
+            row_nnz = np.zeros(rows.shape[0], np.int64)
+            uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
+            rows = twin_merged_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias,
+                                     clamp, row_nnz)  # fmt: skip
+            live = row_nnz > 0
+            counts[layer + 1], nnz[layer + 1] = int(live.sum()), int(row_nnz.sum())
+            rows, ids = np.ascontiguousarray(rows[live]), ids[live]
+        values = rows[:, self.merged.layers[-1].groups] if self.merged.layers else rows
+        return ids, values, counts, nnz, tile_layers
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        total = inputs.shape[0]
+        batch_rows = min(total, self.max_batch_rows or total) or 1
+        live_total = np.zeros(network.layers, np.int64)
+        nnz_total = np.zeros(network.layers, np.int64)
+        trace: list[TraceRecord] = []
+        live_parts, value_parts = [], []
+        start = time.perf_counter()
+        for first in range(0, total, batch_rows):
+            part = inputs[first : first + batch_rows]
+            ids, values, counts, nnz, tile_layers = self._run_batch(part)
+            live_total += counts[1:]
+            nnz_total += nnz[1:]
+            live_parts.append(ids + first)
+            value_parts.append(values)
+            trace += merged_launch_records(
+                self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, part.nnz,
+                monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+                tile_layers=tile_layers, threads=MERGED_THREADS, first_from_tile=self.first_from_tile,
+                stage_bytes=self.stage_bytes,
+            )  # fmt: skip
+            trace += transfer_records(
+                part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
+            )
+        seconds = time.perf_counter() - start
+        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
+        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+        return EngineOutput(
+            live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
+            seconds, self.device, trace, simulated=True,
+        )  # fmt: skip

@@ -1,0 +1,143 @@
+"""Merged columns: the plan (host), the merged kernel's CPU twin, and the kernel on a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spartan_py import Network, generate_inputs, generate_network, make_engine
+from spartan_py.engines.gpu_merge import duplicate_groups, merge_network, merged_tile_rows
+from spartan_py.engines.reference import ReferenceEngine
+from spartan_py.errors import InputError
+from spartan_py.trace import to_frame
+
+from tests.test_engines import assert_same_run
+
+
+def test_duplicate_groups_are_exact():
+    inputs = np.array([[1, 2], [3, 4], [1, 2], [1, 5], [3, 4], [1, 2]])
+    weights = np.ones((6, 2), np.float32)
+    weights[5, 1] = 0.5  # same inputs, another weight: its own group
+    groups, representatives = duplicate_groups(inputs, weights)
+    assert groups.tolist() == [0, 1, 0, 2, 1, 3]
+    assert representatives.tolist() == [0, 1, 3, 5]
+
+
+def test_duplicate_groups_split_a_hash_collision(monkeypatch):
+    """Rows that share a bucket but differ are told apart by comparing them whole."""
+    import spartan_py.engines.gpu_merge as merge
+
+    monkeypatch.setattr(merge, "_row_hashes", lambda inputs, weights: np.zeros(inputs.shape[0], np.uint64))
+    inputs = np.array([[1, 2], [3, 4], [1, 2]])
+    groups, _ = duplicate_groups(inputs, np.ones((3, 2), np.float32))
+    assert groups.tolist() == [0, 1, 0]
+
+
+def test_official_layers_merge_sixteen_fold(official_network):
+    merged = merge_network(official_network)
+    assert merged.width == 64
+    assert [layer.width for layer in merged.layers[:5]] == [64] * 5 and merged.layers[-1].width == 32
+    assert all(layer.sizes.sum() == 1024 for layer in merged.layers)
+    assert 15 < merged.factor < 25  # multiply-adds per row, original / merged
+
+
+def test_a_network_without_duplicates_merges_into_itself():
+    rng = np.random.default_rng(4)
+    weights = tuple(sp.random(64, 64, density=0.3, format="csr", dtype=np.float32, random_state=rng) for _ in range(3))
+    merged = merge_network(Network(64, weights, bias=-0.1))
+    assert merged.width == 64 and all(np.all(layer.sizes <= 1) for layer in merged.layers)
+
+
+def test_merged_plan_computes_the_original_layers():
+    """A plain NumPy replay of the merged plan equals the reference, bit for bit here (the
+    generated weights are 1/16: merged sums are exact)."""
+    network = generate_network(1024, 20, seed=6)
+    inputs = generate_inputs(300, 1024, seed=6)
+    merged = merge_network(network)
+    z = inputs.toarray()
+    for layer in merged.layers:
+        source = np.concatenate([z, np.zeros((z.shape[0], 32), np.float32)], axis=1)
+        weight = layer.plan.weight if layer.plan.uniform is None else np.full(layer.plan.index.shape, layer.plan.uniform, np.float32)
+        acc = np.zeros((z.shape[0], layer.width), np.float32)
+        for step in range(layer.plan.steps):
+            acc += weight[step] * source[:, layer.plan.index[step]]
+        z = np.where(acc != 0, np.clip(acc + np.float32(network.bias), 0, network.clamp), 0).astype(np.float32)
+    want = ReferenceEngine(network).run(inputs).values.toarray()
+    assert np.array_equal(z[:, merged.layers[-1].groups], want)
+
+
+def test_tile_rows_choice():
+    assert merged_tile_rows(1024, 64) == (16, 16, True)
+    assert merged_tile_rows(65536, 4096) == (1, 1, False)  # a 65536-wide row does not fit: gather from memory
+    assert merged_tile_rows(16384, 1024)[2]
+    with pytest.raises(InputError, match="rows_per_tile"):
+        merged_tile_rows(1024, 64, rows_per_tile=12)
+
+
+def test_twin_trace_accounts_for_the_merged_work():
+    network = generate_network(1024, 12, seed=2)
+    out = make_engine("gpu-merged-twin", network).run(generate_inputs(400, 1024, seed=2))
+    launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
+    assert [r.fused_layers for r in launches] == [1, 1, 1, 1, 2, 4, 2]
+    assert [r.kernel for r in out.trace][-4:-3] == ["gpu.expand"]
+    # merged work is a small fraction of the original network's useful work
+    assert sum(r.executed_macs for r in launches) * 4 < sum(r.useful_macs for r in launches)
+    with pytest.raises(InputError, match="software monitor"):
+        make_engine("gpu-merged-twin", network, monitor="software")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [{}, {"compact_every": 1}, {"max_batch_rows": 333, "rows_per_tile": 4}, {"streamed": True},
+                                     {"streamed": True, "compact_every": 3}])  # fmt: skip
+def test_gpu_merged_matches_its_twin_exactly(options):
+    """Bit-equal values, counts and trace to the twin; streamed weights change nothing."""
+    network = generate_network(1024, 30, seed=8)
+    inputs = generate_inputs(900, 1024, seed=8)
+    options = dict(options)
+    streamed = options.pop("streamed", False)
+    engine = make_engine("gpu-merged", network, **options)
+    if streamed:  # a budget just under the weights' size: they stream, two launches at a time
+        engine = make_engine("gpu-merged", network, weight_budget_bytes=engine.weights.total_bytes - 1, **options)
+    assert engine.weights.streamed == streamed
+    gpu = engine.run(inputs)
+    twin = make_engine("gpu-merged-twin", network, **options).run(inputs)
+    assert np.array_equal(gpu.live_rows, twin.live_rows)
+    assert gpu.live_rows_by_layer == twin.live_rows_by_layer and gpu.nonzeros_by_layer == twin.nonzeros_by_layer
+    assert (gpu.values != twin.values).nnz == 0
+    got, want = to_frame(gpu.trace), to_frame(twin.trace)
+    columns = [c for c in got.columns if c not in ("measured_us", "device", "executed_macs", "variant")]
+    assert got[columns].equals(want[columns])
+
+
+@pytest.mark.gpu
+def test_gpu_merged_monitor_counts_match_outputs():
+    network = generate_network(1024, 3, seed=1)
+    engine = make_engine("gpu-merged", network, compact_every=1)
+    batch = engine.upload(generate_inputs(200, 1024, seed=2))
+    engine.run_device(batch, per_layer_times=True)
+    live = int(batch.counts[3].get())
+    monitor = batch.tile_nnz[: live * 32].reshape(live, 32).get()
+    assert int(monitor.sum()) == int(batch.nnz_counts[3].get())
+    assert np.array_equal(monitor.sum(axis=1), batch.row_nnz[:live].get())
+
+
+@pytest.mark.gpu
+def test_gpu_merged_65536_neurons_gathers_wide_inputs():
+    """65536 neurons: input rows too wide for shared memory are expanded in device memory."""
+    network = generate_network(65536, 4, seed=0)
+    inputs = generate_inputs(40, 65536, seed=1)
+    engine = make_engine("gpu-merged", network)
+    assert not engine.first_from_tile
+    got = engine.run(inputs)
+    want = ReferenceEngine(network).run(inputs)
+    assert_same_run(got, want)
+    assert any(r.kernel == "gpu.scatter_rows" for r in got.trace)
+
+
+@pytest.mark.gpu
+def test_gpu_merged_weight_budget_too_small_is_a_clear_error():
+    from spartan_py.errors import DeviceMemoryError
+
+    with pytest.raises(DeviceMemoryError, match="launch fewer layers"):
+        make_engine("gpu-merged", generate_network(1024, 40, seed=0), weight_budget_bytes=10_000)
