@@ -15,6 +15,7 @@ at one shared-memory operand per clock per lane.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -137,6 +138,7 @@ def main() -> int:
             del rows_engine, r_got
             cp.get_default_memory_pool().free_all_blocks()
         results.append(entry)
+        print(json.dumps(entry), flush=True)  # each case as it finishes, should a later one not
     path = write_result("gc_gpu_generated", device, {"cases": results, "copy_bandwidth_bytes_per_s": bandwidth}, args.out)
     log(f"wrote {path}")
     return 0 if ok else 1
