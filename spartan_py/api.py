@@ -143,7 +143,8 @@ def infer(
 
     ``truth`` is an array of 1-based categories or a truth file path. ``backend`` is a name
     from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
-    ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``) and takes
+    ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``, or
+    ``gpu-merged-twin`` for ``backend="gpu-merged"``) and takes
     ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default ``h100-sxm``,
     optionally ``NAME+VARIANT``); the result is marked simulated and carries the predicted
     trace.
@@ -151,13 +152,15 @@ def infer(
     if mode not in ("measured", "simulated"):
         raise InputError(f"mode must be 'measured' or 'simulated', not {mode!r}")
     if mode == "simulated":
-        if backend not in ("auto", "gpu", "gpu-twin"):
-            raise InputError(f"simulated mode runs the gpu kernel's twin; backend {backend!r} has no twin")
+        twins = {"auto": "gpu-twin", "gpu": "gpu-twin", "gpu-twin": "gpu-twin", "gpu-merged": "gpu-merged-twin",
+                 "gpu-merged-twin": "gpu-merged-twin"}  # fmt: skip
+        if backend not in twins:
+            raise InputError(f"simulated mode runs a gpu kernel's twin; backend {backend!r} has no twin")
         from spartan_py.costmodel.simulate import resolve_machine
 
         machine = machine or "h100-sxm"
         sim_machine, sim_variant = resolve_machine(machine)
-        backend = "gpu-twin"
+        backend = twins[backend]
     elif machine is not None:
         raise InputError("a machine is only used in simulated mode (mode='simulated')")
     inputs = resolve_inputs(inputs, network.neurons)

@@ -56,7 +56,15 @@ def resolve_backend(name: str) -> str:
 
 
 def make_engine(name: str, network: Network, **options) -> Engine:
-    """A ready engine for ``network``; raises :class:`BackendUnavailableError` with the reason."""
+    """A ready engine for ``network``; raises :class:`BackendUnavailableError` with the reason.
+
+    ``auto`` on a GPU takes ``gpu-merged`` when the network's first layer has at most half
+    as many distinct weight columns as outputs (RadiX-Net networks have 1/16), else ``gpu``.
+    """
+    if name == "auto" and resolve_backend(name) == "gpu" and "threads" not in options:
+        from spartan_py.engines.gpu_merge import first_layer_merge_factor
+
+        name = "gpu-merged" if network.layers and first_layer_merge_factor(network) >= 2 else "gpu"
     name = resolve_backend(name)
     cls = engine_class(name)
     reason = cls.unavailable_reason()

@@ -175,6 +175,12 @@ def merge_layer(matrix: sp.spmatrix, input_groups: np.ndarray | None, width_in: 
     return _merged_layer(_column_groups(matrix), input_groups, width_in)
 
 
+def first_layer_merge_factor(network: Network) -> float:
+    """Outputs of the first layer per distinct weight column (1.0: nothing to merge)."""
+    found = _column_groups(network.weights[0])
+    return network.neurons / max(found.inputs.shape[0], 1)
+
+
 def merge_network(network: Network, workers: int | None = None) -> MergedNetwork:
     """The merged plan of every layer of ``network``, worked out on ``workers`` threads
     (default: one per CPU). A layer's groups do not depend on the other layers, so they are

@@ -71,15 +71,16 @@ def run_point(point: Point) -> tuple[dict, list]:
     inputs = cached_inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
     options = {}
-    backend = "gpu-twin" if config.mode == "simulated" else resolve_backend(config.backend)
-    if backend in ("gpu", "gpu-twin"):  # the tile height and monitor are the gpu kernel's options
+    # auto is the rows kernel here (the one the cost model is calibrated for); gpu-merged is named
+    backend = resolve_backend(config.backend) if config.mode == "measured" else config.backend
+    if backend in ("auto", "gpu", "gpu-twin", "gpu-merged", "gpu-merged-twin"):  # the gpu kernels' options
         options["monitor"] = config.monitor
         options["compact_every"] = config.compact_every
         if config.rows_per_tile:
             options["rows_per_tile"] = config.rows_per_tile
     results = []
     for _ in range(config.repeats):
-        results.append(infer(network, inputs, backend=config.backend, truth=workload.truth, load_seconds=load_seconds,
+        results.append(infer(network, inputs, backend=backend, truth=workload.truth, load_seconds=load_seconds,
                              mode=config.mode, machine=config.machines[0] if config.mode == "simulated" else None,
                              run_id=point.id, **options))  # fmt: skip
     seconds = [r.seconds for r in results]

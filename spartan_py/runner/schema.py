@@ -250,7 +250,7 @@ class Experiment(_Frozen):
         if self.workload.kind == "conv_layers":
             if self.mode == "simulated" and self.backend == "gpu":
                 raise ValueError("mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu")
-        elif self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin"):
+        elif self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin", "gpu-merged", "gpu-merged-twin"):
             raise ValueError(f"mode: simulated runs the gpu kernel's twin; backend {self.backend!r} has none")
         return self
         wrong = [name for name in ("tile", "policy", "precision") if name in self.model_fields_set]
