@@ -16,8 +16,7 @@ import functools
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu import _NULL, _EventTimer, device_name, import_cupy, cupy_unavailable_reason
+from spartan_py.engines.gpu import _NULL, LaunchedEngine, _Buffers, _EventTimer, cupy_unavailable_reason, device_name, download_rows, import_cupy
 from spartan_py.engines.gpu_merge import (
     MERGED_THREADS as THREADS,
     MERGED_TILE_ROWS as TILE_ROWS,
@@ -27,7 +26,7 @@ from spartan_py.engines.gpu_merge import (
     merged_tile_rows,
     stage_words,
 )
-from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, launch_monitored, transfer_records
+from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, launch_monitored
 from spartan_py.engines.gpu_weights import LayerStore
 from spartan_py.errors import DeviceMemoryError, InputError
 from spartan_py.graph_challenge.network import Network
@@ -50,7 +49,7 @@ def _merged_kernels(device_id: int):
     return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
 
 
-class GpuMergedEngine(Engine):
+class GpuMergedEngine(LaunchedEngine):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
     name = "gpu-merged"
@@ -174,65 +173,10 @@ class GpuMergedEngine(Engine):
         if events is not None:
             events[-1].record()
 
-    def run_device(self, batch: "MergedBatch", *, per_layer_times: bool = False) -> float:
-        """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
-
-        ``per_layer_times`` records an event between launches (times stored on the batch)
-        instead of replaying the whole inference as one CUDA graph. The last entry of
-        ``batch.layer_seconds`` is the expansion of the final rows.
-        """
-        cp = self.cp
-        stream = batch.stream
-        if per_layer_times or not self.use_graph:
-            events = [cp.cuda.Event() for _ in range(len(self.chunks) + 2)]
-            with stream:
-                self._launch_layers(batch, events)
-            events[-1].synchronize()
-            batch.layer_seconds = [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(events, events[1:])]
-            return cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3
-        if batch.graph is None:
-            with stream:
-                stream.begin_capture()
-                self._launch_layers(batch)
-                batch.graph = stream.end_capture()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        batch.graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop) / 1e3
-
-    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
-        network = self.network
-        inputs = sp.csr_matrix(inputs, dtype=np.float32)
-        rows = inputs.shape[0]
-        batch_rows = self._batch_rows(rows)
-        live_total = np.zeros(network.layers, dtype=np.int64)
-        nnz_total = np.zeros(network.layers, dtype=np.int64)
-        trace: list[TraceRecord] = []
-        live_parts, value_parts = [], []
-        seconds = 0.0
-        for first in range(0, rows, batch_rows):
-            part = inputs[first : first + batch_rows]
-            batch = self.upload(part)
-            seconds += self.run_device(batch, per_layer_times=True)
-            counts = batch.counts.get()
-            nnz = batch.nnz_counts.get()
-            ids, values, download_seconds = batch.final_rows(self)
-            live_total += counts[1:]
-            nnz_total += nnz[1:].astype(np.int64)
-            live_parts.append(ids + first)
-            value_parts.append(values)
-            trace += self._records(batch, counts, nnz, part.nnz, run_id)
-            trace += transfer_records(
-                part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
-                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
-            )  # fmt: skip
-            del batch
-        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
-        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
-        final = live_rows_matrix(live_rows, values, rows)
-        return EngineOutput(live_rows, final, live_total.tolist(), nnz_total.tolist(), seconds, self.device, trace)
+    def _event_count(self) -> int:
+        """One event before each launch, one before the expansion of the final rows (so the
+        last entry of ``batch.layer_seconds`` is the expansion), one at the end."""
+        return len(self.chunks) + 2
 
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
         """The trace of one batch (see :func:`merged_launch_records`)."""
@@ -252,11 +196,6 @@ class GpuMergedEngine(Engine):
         if self.max_batch_rows:
             fit = min(fit, self.max_batch_rows)
         return min(rows, fit) if rows else 1
-
-
-class _Buffers:
-    def __init__(self, values, ids):
-        self.values, self.ids = values, ids
 
 
 class MergedBatch:
@@ -300,15 +239,6 @@ class MergedBatch:
     def final_rows(self, engine: GpuMergedEngine) -> tuple[np.ndarray, np.ndarray, float]:
         """(batch-local ids of the live rows after the last layer, their n-wide values, seconds
         of the copies into pinned host memory), sorted by id."""
-        import cupyx
-
-        n = engine.network.neurons
         alive = int(self.counts[engine.network.layers].get())
         final = self.buffers[len(engine.chunks) % 2]
-        ids = cupyx.empty_pinned((alive,), dtype=np.int32)
-        values = cupyx.empty_pinned((alive, n), dtype=np.float32)
-        with _EventTimer(engine.cp) as timer:
-            final.ids[:alive].get(out=ids)
-            self.expanded[: alive * n].reshape(alive, n).get(out=values)
-        order = np.argsort(ids, kind="stable")
-        return ids[order], values[order], timer.seconds
+        return download_rows(engine.cp, final.ids, self.expanded, alive, engine.network.neurons)

@@ -10,19 +10,17 @@ depend on the GPU's compaction order, as with :mod:`spartan_py.engines.gpu_twin`
 
 from __future__ import annotations
 
-import time
-
 import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.base import Engine, EngineOutput
 from spartan_py.engines.gpu_merge import MERGED_THREADS, merge_network, merged_launch_records, merged_tile_rows, stage_words
-from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, transfer_records
+from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode
+from spartan_py.engines.gpu_twin import run_twin_batches
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
-from spartan_py.trace import TraceRecord
 
 
 @numba.njit(parallel=True, fastmath={"contract"}, cache=True)
@@ -111,35 +109,12 @@ class GpuMergedTwinEngine(Engine):
         return ids, values, counts, nnz, tile_layers
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
-        network = self.network
-        inputs = sp.csr_matrix(inputs, dtype=np.float32)
-        total = inputs.shape[0]
-        batch_rows = min(total, self.max_batch_rows or total) or 1
-        live_total = np.zeros(network.layers, np.int64)
-        nnz_total = np.zeros(network.layers, np.int64)
-        trace: list[TraceRecord] = []
-        live_parts, value_parts = [], []
-        start = time.perf_counter()
-        for first in range(0, total, batch_rows):
-            part = inputs[first : first + batch_rows]
-            ids, values, counts, nnz, tile_layers = self._run_batch(part)
-            live_total += counts[1:]
-            nnz_total += nnz[1:]
-            live_parts.append(ids + first)
-            value_parts.append(values)
-            trace += merged_launch_records(
-                self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, part.nnz,
+        def launches(counts, nnz, input_nnz, tile_layers):
+            return merged_launch_records(
+                self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
                 monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
                 tile_layers=tile_layers, threads=MERGED_THREADS, first_from_tile=self.first_from_tile,
                 stage_bytes=self.stage_bytes,
             )  # fmt: skip
-            trace += transfer_records(
-                part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
-            )
-        seconds = time.perf_counter() - start
-        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
-        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
-        return EngineOutput(
-            live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
-            seconds, self.device, trace, simulated=True,
-        )  # fmt: skip
+
+        return run_twin_batches(self, inputs, run_id, launches)

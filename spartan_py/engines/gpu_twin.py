@@ -131,34 +131,44 @@ class GpuTwinEngine(Engine):
         return ids, rows, counts, nnz, tile_layers
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
-        network = self.network
-        inputs = sp.csr_matrix(inputs, dtype=np.float32)
-        total = inputs.shape[0]
-        batch_rows = min(total, self.max_batch_rows or total) or 1
-        live_total = np.zeros(network.layers, np.int64)
-        nnz_total = np.zeros(network.layers, np.int64)
-        trace: list[TraceRecord] = []
-        live_parts, value_parts = [], []
-        start = time.perf_counter()
-        for first in range(0, total, batch_rows):
-            part = inputs[first : first + batch_rows]
-            ids, values, counts, nnz, tile_layers = self._run_batch(part)
-            live_total += counts[1:]
-            nnz_total += nnz[1:]
-            live_parts.append(ids + first)
-            value_parts.append(values)
-            trace += launch_records(
-                self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, part.nnz,
+        def launches(counts, nnz, input_nnz, tile_layers):
+            return launch_records(
+                self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
                 monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
                 tile_layers=tile_layers,
             )  # fmt: skip
-            trace += transfer_records(
-                part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
-            )
-        seconds = time.perf_counter() - start
-        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
-        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
-        return EngineOutput(
-            live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
-            seconds, self.device, trace, simulated=True,
-        )  # fmt: skip
+
+        return run_twin_batches(self, inputs, run_id, launches)
+
+
+def run_twin_batches(engine, inputs: sp.spmatrix, run_id: str, launches) -> EngineOutput:
+    """Run a twin engine over ``inputs`` in batches of ``engine.max_batch_rows``:
+    ``engine._run_batch(part)`` gives (ids, values, counts, nnz, tile_layers) and
+    ``launches(counts, nnz, input_nnz, tile_layers)`` the batch's launch records."""
+    network = engine.network
+    inputs = sp.csr_matrix(inputs, dtype=np.float32)
+    total = inputs.shape[0]
+    batch_rows = min(total, engine.max_batch_rows or total) or 1
+    live_total = np.zeros(network.layers, np.int64)
+    nnz_total = np.zeros(network.layers, np.int64)
+    trace: list[TraceRecord] = []
+    live_parts, value_parts = [], []
+    start = time.perf_counter()
+    for first in range(0, total, batch_rows):
+        part = inputs[first : first + batch_rows]
+        ids, values, counts, nnz, tile_layers = engine._run_batch(part)
+        live_total += counts[1:]
+        nnz_total += nnz[1:]
+        live_parts.append(ids + first)
+        value_parts.append(values)
+        trace += launches(counts, nnz, part.nnz, tile_layers)
+        trace += transfer_records(
+            part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=engine.device, run_id=run_id
+        )
+    seconds = time.perf_counter() - start
+    live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
+    values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+    return EngineOutput(
+        live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
+        seconds, engine.device, trace, simulated=True,
+    )  # fmt: skip
