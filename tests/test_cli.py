@@ -93,7 +93,7 @@ def test_auto_picks_the_gpu():
     run = spartan("infer", "--network", "generated:1024", "--inputs", "generated:300", "--layers", "6", "--json")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert result["backend"] == "gpu" and "NVIDIA" in result["device"]
+    assert result["backend"] == "gpu-merged" and "NVIDIA" in result["device"]  # RadiX-Net: 1/16 distinct columns
 
 
 def test_simulated_infer_then_simulate_other_machines(tmp_path):

@@ -141,3 +141,11 @@ def test_gpu_merged_weight_budget_too_small_is_a_clear_error():
 
     with pytest.raises(DeviceMemoryError, match="launch fewer layers"):
         make_engine("gpu-merged", generate_network(1024, 40, seed=0), weight_budget_bytes=10_000)
+
+
+@pytest.mark.gpu
+def test_auto_takes_the_rows_kernel_without_duplicate_columns():
+    rng = np.random.default_rng(3)
+    weights = tuple(sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(2))
+    assert make_engine("auto", Network(1024, weights, bias=-0.1)).name == "gpu"
+    assert make_engine("auto", generate_network(1024, 2)).name == "gpu-merged"
