@@ -45,7 +45,8 @@ template <int R, bool FROM_GLOBAL>
 __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
                                          float* __restrict__ dst, int dst_stride, int width,
                                          const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
-                                         int k, const int* __restrict__ sizes, float bias, float clamp, int* row_count) {
+                                         int k, const int* __restrict__ sizes, float bias, float clamp, int* row_count,
+                                         unsigned* nz_mask, int mask_words) {
     const int items = R * width;
     for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
         int r[GM_ILP], h[GM_ILP];
@@ -73,7 +74,11 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
                 dst[r[j] * dst_stride + h[j]] = y;
                 // a warp's items are 32 columns of one row (width is a multiple of 32)
                 const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? __ldg(sizes + h[j]) : 0);
-                if ((threadIdx.x & 31) == 0 && lit) atomicAdd(&row_count[r[j]], lit);
+                const unsigned nonzero = __ballot_sync(0xffffffffu, y != 0.0f);  // for the monitor's masks
+                if ((threadIdx.x & 31) == 0) {
+                    if (lit) atomicAdd(&row_count[r[j]], lit);
+                    nz_mask[r[j] * mask_words + (h[j] >> 5)] = nonzero;
+                }
             }
         }
     }
@@ -103,6 +108,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           const unsigned long long* __restrict__ size_ptrs, const unsigned long long* __restrict__ group_ptrs,
           int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
           unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+          const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
           int n, int stride, int stage_words, float bias, float clamp) {
     extern __shared__ float smem[];
     const bool first_launch = layer == 0;
@@ -112,6 +118,9 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     float* const buffers = smem + (tile_input ? R * (n + GM_PAD) : 0);  // two of R x S
     // a layer's indices (and weights) staged here when they fit: every tile reads them K times
     int* const stage = reinterpret_cast<int*>(buffers + 2 * R * S);
+    // each row's non-zero merged columns as bits (R x MW words), written by every layer
+    const int MW = stride / 32;
+    unsigned* const nz_mask = reinterpret_cast<unsigned*>(stage + stage_words);
     __shared__ int s_row_count[R];
     __shared__ int s_final_count[R];
     __shared__ int s_rank[R];
@@ -162,13 +171,13 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             const int out = cur == 0 ? 1 : 0;
             if (cur >= 0)
                 gm_layer<R, false>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
-                                   sizes, bias, clamp, s_row_count);
+                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
             else if (tile_input)
                 gm_layer<R, false>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
-                                   sizes, bias, clamp, s_row_count);
+                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
             else
                 gm_layer<R, true>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val,
-                                  w_uniforms[l], k, sizes, bias, clamp, s_row_count);
+                                  w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
             cur = out;
             __syncthreads();
 
@@ -215,7 +224,21 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             ids_out[dst_row] = first_launch ? first + threadIdx.x : ids_in[first + threadIdx.x];
             if (row_nnz) row_nnz[dst_row] = s_final_count[threadIdx.x];
         }
-        if (tile_nnz) {  // a warp per (row, 32-column tile): lane j looks up column j's group
+        const unsigned* masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
+        if (tile_nnz && masks) {
+            // count of 32-column tile c = sum over levels of popc(row's non-zero groups & the
+            // groups that appear in c at least level + 1 times): a thread per (row, tile)
+            const int tiles = n / 32, words = width / 32, levels = mask_levels[last];
+            for (int e = threadIdx.x; e < R * tiles; e += GM_THREADS) {
+                const int r = e / tiles, c = e - r * tiles;
+                if (s_rank[r] < 0) continue;
+                int lit = 0;
+                for (int level = 0; level < levels; ++level)
+                    for (int w = 0; w < words; ++w)
+                        lit += __popc(nz_mask[r * MW + w] & __ldg(masks + ((size_t)level * tiles + c) * words + w));
+                tile_nnz[((size_t)s_base + s_rank[r]) * tiles + c] = (unsigned char)lit;
+            }
+        } else if (tile_nnz) {  // a warp per (row, 32-column tile): lane j looks up column j's group
             const int* groups = reinterpret_cast<const int*>(group_ptrs[last]);
             if (n <= stage_words) {  // the stage is free now: the groups go there
                 for (int e = threadIdx.x; e < n; e += GM_THREADS) stage[e] = __ldg(groups + e);
@@ -271,7 +294,8 @@ extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int strid
                                           float*, int*, const unsigned long long*, const unsigned long long*,        \
                                           const float*, const int*, const int*, const unsigned long long*,           \
                                           const unsigned long long*, int*, unsigned long long*, int, int,            \
-                                          unsigned char*, int*, int*, int, int, int, float, float);
+                                          unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
+                                          float, float);
 GC_MERGED_INSTANCE(1)
 GC_MERGED_INSTANCE(2)
 GC_MERGED_INSTANCE(4)

@@ -110,14 +110,32 @@ def test_gpu_merged_matches_its_twin_exactly(options):
     assert got[columns].equals(want[columns])
 
 
+def test_monitor_masks_count_each_tiles_nonzeros():
+    from spartan_py.engines.gpu_merge import monitor_masks
+
+    rng = np.random.default_rng(1)
+    groups = rng.integers(0, 64, size=1024)
+    masks = monitor_masks(groups, 64)
+    z = rng.random((5, 64)) < 0.4  # which merged columns are non-zero, per row
+    bits = np.packbits(z.reshape(5, 2, 32), axis=-1, bitorder="little").view("<u4").reshape(5, 2)
+    counted = np.array([[sum(bin(int(bits[r, w]) & int(masks[lv, c, w])).count("1") for lv in range(masks.shape[0]) for w in range(2))
+                         for c in range(32)] for r in range(5)])  # fmt: skip
+    assert np.array_equal(counted, z[:, groups].reshape(5, 32, 32).sum(axis=2))
+    assert monitor_masks(groups, 512) is None  # too wide: the kernel looks groups up instead
+
+
 @pytest.mark.gpu
-def test_gpu_merged_monitor_counts_match_outputs():
-    network = generate_network(1024, 3, seed=1)
+@pytest.mark.parametrize("neurons", [1024, 16384])  # with masks / with group lookups
+def test_gpu_merged_monitor_counts_match_outputs(neurons):
+    network = generate_network(neurons, 3, seed=1)
     engine = make_engine("gpu-merged", network, compact_every=1)
-    batch = engine.upload(generate_inputs(200, 1024, seed=2))
+    batch = engine.upload(generate_inputs(200, neurons, seed=2))
     engine.run_device(batch, per_layer_times=True)
     live = int(batch.counts[3].get())
-    monitor = batch.tile_nnz[: live * 32].reshape(live, 32).get()
+    tiles = neurons // 32
+    monitor = batch.tile_nnz[: live * tiles].reshape(live, tiles).get()
+    expanded = batch.expanded[: live * neurons].reshape(live, tiles, 32).get()
+    assert np.array_equal(monitor, (expanded != 0).sum(axis=2))
     assert int(monitor.sum()) == int(batch.nnz_counts[3].get())
     assert np.array_equal(monitor.sum(axis=1), batch.row_nnz[:live].get())
 

@@ -175,6 +175,28 @@ def merge_layer(matrix: sp.spmatrix, input_groups: np.ndarray | None, width_in: 
     return _merged_layer(_column_groups(matrix), input_groups, width_in)
 
 
+#: Widest merged layer for which the monitor's per-tile masks are built (wider layers count
+#: each tile by looking up its 32 columns' groups).
+MASK_MAX_WIDTH = 256
+
+
+def monitor_masks(groups: np.ndarray, width: int) -> np.ndarray | None:
+    """The fused monitor's table for a merged layer: ``masks[level, tile, word]`` has bit
+    ``h`` set when merged column ``32 * word + h`` appears at least ``level + 1`` times among
+    the original columns of 32-column ``tile``. A row's non-zero count in ``tile`` is then
+    the sum over levels and words of popcount(row's non-zero columns & mask). None for
+    layers wider than :data:`MASK_MAX_WIDTH`."""
+    if width > MASK_MAX_WIDTH or groups.size % 32:
+        return None
+    tiles = groups.size // 32
+    multiplicity = np.zeros((tiles, width), dtype=np.int32)
+    np.add.at(multiplicity, (np.repeat(np.arange(tiles), 32), groups), 1)
+    levels = int(multiplicity.max(initial=0))
+    bits = multiplicity[None, :, :] > np.arange(levels)[:, None, None]
+    packed = np.packbits(bits.reshape(levels, tiles, width // 32, 32), axis=-1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u4").reshape(levels, tiles, width // 32)
+
+
 def first_layer_merge_factor(network: Network) -> float:
     """Outputs of the first layer per distinct weight column (1.0: nothing to merge)."""
     found = _column_groups(network.weights[0])
@@ -226,7 +248,7 @@ def merged_tile_rows(neurons: int, width: int, block_shared_limit: int = 227 * 1
     input rows fit too, and gathers from the expanded inputs in device memory when not even
     one row fits.
     """
-    row_bytes = 2 * (width + 32) * 4
+    row_bytes = 2 * (width + 32) * 4 + width // 32 * 4  # two buffers and the monitor's bits
     if rows_per_tile is None:
         fitting = [r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= BUFFER_BUDGET_BYTES]
         rows_per_tile = max(fitting, default=1)
@@ -301,7 +323,7 @@ def merged_launch_records(
             (tiles if tile_layers is None else int(tile_layers[start + i])) * tile * layer.width * layer.plan.steps
             for i, layer in enumerate(chunk)
         )
-        shared = tile * (2 * (stride + 32) + ((n + 32) if start == 0 and first_from_tile else 0)) * 4 + stage_bytes
+        shared = tile * (2 * (stride + 32) + stride // 32 + ((n + 32) if start == 0 and first_from_tile else 0)) * 4 + stage_bytes
         records.append(
             TraceRecord(
                 run=run_id, layer=start + 1, kernel="gpu.gc_merged",

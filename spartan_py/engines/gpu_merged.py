@@ -24,6 +24,7 @@ from spartan_py.engines.gpu_merge import (
     merge_network,
     merged_launch_records,
     merged_tile_rows,
+    monitor_masks,
     stage_words,
 )
 from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, launch_monitored
@@ -97,10 +98,11 @@ class GpuMergedEngine(LaunchedEngine):
         for kernel, shared in ((self.kernel, self.shared_bytes), (self.first_kernel, self.first_shared_bytes)):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
+        masks = [monitor_masks(m.groups, m.width) if self.monitor != "off" else None for m in self.merged.layers]
         layers = [
             {"index": m.plan.index.astype(np.int32), "weight": None if m.plan.uniform is not None else m.plan.weight,
-             "sizes": m.sizes, "groups": m.groups}
-            for m in self.merged.layers
+             "sizes": m.sizes, "groups": m.groups, "masks": mask}
+            for m, mask in zip(self.merged.layers, masks)
         ]  # fmt: skip
         self.weights = LayerStore(cp, layers, self.chunks, weight_budget_bytes)
         if self.weights.streamed:
@@ -109,6 +111,7 @@ class GpuMergedEngine(LaunchedEngine):
             "uniform": cp.asarray(np.array([m.plan.uniform or 0.0 for m in self.merged.layers], dtype=np.float32)),
             "k": cp.asarray(np.array([m.plan.steps for m in self.merged.layers], dtype=np.int32)),
             "width": cp.asarray(np.array([m.width for m in self.merged.layers], dtype=np.int32)),
+            "levels": cp.asarray(np.array([0 if mask is None else mask.shape[0] for mask in masks], dtype=np.int32)),
         }
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
@@ -117,7 +120,8 @@ class GpuMergedEngine(LaunchedEngine):
         return self._device
 
     def _shared_bytes(self, rows: int, input_tile: bool) -> int:
-        return 4 * rows * (2 * (self.stride + 32) + ((self.network.neurons + 32) if input_tile else 0)) + 4 * self.stage_words
+        buffers = 2 * (self.stride + 32) + self.stride // 32 + ((self.network.neurons + 32) if input_tile else 0)
+        return 4 * rows * buffers + 4 * self.stage_words
 
     def _grid(self, kernel, shared: int) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
@@ -160,7 +164,7 @@ class GpuMergedEngine(LaunchedEngine):
                 pointers["sizes"], pointers["groups"],
                 batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
                 *((batch.tile_nnz, batch.row_nnz) if monitored else (_NULL, _NULL)),
-                batch.tile_layers,
+                batch.tile_layers, pointers["masks"], self._tables["levels"],
                 np.int32(network.neurons), np.int32(self.stride), np.int32(self.stage_words),
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
