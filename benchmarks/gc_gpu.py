@@ -121,7 +121,8 @@ def main() -> int:
         ("rows", GpuEngine, {}), ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
         ("merged", GpuMergedEngine, {}), ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
         ("merged-R32", GpuMergedEngine, {"rows_per_tile": 32}),
-        ("merged-streamed", GpuMergedEngine, {"stream": True}),
+        ("merged-streamed", GpuMergedEngine, {"stream": True}), ("merged-monitor-off", GpuMergedEngine, {"monitor": False}),
+        ("rows-monitor-off", GpuEngine, {"monitor": False}),
     )  # fmt: skip
     for label, kind, options in cases:
         if options.pop("stream", False):  # a budget of 3/4 of the weights: they stream from pinned host memory
