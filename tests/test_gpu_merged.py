@@ -167,3 +167,15 @@ def test_auto_takes_the_rows_kernel_without_duplicate_columns():
     weights = tuple(sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(2))
     assert make_engine("auto", Network(1024, weights, bias=-0.1)).name == "gpu"
     assert make_engine("auto", generate_network(1024, 2)).name == "gpu-merged"
+
+
+def test_simulated_mode_runs_the_merged_twin():
+    from spartan_py import infer
+
+    network = generate_network(1024, 8, seed=1)
+    inputs = generate_inputs(200, 1024, seed=1)
+    result = infer(network, inputs, backend="gpu-merged", mode="simulated")
+    want = ReferenceEngine(network).run(inputs)
+    assert result.simulated and result.backend == "gpu-merged-twin" and result.seconds > 0
+    assert np.array_equal(result.categories - 1, want.live_rows)
+    assert (result.predicted_trace["kernel"] == "gpu.gc_merged").sum() == 6  # 1, 1, 1, 1, 2, 2 layers per launch
