@@ -17,6 +17,11 @@
 //                 steps read.
 //   counts, nnz_counts, tile_nnz, row_nnz, tile_layers: as in gc_layer.cu, in terms of the
 //                 original n-wide rows (non-zeros are weighted by group size).
+//   mask_ptrs[l]: null, or the monitor's masks (uint32 [levels][n / 32][width_l / 32]): bit h
+//                 of [v][c][w] set when column 32 w + h appears more than v times among the
+//                 original columns of tile c; mask_levels[l] = levels. Without masks a
+//                 tile's count looks its 32 columns' groups up.
+//   stage_words : shared memory (4-byte words) for staging a layer's indices and weights.
 //
 // Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32

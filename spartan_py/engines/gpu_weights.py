@@ -59,12 +59,14 @@ class LayerStore:
                 f"the weights ({self.total_bytes} bytes) exceed the device budget ({self.budget_bytes} bytes), and two "
                 f"launches' worth ({2 * self.slot_bytes} bytes) to stream them do not fit it either; launch fewer layers at once"
             )
-        pinned = self._host_buffer(self.total_bytes)
+        # streamed weights stay in pinned host memory (copies overlap compute); resident ones
+        # are packed in ordinary memory, uploaded once and dropped
+        host = self._pinned(self.total_bytes) if self.streamed else np.empty(max(self.total_bytes, 1), dtype=np.uint8)
         for arrays, place, start in zip(layers, offsets, starts):
             for name, at in place.items():
                 raw = np.ascontiguousarray(arrays[name]).view(np.uint8).ravel()
-                pinned[start + at : start + at + raw.size] = raw
-        self._host = pinned
+                host[start + at : start + at + raw.size] = raw
+        self._host = host if self.streamed else None
         self._starts = starts
         try:
             if self.streamed:
@@ -73,7 +75,7 @@ class LayerStore:
                 for chunk, (a, b) in enumerate(zip(self.chunk_bounds[:-1], self.chunk_bounds[1:])):
                     bases += [self._slots[chunk % 2].data.ptr + int(starts[layer] - starts[a]) for layer in range(a, b)]
             else:
-                self._device = cp.asarray(pinned)
+                self._device = cp.asarray(host)
                 bases = [self._device.data.ptr + int(start) for start in starts[:-1]]
         except cp.cuda.memory.OutOfMemoryError:
             need = 2 * self.slot_bytes if self.streamed else self.total_bytes
@@ -84,7 +86,8 @@ class LayerStore:
         }  # fmt: skip
         self._copy_stream = cp.cuda.Stream(non_blocking=True) if self.streamed else None
 
-    def _host_buffer(self, size: int) -> np.ndarray:
+    @staticmethod
+    def _pinned(size: int) -> np.ndarray:
         import cupyx
 
         return cupyx.empty_pinned((max(size, 1),), dtype=np.uint8)
