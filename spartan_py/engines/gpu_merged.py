@@ -74,10 +74,10 @@ class GpuMergedEngine(LaunchedEngine):
     ):
         super().__init__(network)
         cp = self.cp = import_cupy()
-        self.merged = merged or merge_network(network)
         self.monitor = gc_monitor_mode(monitor)
         if self.monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
+        self.merged = merged or merge_network(network)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
