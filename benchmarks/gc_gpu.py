@@ -25,6 +25,7 @@ from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E40
 import spartan_py as sp  # noqa: E402
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
 from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
+from spartan_py.timing import copy_bandwidth  # noqa: E402
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
 
@@ -99,18 +100,7 @@ def main() -> int:
     log(f"device {device}: {engine.sm_count} SMs, rows kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
 
     # measured ceilings: device-to-device copy (read + write bytes) and the fused kernel's floor
-    buf = cp.empty(2**28, dtype=cp.uint8)
-    dst = cp.empty_like(buf)
-    for _ in range(3):
-        dst[...] = buf
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-    e0.record()
-    for _ in range(10):
-        dst[...] = buf
-    e1.record()
-    e1.synchronize()
-    bandwidth = 2 * buf.nbytes * 10 / (cp.cuda.get_elapsed_time(e0, e1) / 1e3)
-    del buf, dst
+    bandwidth = copy_bandwidth()
     clock_hz = props["clockRate"] * 1e3
     smem_rate = engine.sm_count * 32 * clock_hz  # 32 four-byte shared loads per clock per SM
     fma_rate = engine.sm_count * 128 * clock_hz  # FP32 FMAs per clock per SM on Hopper

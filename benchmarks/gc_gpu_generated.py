@@ -29,6 +29,7 @@ from benchmarks._results import RESULTS, write_result  # noqa: E402
 import spartan_py as sp  # noqa: E402
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
 from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
+from spartan_py.timing import copy_bandwidth  # noqa: E402
 
 DEFAULT_CASES = ",".join([
     "1024x120x60000", "1024x480x60000", "1024x1920x60000", "4096x120x60000", "4096x480x60000", "4096x1920x60000",
@@ -40,21 +41,6 @@ ROWS_KERNEL_CASES = ("1024x120x60000", "1024x480x60000", "4096x120x60000", "1638
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def copy_bandwidth(cp) -> float:
-    """Measured device-to-device copy rate, read + write bytes per second."""
-    buf = cp.empty(2**28, dtype=cp.uint8)
-    dst = cp.empty_like(buf)
-    for _ in range(3):
-        dst[...] = buf
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-    e0.record()
-    for _ in range(10):
-        dst[...] = buf
-    e1.record()
-    e1.synchronize()
-    return 2 * buf.nbytes * 10 / (cp.cuda.get_elapsed_time(e0, e1) / 1e3)
 
 
 def run_engine(engine, inputs, repeats: int) -> dict:
@@ -79,7 +65,7 @@ def main() -> int:
     args = parser.parse_args()
     import cupy as cp
 
-    bandwidth = copy_bandwidth(cp)
+    bandwidth = copy_bandwidth()
     props = cp.cuda.runtime.getDeviceProperties(0)
     smem_rate = props["multiProcessorCount"] * 32 * props["clockRate"] * 1e3
     results, device, ok = [], None, True

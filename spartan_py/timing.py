@@ -60,3 +60,21 @@ class GpuTimer:
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
         return _stats(times, repeats)
+
+
+def copy_bandwidth(nbytes: int = 2**28, repeats: int = 10) -> float:
+    """Measured device-to-device copy rate of the current GPU, read + write bytes per second:
+    ``repeats`` back-to-back copies of ``nbytes`` between CUDA events, after three warm-ups."""
+    import cupy
+
+    source = cupy.empty(nbytes, dtype=cupy.uint8)
+    target = cupy.empty_like(source)
+    for _ in range(3):
+        target[...] = source
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(repeats):
+        target[...] = source
+    stop.record()
+    stop.synchronize()
+    return 2 * nbytes * repeats / (cupy.cuda.get_elapsed_time(start, stop) / 1e3)

@@ -89,10 +89,31 @@ class LaunchedEngine(Engine):
     """What the CuPy-driven Graph Challenge engines share: timing a batch's launches with
     CUDA events (or a CUDA graph replay) and running inputs batch by batch. A subclass
     provides ``upload``, ``_launch_layers(batch, events)``, ``_event_count``, ``_records``,
-    ``_batch_rows`` and the batch's ``final_rows``."""
+    ``_bytes_per_row``, the attributes ``cp``, ``_device``, ``chunks``, ``rows_per_tile`` and
+    ``max_batch_rows``, and the batch's ``final_rows``."""
 
     cp = None
     use_graph = True
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return cupy_unavailable_reason()
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _bytes_per_row(self) -> int:
+        """Device bytes a batch's buffers take per input row."""
+        raise NotImplementedError
+
+    def _batch_rows(self, rows: int) -> int:
+        """Rows per batch: what the batch's buffers can hold in half the free memory."""
+        free, _ = self.cp.cuda.runtime.memGetInfo()
+        fit = max(self.rows_per_tile, int(0.5 * free) // self._bytes_per_row())
+        if self.max_batch_rows:
+            fit = min(fit, self.max_batch_rows)
+        return min(rows, fit) if rows else 1
 
     def _event_count(self) -> int:
         """CUDA events ``_launch_layers`` records: one before each launch and one at the end."""
@@ -164,10 +185,6 @@ class GpuEngine(LaunchedEngine):
 
     name = "gpu"
 
-    @classmethod
-    def unavailable_reason(cls) -> str | None:
-        return cupy_unavailable_reason()
-
     def __init__(
         self,
         network: Network,
@@ -218,10 +235,6 @@ class GpuEngine(LaunchedEngine):
             "uniform": cp.asarray(np.array([p.uniform or 0.0 for p in self.plans], dtype=np.float32)),
             "k": cp.asarray(np.array([p.steps for p in self.plans], dtype=np.int32)),
         }
-
-    @property
-    def device(self) -> str:
-        return self._device
 
     def _upload_layer(self, plan: LayerPlan) -> _DeviceLayer:
         cp = self.cp
@@ -287,14 +300,9 @@ class GpuEngine(LaunchedEngine):
         if alive:
             software_pass(dst.values[: alive * n].reshape(alive, n), TileShape(1, 32), timed=False)
 
-    def _batch_rows(self, rows: int) -> int:
-        """Rows per batch: what two activation buffers can hold in half the free memory."""
-        free, _ = self.cp.cuda.runtime.memGetInfo()
-        per_row = 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
-        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
-        if self.max_batch_rows:
-            fit = min(fit, self.max_batch_rows)
-        return min(rows, fit) if rows else 1
+    def _bytes_per_row(self) -> int:
+        """Two activation buffers with ids, the monitor's counts."""
+        return 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
 
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
         """The trace of one batch: one record per launch (see :func:`launch_records`)."""

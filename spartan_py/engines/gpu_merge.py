@@ -169,12 +169,6 @@ def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_i
     return MergedLayer(plan, found.groups, sizes, width_in, found.original_nnz)
 
 
-def merge_layer(matrix: sp.spmatrix, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
-    """Merge one layer; ``input_groups`` maps its input neurons to the previous layer's merged
-    columns (None for the first layer, which reads the input neurons themselves)."""
-    return _merged_layer(_column_groups(matrix), input_groups, width_in)
-
-
 #: Widest merged layer for which the monitor's per-tile masks are built (wider layers count
 #: each tile by looking up its 32 columns' groups).
 MASK_MAX_WIDTH = 256

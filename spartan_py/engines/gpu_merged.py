@@ -16,7 +16,7 @@ import functools
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.gpu import _NULL, LaunchedEngine, _Buffers, _EventTimer, cupy_unavailable_reason, device_name, download_rows, import_cupy
+from spartan_py.engines.gpu import _NULL, LaunchedEngine, _Buffers, _EventTimer, device_name, download_rows, import_cupy
 from spartan_py.engines.gpu_merge import (
     MERGED_THREADS as THREADS,
     MERGED_TILE_ROWS as TILE_ROWS,
@@ -54,10 +54,6 @@ class GpuMergedEngine(LaunchedEngine):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
     name = "gpu-merged"
-
-    @classmethod
-    def unavailable_reason(cls) -> str | None:
-        return cupy_unavailable_reason()
 
     def __init__(
         self,
@@ -115,10 +111,6 @@ class GpuMergedEngine(LaunchedEngine):
         }
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
-    @property
-    def device(self) -> str:
-        return self._device
-
     def _shared_bytes(self, rows: int, input_tile: bool) -> int:
         buffers = 2 * (self.stride + 32) + self.stride // 32 + ((self.network.neurons + 32) if input_tile else 0)
         return 4 * rows * buffers + 4 * self.stage_words
@@ -147,11 +139,10 @@ class GpuMergedEngine(LaunchedEngine):
             self._scatter((self.sm_count * 8,), (256,), (batch.csr_ptr, batch.csr_idx, batch.csr_val, np.int32(batch.rows),
                                                           np.int32(network.neurons), batch.dense))  # fmt: skip
         pointers = self.weights.pointers
-        starts = np.concatenate([[0], np.cumsum(self.chunks)])
         for chunk in self.weights.launches(cp.cuda.get_current_stream()):
             if events is not None and chunk:
                 events[chunk].record()
-            start, length = int(starts[chunk]), self.chunks[chunk]
+            start, length = int(self.weights.chunk_bounds[chunk]), self.chunks[chunk]
             src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
             first = start == 0
             kernel, shared = (self.first_kernel, self.first_shared_bytes) if first else (self.kernel, self.shared_bytes)
@@ -191,15 +182,11 @@ class GpuMergedEngine(LaunchedEngine):
             first_from_tile=self.first_from_tile, streamed=self.weights.streamed, stage_bytes=4 * self.stage_words,
         )  # fmt: skip
 
-    def _batch_rows(self, rows: int) -> int:
-        """Rows per batch: what the batch's buffers can hold in half the free memory."""
-        free, _ = self.cp.cuda.runtime.memGetInfo()
+    def _bytes_per_row(self) -> int:
+        """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when
+        the inputs are too wide for shared memory, their dense copy."""
         n = self.network.neurons
-        per_row = 2 * (self.stride * 4 + 4) + n // 32 + 4 + n * 4 + (0 if self.first_from_tile else n * 4)
-        fit = max(self.rows_per_tile, int(0.5 * free) // per_row)
-        if self.max_batch_rows:
-            fit = min(fit, self.max_batch_rows)
-        return min(rows, fit) if rows else 1
+        return 2 * (self.stride * 4 + 4) + n // 32 + 4 + n * 4 + (0 if self.first_from_tile else n * 4)
 
 
 class MergedBatch:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-import scipy.sparse as sp
 from numba import prange
 
-from spartan_py.engines.base import Engine, EngineOutput
 from spartan_py.engines.gpu_merge import MERGED_THREADS, merge_network, merged_launch_records, merged_tile_rows, stage_words
-from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode
-from spartan_py.engines.gpu_twin import run_twin_batches
+from spartan_py.engines.gpu_plan import gc_monitor_mode
+from spartan_py.engines.gpu_twin import TwinEngine
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 
@@ -48,7 +46,7 @@ def twin_merged_layer(rows, index, weight, uniform, use_uniform, sizes, bias, cl
     return out
 
 
-class GpuMergedTwinEngine(Engine):
+class GpuMergedTwinEngine(TwinEngine):
     """The merged GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-merged-twin"
@@ -64,57 +62,34 @@ class GpuMergedTwinEngine(Engine):
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
     ):
-        super().__init__(network)
-        self.monitor = gc_monitor_mode(monitor)
-        if self.monitor == "software":
+        monitor = gc_monitor_mode(monitor)
+        if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
-        self.monitor_every = max(int(monitor_every), 1)
-        self.max_batch_rows = max_batch_rows
-        self.chunks = chunk_schedule(network.layers, compact_every)
+        super().__init__(network, monitor=monitor, monitor_every=monitor_every, max_batch_rows=max_batch_rows,
+                         compact_every=compact_every, device=f"cpu twin of gpu.gc_merged ({device_name})")  # fmt: skip
         self.merged = merge_network(network)
         self.stage_bytes = 4 * stage_words(self.merged)
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
         )
-        self._device = f"cpu twin of gpu.gc_merged ({device_name})"
 
-    @property
-    def device(self) -> str:
-        return self._device
+    def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
+        merged = self.merged.layers[layer]
+        plan = merged.plan
+        uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
+        return twin_merged_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias,
+                                 clamp, row_nnz)  # fmt: skip
 
-    def _run_batch(self, inputs: sp.csr_matrix):
-        network = self.network
-        rows = np.ascontiguousarray(inputs.toarray(), dtype=np.float32)
-        ids = np.arange(rows.shape[0])
-        counts = np.zeros(network.layers + 1, np.int64)
-        nnz = np.zeros(network.layers + 1, np.int64)
-        counts[0], nnz[0] = rows.shape[0], inputs.nnz
-        bias, clamp = np.float32(network.bias), np.float32(network.clamp)
-        tile_layers = np.zeros(network.layers, np.int64)
-        starts = np.cumsum([0] + self.chunks[:-1]).tolist()
-        entering, tile = ids, self.first_rows
-        for layer, merged in enumerate(self.merged.layers):
-            if layer in starts:
-                entering, tile = ids, self.first_rows if layer == 0 else self.rows_per_tile
-            tile_layers[layer] = np.unique(np.searchsorted(entering, ids) // tile).size
-            plan = merged.plan
-            row_nnz = np.zeros(rows.shape[0], np.int64)
-            uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
-            rows = twin_merged_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias,
-                                     clamp, row_nnz)  # fmt: skip
-            live = row_nnz > 0
-            counts[layer + 1], nnz[layer + 1] = int(live.sum()), int(row_nnz.sum())
-            rows, ids = np.ascontiguousarray(rows[live]), ids[live]
-        values = rows[:, self.merged.layers[-1].groups] if self.merged.layers else rows
-        return ids, values, counts, nnz, tile_layers
+    def _tile_rows(self, launch_start):
+        return self.first_rows if launch_start == 0 else self.rows_per_tile
 
-    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
-        def launches(counts, nnz, input_nnz, tile_layers):
-            return merged_launch_records(
-                self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
-                monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
-                tile_layers=tile_layers, threads=MERGED_THREADS, first_from_tile=self.first_from_tile,
-                stage_bytes=self.stage_bytes,
-            )  # fmt: skip
+    def _final_values(self, rows):
+        return rows[:, self.merged.layers[-1].groups] if self.merged.layers else rows
 
-        return run_twin_batches(self, inputs, run_id, launches)
+    def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id):
+        return merged_launch_records(
+            self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
+            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+            tile_layers=tile_layers, threads=MERGED_THREADS, first_from_tile=self.first_from_tile,
+            stage_bytes=self.stage_bytes,
+        )  # fmt: skip
