@@ -9,7 +9,6 @@ kernel (for calibrating the cost model's GEMM families) into ``--out``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -96,42 +95,95 @@ def check_against_cpu(cp) -> list[dict]:
     return rows
 
 
-def profiling_overhead(cp, timer: GpuTimer, cases) -> tuple[list[dict], list]:
-    """Per conv layer: plain vs fused epilogue, the software pass, and a layer loop per mode."""
+#: Monitor tiles of the overhead measurement (rows x columns): (32, 32) is the headline;
+#: the others show the cost does not hinge on the tile.
+OVERHEAD_TILES = ((32, 32), (16, 32), GEMM_TILE)
+#: Buffers each overhead case cycles through: more than L2 holds, so no call finds its
+#: operands there.
+OVERHEAD_BUFFERS = 4
+
+
+def _epilogue_launcher(cp, kernel, zs, ys, bias, tile):
+    """``work(i)``: one launch of an epilogue kernel on buffer pair ``i % len(zs)``, its
+    outputs allocated beforehand, so the time is the GPU's alone."""
+    from spartan_py.sparsity.gpu_kernels import EPILOGUE_COLS, EPILOGUE_ROWS
+
+    m, n = zs[0].shape
+    grid = (-(-n // EPILOGUE_COLS), -(-m // EPILOGUE_ROWS))
+    tile_nnz = cp.empty((-(-m // tile[0]), -(-n // tile[1])), dtype=cp.int32)
+    row_part = cp.empty((m, grid[0]), dtype=cp.int32)
+    shape = (np.int32(m), np.int32(n), np.float32(np.inf), np.int32(tile[0]), np.int32(tile[1]), tile_nnz, row_part)
+    return lambda i: kernel(grid, (256,), (zs[i % len(zs)], bias, ys[i % len(ys)], *shape))
+
+
+def profiling_overhead(cp, cases, rounds: int = 20) -> tuple[list[dict], list]:
+    """Per conv layer, what monitoring costs, in two measurements taken by turns
+    (:func:`spartan_py.timing.time_interleaved`, differences round by round):
+
+    * the epilogue kernel alone, back to back over buffers larger than L2: plain, fused
+      (per monitor tile) and the software monitor's counting pass. ``fused_extra_us`` is
+      fused minus plain: the fused monitor's cost, free of host noise.
+    * a layer loop, cuBLAS GEMM then the epilogue through ``SparsityMonitor`` in each mode
+      (off, fused, sampled, software), as a network would run it: the host's work hides
+      behind the GEMM except where the software monitor waits for its counts.
+      ``software_extra_us`` is software minus off there.
+
+    ``ratio_software_over_fused`` = software_extra_us / fused_extra_us.
+    """
+    from spartan_py.sparsity.gpu_kernels import tile_kernels
+    from spartan_py.timing import paired_difference, time_interleaved
+
+    kernels = tile_kernels(cp.cuda.Device().id)
     rows, records = [], []
     for label, batch in cases:
         m, k, n = conv_layer(label).gemm_shape(batch)
         a = cp.asarray(tiled_preactivations(m, k, 0.5, tile=GEMM_TILE, seed=2, xp=cp).clip(0, None))
-        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
-        bias = cp.zeros(n, dtype=cp.float32)
-        z = dense_matmul(a, w)
-        y = cp.empty_like(z)
-        gemm = timer(lambda: dense_matmul(a, w, out=z))
-        plain_mon, fused_mon, soft_mon = (SparsityMonitor(tile=(32, 32), mode=m_, timed=False) for m_ in ("off", "fused", "software"))
-        plain = timer(lambda: plain_mon.epilogue(z, bias, out=y), repeats=50)
-        fused = timer(lambda: fused_mon.epilogue(z, bias, out=y), repeats=50)
-        software = timer(lambda: soft_mon.epilogue(z, bias, out=y), repeats=50)
-        count_only = SparsityMonitor(tile=(32, 32), mode="software", timed=True)
-        count_only.epilogue(z, bias, out=y)
-        pass_s = statistics.median(count_only.epilogue(z, bias, out=y)[1].monitor_seconds for _ in range(30))
-        fused_extra = fused["median_us"] - plain["median_us"]
-        software_extra = software["median_us"] - plain["median_us"]
-        layer_us = gemm["median_us"] + plain["median_us"]
-        rows.append({"layer": label, "batch": batch, "M": m, "K": k, "N": n, "gemm_us": gemm["median_us"],
-                     "epilogue_us": plain["median_us"], "fused_epilogue_us": fused["median_us"],
-                     "fused_extra_us": fused_extra, "software_extra_us": software_extra,
-                     "software_pass_events_us": pass_s * 1e6,
-                     "ratio_software_over_fused": software_extra / fused_extra if fused_extra > 0 else float("inf"),
-                     "fused_overhead_pct_of_layer": 100 * fused_extra / layer_us,
-                     "software_overhead_pct_of_layer": 100 * software_extra / layer_us})  # fmt: skip
+        rng = np.random.default_rng(3)
+        weights = [cp.asarray(rng.standard_normal((k, n), dtype=np.float32) / np.sqrt(k)) for _ in range(OVERHEAD_BUFFERS)]
+        zs = [dense_matmul(a, w) for w in weights]  # real pre-activations, about half of them negative
+        ys = [cp.empty_like(z) for z in zs]
+        bias = cp.asarray(rng.standard_normal(n).astype(np.float32) * 0.1)
+        kernel_cases = {"plain": _epilogue_launcher(cp, kernels["epilogue_plain"], zs, ys, bias, (1, 4)),
+                        "count_pass": _epilogue_launcher(cp, kernels["epilogue_count"], ys, ys, bias, (32, 32))}  # fmt: skip
+        for tile in OVERHEAD_TILES:
+            kernel_cases[f"fused_{tile[0]}x{tile[1]}"] = _epilogue_launcher(cp, kernels["epilogue_fused"], zs, ys, bias, tile)
+        alone = time_interleaved(kernel_cases, rounds=rounds, calls=8)
+        monitors = {mode: SparsityMonitor(tile=(32, 32), mode=mode, timed=False) for mode in ("off", "fused", "sampled", "software")}
+
+        def layer(monitor):
+            def work(i):
+                dense_matmul(a, weights[i % OVERHEAD_BUFFERS], out=zs[0])
+                monitor.epilogue(zs[0], bias, out=ys[0])
+            return work
+
+        loop = time_interleaved({mode: layer(mon) for mode, mon in monitors.items()}, rounds=rounds, calls=6)
+        plain_us = float(np.median(alone["plain"]))
+        fused = {t: paired_difference(alone[t], alone["plain"]) for t in alone if t.startswith("fused")}
+        extra = fused["fused_32x32"]["median"]
+        layer_us = float(np.median(loop["off"]))
+        software = paired_difference(loop["software"], loop["off"])
+        row = {"layer": label, "batch": batch, "M": m, "K": k, "N": n, "layer_us": layer_us, "epilogue_us": plain_us,
+               "fused_extra_us": extra, "fused_extra_p10_p90_us": [fused["fused_32x32"]["p10"], fused["fused_32x32"]["p90"]],
+               **{f"fused_extra_us_{t[6:]}": d["median"] for t, d in fused.items() if t != "fused_32x32"},
+               "count_pass_us": float(np.median(alone["count_pass"])),
+               "software_extra_us": software["median"], "software_extra_p10_p90_us": [software["p10"], software["p90"]],
+               "fused_extra_in_layer_loop_us": paired_difference(loop["fused"], loop["off"])["median"],
+               "sampled_extra_in_layer_loop_us": paired_difference(loop["sampled"], loop["off"])["median"],
+               "ratio_software_over_fused": software["median"] / extra if extra > 0 else float("inf"),
+               "fused_overhead_pct_of_layer": 100 * extra / layer_us,
+               "software_overhead_pct_of_layer": 100 * software["median"] / layer_us}  # fmt: skip
+        rows.append(row)
         out_bytes = 4 * m * n
         records += [
-            *[replace(r, measured_us=gemm["median_us"], run=f"{label}/overhead") for r in
+            *[replace(r, measured_us=layer_us - plain_us, run=f"{label}/overhead") for r in
               candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=_tile())],
-            _rec("gpu.epilogue", label, plain["median_us"], bytes_read=out_bytes, bytes_written=out_bytes),
-            _rec("gpu.monitor_pass", label, pass_s * 1e6, bytes_read=out_bytes, monitor_mode="software"),
+            _rec("gpu.epilogue", label, plain_us, bytes_read=out_bytes, bytes_written=out_bytes),
+            _rec("gpu.monitor_pass", label, row["count_pass_us"], bytes_read=out_bytes, monitor_mode="software"),
         ]
-        log(f"overhead {label}: fused +{fused_extra:.2f} us, software +{software_extra:.1f} us, layer {layer_us:.0f} us")
+        log(f"overhead {label}: fused +{extra:.2f} us (kernel), software +{software['median']:.1f} us (layer loop), "
+            f"ratio {row['ratio_software_over_fused']:.0f}x, layer {layer_us:.0f} us")
+        del a, weights, zs, ys
+        cp.get_default_memory_pool().free_all_blocks()
     return rows, records
 
 
@@ -325,7 +377,7 @@ def main() -> int:
     started = time.perf_counter()
     checks = check_against_cpu(cp)
     log(f"checks passed ({time.perf_counter() - started:.0f} s)")
-    overhead, records = profiling_overhead(cp, timer, cases)
+    overhead, records = profiling_overhead(cp, cases)
     sweep, sweep_records = density_sweep(cp, timer, cases, densities, policy)
     records += sweep_records
     data = load_digits()

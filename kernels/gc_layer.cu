@@ -160,7 +160,19 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
         }
         if (!s_any) continue;  // (uniform across the block)
 
-        // 3. copy the live rows out, coalesced, with their ids and monitor counts
+        // 3. the live rows' ids and (monitor) counts, all rows in one pass over every thread;
+        //    then the rows themselves, coalesced
+        if (threadIdx.x < R && s_rank[threadIdx.x] >= 0) {
+            const size_t dst_row = (size_t)s_base + s_rank[threadIdx.x];
+            ids_out[dst_row] = csr_ptr ? first + threadIdx.x : ids_in[first + threadIdx.x];
+            if (row_nnz) row_nnz[dst_row] = s_row_count[threadIdx.x];
+        }
+        if (tile_nnz)
+#pragma unroll 1
+            for (int e = threadIdx.x; e < R * TILES_PER_ROW; e += GC_THREADS) {
+                const int r = e / TILES_PER_ROW, c = e % TILES_PER_ROW;
+                if (s_rank[r] >= 0) tile_nnz[((size_t)s_base + s_rank[r]) * TILES_PER_ROW + c] = (unsigned char)s_tile_count[r][c];
+            }
         for (int r = 0; r < R; ++r) {
             const int rank = s_rank[r];
             if (rank < 0) continue;
@@ -168,12 +180,6 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
             const float4* src = reinterpret_cast<const float4*>(tile + r * NS);
             float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
             for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
-            if (threadIdx.x == 0) {
-                ids_out[dst_row] = csr_ptr ? first + r : ids_in[first + r];
-                if (row_nnz) row_nnz[dst_row] = s_row_count[r];
-            }
-            if (tile_nnz)
-                for (int e = threadIdx.x; e < TILES_PER_ROW; e += GC_THREADS) tile_nnz[dst_row * TILES_PER_ROW + e] = (unsigned char)s_tile_count[r][e];
         }
         __syncthreads();  // the tile buffer is reused by the next iteration
     }

@@ -19,8 +19,9 @@
 //                 original n-wide rows (non-zeros are weighted by group size).
 //   mask_ptrs[l]: null, or the monitor's masks (uint32 [levels][n / 32][width_l / 32]): bit h
 //                 of [v][c][w] set when column 32 w + h appears more than v times among the
-//                 original columns of tile c; mask_levels[l] = levels. Without masks a
-//                 tile's count looks its 32 columns' groups up.
+//                 original columns of tile c; mask_levels[l] = levels. Given only when a
+//                 tile's R x n / 32 one-byte counts fit the stage. Without masks a tile's
+//                 count looks its 32 columns' groups up.
 //   stage_words : shared memory (4-byte words) for staging a layer's indices and weights.
 //
 // Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
@@ -103,6 +104,23 @@ __device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int word
     return true;
 }
 
+// The monitor's counts of rows first_row, first_row + row_step, ... (< rows) into dst[r *
+// tiles + c], from their non-zero merged columns (bits, MW words per row) and the masks (see
+// the header): count of 32-column tile c = sum over levels of popc(bits & the groups that
+// appear in c at least level + 1 times). A lane per tile, the row's bits a broadcast read.
+__device__ __forceinline__ void gm_tile_counts(const unsigned* __restrict__ nz_mask, int MW, const unsigned* __restrict__ masks,
+                                               int levels, int words, int tiles, int rows, int first_row, int row_step,
+                                               unsigned char* __restrict__ dst) {
+    const int lane = threadIdx.x & 31;
+    for (int r = first_row; r < rows; r += row_step)
+        for (int c = lane; c < tiles; c += 32) {
+            int lit = 0;
+            for (int level = 0; level < levels; ++level)
+                for (int w = 0; w < words; ++w) lit += __popc(nz_mask[r * MW + w] & __ldg(masks + ((size_t)level * tiles + c) * words + w));
+            dst[r * tiles + c] = (unsigned char)lit;
+        }
+}
+
 template <int R>
 __global__ void __launch_bounds__(GM_THREADS, GM_MIN_BLOCKS)
 gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
@@ -137,6 +155,12 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int last = layer + layer_count - 1;
+
+    // with masks for the launch's last layer, warps 1.. work out the monitor's counts while
+    // warp 0 counts that layer's rows (the host gives masks only when R x n / 32 bytes of
+    // counts fit the stage, free by then)
+    const unsigned* const masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
+    const bool counts_in_stage = tile_nnz && masks;
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * R;
@@ -206,10 +230,14 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                     s_any = n_live;
                 }
             }
-            // meanwhile the other warps stage the next layer (the stage is no longer read)
+            // meanwhile the other warps stage the next layer (the stage is no longer read), or,
+            // after the launch's last layer, work out the monitor's counts into the stage
             if (l < last)
                 staged = gm_stage_layer(stage, stage_words, reinterpret_cast<const int*>(w_idx_ptrs[l + 1]),
                                         reinterpret_cast<const float*>(w_val_ptrs[l + 1]), ks[l + 1] * widths[l + 1]);
+            else if (counts_in_stage && warp > 0)
+                gm_tile_counts(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32,
+                               valid_rows, warp - 1, GM_THREADS / 32 - 1, reinterpret_cast<unsigned char*>(stage));
             __syncthreads();
             if (!s_any) break;  // every row of the tile is dead: later layers add nothing
         }
@@ -229,19 +257,13 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             ids_out[dst_row] = first_launch ? first + threadIdx.x : ids_in[first + threadIdx.x];
             if (row_nnz) row_nnz[dst_row] = s_final_count[threadIdx.x];
         }
-        const unsigned* masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
-        if (tile_nnz && masks) {
-            // count of 32-column tile c = sum over levels of popc(row's non-zero groups & the
-            // groups that appear in c at least level + 1 times): a thread per (row, tile)
-            const int tiles = n / 32, words = width / 32, levels = mask_levels[last];
-            for (int e = threadIdx.x; e < R * tiles; e += GM_THREADS) {
-                const int r = e / tiles, c = e - r * tiles;
-                if (s_rank[r] < 0) continue;
-                int lit = 0;
-                for (int level = 0; level < levels; ++level)
-                    for (int w = 0; w < words; ++w)
-                        lit += __popc(nz_mask[r * MW + w] & __ldg(masks + ((size_t)level * tiles + c) * words + w));
-                tile_nnz[((size_t)s_base + s_rank[r]) * tiles + c] = (unsigned char)lit;
+        if (counts_in_stage) {  // worked out during the last layer's count: copy them out
+            const int tiles = n / 32;
+            const unsigned char* tile_counts = reinterpret_cast<const unsigned char*>(stage);
+            for (int r = warp; r < R; r += GM_THREADS / 32) {
+                if (s_rank[r] < 0) continue;  // (uniform across the warp)
+                unsigned char* out = tile_nnz + ((size_t)s_base + s_rank[r]) * tiles;
+                for (int c = lane; c < tiles; c += 32) out[c] = tile_counts[r * tiles + c];
             }
         } else if (tile_nnz) {  // a warp per (row, 32-column tile): lane j looks up column j's group
             const int* groups = reinterpret_cast<const int*>(group_ptrs[last]);

@@ -5,9 +5,12 @@
 // Epilogue: y[r, c] = min(clamp, max(0, z[r, c] + bias[c])), row-major [M x N], N % 4 == 0.
 // A block of 256 threads (8 warps) covers EPI_ROWS = 128 rows x 128 columns: lane l of a
 // warp owns the float4 at columns 4l .. 4l + 3 of the block's 128, warp w the 16 rows
-// 16w .. 16w + 15. Counting is kept off the memory path: a row's total is one warp
-// reduction (redux.sync, sm_80+); a tile's is summed in registers over the warp's rows of it
-// and reduced once; only tiles taller than 16 rows meet in shared memory.
+// 16w .. 16w + 15. A warp issues its 16 loads before anything else, so a block lives about
+// one memory round trip (grids of a few hundred blocks are latency-bound otherwise); it then
+// finishes each row as its load arrives, so the monitor's arithmetic on early rows overlaps
+// the wait for later ones. A row's total is one warp reduction (redux.sync, sm_80+); a tile's is
+// summed in registers over the warp's rows of it and reduced once; only tiles taller than
+// 16 rows meet in shared memory.
 //
 // Monitor output (written, never accumulated, so nothing has to be zeroed first):
 //   tile_nnz[tr * tiles_n + tc]  non-zeros of the TR x TC tile (tr, tc); TR divides 128,
@@ -35,6 +38,7 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
     const int col = blockIdx.x * EPI_COLS + lane * 4;
     const int row0 = blockIdx.y * EPI_ROWS, warp_row0 = row0 + warp * ROWS_PER_WARP;
     const bool active = col < N;
+    const int rows_here = active ? min(ROWS_PER_WARP, M - warp_row0) : 0;  // this lane's valid rows
     const int group = TC / 4;  // lanes per tile column (1 .. 32)
     const int block_tiles_n = EPI_COLS / TC;
     const int chunks = (N + EPI_COLS - 1) / EPI_COLS;
@@ -44,32 +48,36 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
         for (int e = threadIdx.x; e < (EPI_ROWS / TR) * block_tiles_n; e += blockDim.x) s_tile[e] = 0;
         __syncthreads();
     }
+
+    // every load first (independent, so all 16 are in flight at once)
+    float4 v[ROWS_PER_WARP];
+#pragma unroll
+    for (int step = 0; step < ROWS_PER_WARP; ++step)
+        v[step] = step < rows_here ? *reinterpret_cast<const float4*>(z + (size_t)(warp_row0 + step) * N + col)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
     float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
     if (MODE != 2 && bias && active) b = *reinterpret_cast<const float4*>(bias + col);
+    // then row by row as the loads arrive: bias, ReLU, clamp, store, count
     int tile_sum = 0, my_row_sum = 0;
-#pragma unroll 4
+#pragma unroll
     for (int step = 0; step < ROWS_PER_WARP; ++step) {
-        const int r = warp_row0 + step;
-        int nz = 0;
-        if (active && r < M) {
-            float4 v = *reinterpret_cast<const float4*>(z + (size_t)r * N + col);
-            if (MODE != 2) {
-                v.x = fminf(clamp, fmaxf(0.f, v.x + b.x));
-                v.y = fminf(clamp, fmaxf(0.f, v.y + b.y));
-                v.z = fminf(clamp, fmaxf(0.f, v.z + b.z));
-                v.w = fminf(clamp, fmaxf(0.f, v.w + b.w));
-                *reinterpret_cast<float4*>(y + (size_t)r * N + col) = v;
-            }
-            nz = (v.x != 0.f) + (v.y != 0.f) + (v.z != 0.f) + (v.w != 0.f);
+        float4 x = v[step];
+        if (MODE != 2) {
+            x.x = fminf(clamp, fmaxf(0.f, x.x + b.x));
+            x.y = fminf(clamp, fmaxf(0.f, x.y + b.y));
+            x.z = fminf(clamp, fmaxf(0.f, x.z + b.z));
+            x.w = fminf(clamp, fmaxf(0.f, x.w + b.w));
+            if (step < rows_here) *reinterpret_cast<float4*>(y + (size_t)(warp_row0 + step) * N + col) = x;
         }
-        if (COUNT) {
+        if (COUNT) {  // rows past M and columns past N hold zeros
+            const int nz = (x.x != 0.f) + (x.y != 0.f) + (x.z != 0.f) + (x.w != 0.f);
             const int row_sum = __reduce_add_sync(0xffffffffu, nz);
             if (lane == step) my_row_sum = row_sum;
             tile_sum += nz;
             if (!shared_tiles && (step + 1) % TR == 0) {  // a whole tile row of this warp's: the warp owns it
                 int t = tile_sum;
                 for (int o = group >> 1; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o, group);
-                const int tr = r / TR, tc = blockIdx.x * block_tiles_n + lane / group;
+                const int tr = (warp_row0 + step) / TR, tc = blockIdx.x * block_tiles_n + lane / group;
                 if ((lane % group) == 0 && tr < tiles_m && tc < tiles_n) tile_nnz[(size_t)tr * tiles_n + tc] = t;
                 tile_sum = 0;
             }
@@ -211,3 +219,13 @@ __global__ void profile_scalars(const int* __restrict__ tile_nnz, int tiles, con
         if (live) atomicAdd(out + 2, live);
     }
 }
+
+#ifndef SPARTAN_TILES_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
+#define EPILOGUE_INSTANCE(MODE) \
+    template __global__ void epilogue<MODE>(const float*, const float*, float*, int, int, float, int, int, int*, int*);
+EPILOGUE_INSTANCE(0)
+EPILOGUE_INSTANCE(1)
+EPILOGUE_INSTANCE(2)
+template __global__ void move_tiles<false>(float*, const int*, float*, int, int, int, int);
+template __global__ void move_tiles<true>(float*, const int*, float*, int, int, int, int);
+#endif

@@ -1,6 +1,11 @@
 """Timing of short pieces of work, after Triton's ``do_bench``: warm-up, then the median and
 percentiles of many repeats. On the GPU an L2 flush precedes every repeat and CUDA events
-bracket the work alone; on the CPU ``time.perf_counter`` brackets it."""
+bracket the work alone; on the CPU ``time.perf_counter`` brackets it.
+
+Small differences between variants of the same work (a monitor's extra microsecond on a
+30-microsecond kernel) are measured with :func:`time_interleaved` and
+:func:`paired_difference`: the variants take turns, round after round, so that clock and
+thermal drift hit them alike, and the difference is taken within each round."""
 
 from __future__ import annotations
 
@@ -60,6 +65,44 @@ class GpuTimer:
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
         return _stats(times, repeats)
+
+
+def time_interleaved(cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2) -> dict[str, list[float]]:
+    """Per-call microseconds of each GPU case, one value per round: ``{name: [us, ...]}``.
+
+    ``cases`` maps a name to ``work(i)``, which queues its ``i``-th call on the current
+    stream (cycle through buffers larger than L2 in ``i`` so that no call finds its operands
+    there). Each round times ``calls`` back-to-back calls of every case between two CUDA
+    events, the cases in turn, their order reversed every other round. Work that waits for
+    the host (a software monitor) is timed with its waits, as a run would see it.
+    """
+    import cupy
+
+    def once(work) -> float:
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        for i in range(calls):
+            work(i)
+        stop.record()
+        stop.synchronize()
+        return cupy.cuda.get_elapsed_time(start, stop) * 1e3 / calls
+
+    names = list(cases)
+    for name in names:
+        for _ in range(warmup):
+            once(cases[name])
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(once(cases[name]))
+    return times
+
+
+def paired_difference(values: list[float], baseline: list[float]) -> dict:
+    """{'median', 'p10', 'p90'} of ``values[i] - baseline[i]`` (same units): the difference
+    round by round, so that drift common to both cancels."""
+    diff = np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float)
+    return {"median": float(np.median(diff)), "p10": float(np.percentile(diff, 10)), "p90": float(np.percentile(diff, 90))}
 
 
 def copy_bandwidth(nbytes: int = 2**28, repeats: int = 10) -> float:

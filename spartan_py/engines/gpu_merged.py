@@ -94,7 +94,9 @@ class GpuMergedEngine(LaunchedEngine):
         for kernel, shared in ((self.kernel, self.shared_bytes), (self.first_kernel, self.first_shared_bytes)):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
-        masks = [monitor_masks(m.groups, m.width) if self.monitor != "off" else None for m in self.merged.layers]
+        # masks only where a tile's one-byte counts fit the stage, which holds them (else lookups)
+        counts_fit = max(self.rows_per_tile, self.first_rows) * (network.neurons // 32) <= 4 * self.stage_words
+        masks = [monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None for m in self.merged.layers]
         layers = [
             {"index": m.plan.index.astype(np.int32), "weight": None if m.plan.uniform is not None else m.plan.weight,
              "sizes": m.sizes, "groups": m.groups, "masks": mask}

@@ -24,7 +24,7 @@ def tile_kernels(device_id: int) -> dict:
     names = {f"epilogue_{mode}": f"epilogue<{code}>" for mode, code in EPILOGUE_MODES.items()}
     names |= {"pack_tiles": "move_tiles<false>", "unpack_tiles": "move_tiles<true>"}
     names |= {name: name for name in ("scatter_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")}
-    module = cupy.RawModule(code=kernel_source("spartan_tiles.cu"), options=("-std=c++17",),
+    module = cupy.RawModule(code=kernel_source("spartan_tiles.cu"), options=("-std=c++17", "-DSPARTAN_TILES_NO_EXPLICIT_INSTANCES"),
                             name_expressions=list(names.values()))  # fmt: skip
     return {key: module.get_function(name) for key, name in names.items()}
 

@@ -1,0 +1,47 @@
+"""Timing helpers: host timing, paired differences, and interleaved GPU timing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spartan_py.timing import paired_difference, time_cpu
+
+
+def test_paired_difference_cancels_common_drift():
+    baseline = [10.0, 20.0, 30.0, 40.0, 50.0]  # a drift far larger than the difference
+    values = [b + 1.0 for b in baseline]
+    diff = paired_difference(values, baseline)
+    assert diff == {"median": 1.0, "p10": 1.0, "p90": 1.0}
+
+
+def test_paired_difference_percentiles():
+    diff = paired_difference([1.0, 2.0, 3.0, 4.0, 100.0], [0.0] * 5)
+    assert diff["median"] == 3.0
+    assert diff["p10"] < diff["median"] < diff["p90"] < 100.0
+
+
+def test_time_cpu_measures_the_work():
+    stats = time_cpu(lambda: time.sleep(0.002), repeats=3, warmup=0)
+    assert stats["repeats"] == 3
+    assert 1500 < stats["median_us"] < 200000
+    assert stats["p10_us"] <= stats["median_us"] <= stats["p90_us"]
+
+
+@pytest.mark.gpu
+def test_time_interleaved_sees_twice_the_work():
+    import cupy
+
+    from spartan_py.timing import time_interleaved
+
+    data = [cupy.ones(1 << 24, dtype=cupy.float32) for _ in range(2)]
+
+    def work(copies):
+        return lambda i: [data[i % 2].sum() for _ in range(copies)]
+
+    times = time_interleaved({"one": work(1), "two": work(2)}, rounds=6, calls=4)
+    assert set(times) == {"one", "two"} and all(len(v) == 6 for v in times.values())
+    extra = paired_difference(times["two"], times["one"])["median"]
+    one = sorted(times["one"])[3]
+    assert 0.5 * one < extra < 1.5 * one
