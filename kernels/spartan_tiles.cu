@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
             x.w = fminf(clamp, fmaxf(0.f, x.w + b.w));
             if (step < rows_here) *reinterpret_cast<float4*>(y + (size_t)(warp_row0 + step) * N + col) = x;
         }
-        if (COUNT) {  // rows past M and columns past N hold zeros
-            const int nz = (x.x != 0.f) + (x.y != 0.f) + (x.z != 0.f) + (x.w != 0.f);
+        if (COUNT) {  // rows past M and columns past N count nothing (their x may hold the bias)
+            const int nz = step < rows_here ? (x.x != 0.f) + (x.y != 0.f) + (x.z != 0.f) + (x.w != 0.f) : 0;
             const int row_sum = __reduce_add_sync(0xffffffffu, nz);
             if (lane == step) my_row_sum = row_sum;
             tile_sum += nz;
