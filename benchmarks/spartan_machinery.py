@@ -19,7 +19,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spartan_py.timing import GpuTimer  # noqa: E402
+from spartan_py.timing import GpuTimer, copy_bandwidth  # noqa: E402
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.sparsity import (  # noqa: E402
@@ -199,8 +199,20 @@ def _rec(kernel: str, label: str, us: float, **fields):
     return TraceRecord(run=label, layer=0, kernel=kernel, measured_us=us, device="gpu", **fields)
 
 
-def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy) -> tuple[list[dict], list]:
-    """Tile-sparse GEMM (FP32, TF32), the other candidates and the adaptive policy vs cuBLAS."""
+def gemm_floor_us(m: int, k: int, n: int, tile_density: float, bandwidth: float, peak_flops: float) -> float:
+    """The least time any tile-sparse GEMM of this shape needs: reading the non-zero tiles
+    of A and all of W once and writing all of C, at the measured copy bandwidth (read +
+    write bytes per second), or the useful FP32 multiply-adds at the peak rate, whichever
+    is longer."""
+    moved = 4 * (tile_density * m * k + k * n + m * n)
+    return 1e6 * max(moved / bandwidth, 2 * m * k * n * tile_density / peak_flops)
+
+
+def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, bandwidth: float,
+                  peak_flops: float) -> tuple[list[dict], list]:
+    """Tile-sparse GEMM (FP32, TF32), the other candidates and the adaptive policy vs cuBLAS.
+    Each point also gets its floor (:func:`gemm_floor_us`) and whether the 0.7 / density
+    target is within it at all."""
     rows, records = [], []
     tile = _tile()
     for label, batch in cases:
@@ -235,12 +247,15 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy) -
                    "speedup_fp32": dense["fp32"]["median_us"] / t_tile["median_us"],
                    "speedup_fp32_with_list": dense["fp32"]["median_us"] / (t_tile["median_us"] + t_list["median_us"]),
                    "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
+                   "floor_us": gemm_floor_us(m, k, n, profile.tile_density, bandwidth, peak_flops),
                    "cublas_tf32_us": dense["tf32"]["median_us"], "tile_tf32_us": t_tile_tf32["median_us"],
                    "speedup_tf32": dense["tf32"]["median_us"] / t_tile_tf32["median_us"],
                    "adaptive_kernel": decision.kernel, "adaptive_us": t_adaptive["median_us"],
                    "cublas_fp32_beside_us": t_dense_now["median_us"],
                    "adaptive_vs_cublas": t_adaptive["median_us"] / t_dense_now["median_us"],
                    "decision_us": t_choose["median_us"], "decision_uncached_ms": uncached_ms, "reason": decision.reason}  # fmt: skip
+            row["max_speedup_at_floor"] = row["cublas_fp32_us"] / row["floor_us"]
+            row["target_within_floor"] = bool(density <= 0.5 and row["max_speedup_at_floor"] >= row["target_speedup"])
             common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile)
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
             records += [replace(tile_rec, measured_us=t_tile["median_us"], run=f"{label}/{density}"),
@@ -378,7 +393,11 @@ def main() -> int:
     checks = check_against_cpu(cp)
     log(f"checks passed ({time.perf_counter() - started:.0f} s)")
     overhead, records = profiling_overhead(cp, cases)
-    sweep, sweep_records = density_sweep(cp, timer, cases, densities, policy)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    lanes = 64 if (props["major"], props["minor"]) == (8, 0) else 128  # FP32 lanes per SM (A100: 64; H100: 128)
+    peak_flops = props["multiProcessorCount"] * lanes * 2 * props["clockRate"] * 1e3
+    bandwidth = copy_bandwidth()
+    sweep, sweep_records = density_sweep(cp, timer, cases, densities, policy, bandwidth, peak_flops)
     records += sweep_records
     data = load_digits()
     mlp = train_mlp(data, hidden=(1024, 1024, 1024), epochs=4, seed=0)
@@ -390,6 +409,7 @@ def main() -> int:
     e2e = mlp_end_to_end(cp, timer, mlp, x_big, policy)
     e2e["test_accuracy"] = mlp.test_accuracy
     payload = {"checks": checks, "profiling_overhead": overhead, "density_sweep": sweep, "utilization": util,
+               "copy_bandwidth_bytes_per_s": bandwidth, "fp32_peak_flops": peak_flops,
                "sampled": drift, "mlp_end_to_end": e2e, "policy_machine": args.machine,
                "seconds": time.perf_counter() - started}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
