@@ -19,7 +19,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spartan_py.timing import GpuTimer, copy_bandwidth  # noqa: E402
+from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved  # noqa: E402
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.sparsity import (  # noqa: E402
@@ -45,6 +45,7 @@ CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 
               ("resnet18/conv2_x", 64), ("resnet18/conv4_x", 64), ("resnet18/conv5_x", 128))  # fmt: skip
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 GEMM_TILE = (128, 32)
+SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
 
 
 def log(message: str) -> None:
@@ -182,7 +183,7 @@ def profiling_overhead(cp, cases, rounds: int = 20) -> tuple[list[dict], list]:
         ]
         log(f"overhead {label}: fused +{extra:.2f} us (kernel), software +{software['median']:.1f} us (layer loop), "
             f"ratio {row['ratio_software_over_fused']:.0f}x, layer {layer_us:.0f} us")
-        del a, weights, zs, ys
+        a = weights = zs = ys = kernel_cases = None  # free the buffers before the next layer
         cp.get_default_memory_pool().free_all_blocks()
     return rows, records
 
@@ -219,17 +220,14 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
         m, k, n = conv_layer(label).gemm_shape(batch)
         w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
         c = cp.empty((m, n), dtype=cp.float32)
-        full = cp.random.standard_normal((m, k), dtype=cp.float32)
-        dense = {p: timer(lambda p=p: dense_matmul(full, w, precision=p, out=c)) for p in ("fp32", "tf32")}
         for density in densities:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
             a, profile = monitor.epilogue(pre, out=pre)
             tiles = tile_list(profile.tile_nnz, a.shape, tile)
             ref = dense_matmul(a, w)
-            t_tile = timer(lambda: tile_sparse_matmul(a, w, tiles, out=c))
+            tile_sparse_matmul(a, w, tiles, out=c)
             assert float(cp.abs(c - ref).max()) <= 1e-4 * float(cp.abs(ref).max()) + 1e-6, (label, density)
-            t_tile_tf32 = timer(lambda: tile_sparse_matmul(a, w, tiles, precision="tf32", out=c))
             t_list = timer(lambda: tile_list(profile.tile_nnz, a.shape, tile), flush=False)
             policy.choose(profile, n)  # first decision fills the prediction cache
             first = time.perf_counter()
@@ -237,41 +235,51 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             decision = policy.choose(profile, n)
             uncached_ms = (time.perf_counter() - first) * 1e3
             t_choose = timer(lambda: policy.choose(profile, n), flush=False)
-            t_adaptive = timer(lambda: policy.run(policy.choose(profile, n), a, w, profile, out=c))
-            t_dense_now = timer(lambda: dense_matmul(a, w, out=c))  # cuBLAS again, beside the adaptive run
+            # the kernels compared take turns (an L2 flush before each): clock drift between them cancels
+            t = time_interleaved({
+                "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
+                "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
+                "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
+                "tile_tf32": lambda i: tile_sparse_matmul(a, w, tiles, precision="tf32", out=c),
+                "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
+            }, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=256 << 20)  # fmt: skip
+            us = {name: float(np.median(v)) for name, v in t.items()}
+
+            def ratio(num: str, den: str) -> float:  # median over rounds of the per-round ratio
+                return float(np.median(np.asarray(t[num]) / np.asarray(t[den])))
+
             nnz, active, live = profile.nnz, profile.tiles_active, profile.live_rows
             row = {"layer": label, "M": m, "K": k, "N": n, "tile_density": profile.tile_density,
                    "density": profile.density, "live_row_fraction": live / m,
-                   "cublas_fp32_us": dense["fp32"]["median_us"], "tile_fp32_us": t_tile["median_us"],
+                   "cublas_fp32_us": us["cublas_fp32"], "tile_fp32_us": us["tile_fp32"],
                    "tile_list_us": t_list["median_us"],
-                   "speedup_fp32": dense["fp32"]["median_us"] / t_tile["median_us"],
-                   "speedup_fp32_with_list": dense["fp32"]["median_us"] / (t_tile["median_us"] + t_list["median_us"]),
+                   "speedup_fp32": ratio("cublas_fp32", "tile_fp32"),
+                   "speedup_fp32_with_list": us["cublas_fp32"] / (us["tile_fp32"] + t_list["median_us"]),
                    "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
                    "floor_us": gemm_floor_us(m, k, n, profile.tile_density, bandwidth, peak_flops),
-                   "cublas_tf32_us": dense["tf32"]["median_us"], "tile_tf32_us": t_tile_tf32["median_us"],
-                   "speedup_tf32": dense["tf32"]["median_us"] / t_tile_tf32["median_us"],
-                   "adaptive_kernel": decision.kernel, "adaptive_us": t_adaptive["median_us"],
-                   "cublas_fp32_beside_us": t_dense_now["median_us"],
-                   "adaptive_vs_cublas": t_adaptive["median_us"] / t_dense_now["median_us"],
+                   "cublas_tf32_us": us["cublas_tf32"], "tile_tf32_us": us["tile_tf32"],
+                   "speedup_tf32": ratio("cublas_tf32", "tile_tf32"),
+                   "adaptive_kernel": decision.kernel, "adaptive_us": us["adaptive"],
+                   "adaptive_vs_cublas": ratio("adaptive", "cublas_fp32"),
                    "decision_us": t_choose["median_us"], "decision_uncached_ms": uncached_ms, "reason": decision.reason}  # fmt: skip
             row["max_speedup_at_floor"] = row["cublas_fp32_us"] / row["floor_us"]
             row["target_within_floor"] = bool(density <= 0.5 and row["max_speedup_at_floor"] >= row["target_speedup"])
             common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile)
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
-            records += [replace(tile_rec, measured_us=t_tile["median_us"], run=f"{label}/{density}"),
+            records += [replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
                         replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]
             tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **common)[1]
-            records.append(replace(tf32_rec, measured_us=t_tile_tf32["median_us"], run=f"{label}/{density}"))
+            records.append(replace(tf32_rec, measured_us=us["tile_tf32"], run=f"{label}/{density}"))
             if density in (0.01, 0.1, 0.3, 1.0):
                 row |= _other_candidates(cp, timer, a, w, c, profile, label, density, common, records)
             rows.append(row)
             log(f"sweep {label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} us "
                 f"(x{row['speedup_fp32']:.2f}), list {t_list['median_us']:.0f} us, decision {t_choose['median_us']:.0f} us, "
                 f"adaptive {decision.kernel} x{row['adaptive_vs_cublas']:.3f}")
-        m_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile)[0]
-        records.append(replace(m_rec, measured_us=dense["fp32"]["median_us"], run=f"{label}/dense"))
-        t_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile, precision="tf32")[0]
-        records.append(replace(t_rec, measured_us=dense["tf32"]["median_us"], run=f"{label}/dense"))
+            if density == densities[-1]:  # cuBLAS does not skip zeros: one record per layer
+                for precision in ("fp32", "tf32"):
+                    dense_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile, precision=precision)[0]
+                    records.append(replace(dense_rec, measured_us=us[f"cublas_{precision}"], run=f"{label}/dense"))
     return rows, records
 
 

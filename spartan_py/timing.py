@@ -67,7 +67,8 @@ class GpuTimer:
         return _stats(times, repeats)
 
 
-def time_interleaved(cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2) -> dict[str, list[float]]:
+def time_interleaved(cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2,
+                     flush_bytes: int = 0) -> dict[str, list[float]]:
     """Per-call microseconds of each GPU case, one value per round: ``{name: [us, ...]}``.
 
     ``cases`` maps a name to ``work(i)``, which queues its ``i``-th call on the current
@@ -75,10 +76,16 @@ def time_interleaved(cases: dict, *, rounds: int = 20, calls: int = 8, warmup: i
     there). Each round times ``calls`` back-to-back calls of every case between two CUDA
     events, the cases in turn, their order reversed every other round. Work that waits for
     the host (a software monitor) is timed with its waits, as a run would see it.
+    ``flush_bytes`` > 0 rewrites that much scratch memory before each timed batch (outside
+    the events), so that no case finds the previous one's operands in L2.
     """
     import cupy
 
+    scratch = cupy.empty(flush_bytes // 4, dtype=cupy.int32) if flush_bytes > 0 else None
+
     def once(work) -> float:
+        if scratch is not None:
+            scratch.fill(0)
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
         for i in range(calls):
