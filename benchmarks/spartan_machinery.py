@@ -235,14 +235,16 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             decision = policy.choose(profile, n)
             uncached_ms = (time.perf_counter() - first) * 1e3
             t_choose = timer(lambda: policy.choose(profile, n), flush=False)
-            # the kernels compared take turns (an L2 flush before each): clock drift between them cancels
+            # the kernels compared take turns, so that clock drift between them cancels; before each,
+            # 1 GiB of L2 flush (~0.35 ms on an H100) lets the host queue its work ahead, as it does
+            # while the GPU runs the previous layer (the decision's host time is decision_us)
             t = time_interleaved({
                 "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
                 "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
                 "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
                 "tile_tf32": lambda i: tile_sparse_matmul(a, w, tiles, precision="tf32", out=c),
                 "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
-            }, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=256 << 20)  # fmt: skip
+            }, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=1 << 30)  # fmt: skip
             us = {name: float(np.median(v)) for name, v in t.items()}
 
             def ratio(num: str, den: str) -> float:  # median over rounds of the per-round ratio
