@@ -107,10 +107,10 @@ OVERHEAD_BUFFERS = 4
 def _epilogue_launcher(cp, kernel, zs, ys, bias, tile):
     """``work(i)``: one launch of an epilogue kernel on buffer pair ``i % len(zs)``, its
     outputs allocated beforehand, so the time is the GPU's alone."""
-    from spartan_py.sparsity.gpu_kernels import EPILOGUE_COLS, EPILOGUE_ROWS
+    from spartan_py.sparsity.gpu_kernels import epilogue_grid
 
     m, n = zs[0].shape
-    grid = (-(-n // EPILOGUE_COLS), -(-m // EPILOGUE_ROWS))
+    grid = epilogue_grid(m, n)
     tile_nnz = cp.empty((-(-m // tile[0]), -(-n // tile[1])), dtype=cp.int32)
     row_part = cp.empty((m, grid[0]), dtype=cp.int32)
     shape = (np.int32(m), np.int32(n), np.float32(np.inf), np.int32(tile[0]), np.int32(tile[1]), tile_nnz, row_part)

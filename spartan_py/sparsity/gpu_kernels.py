@@ -16,6 +16,11 @@ TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
 
 
+def epilogue_grid(m: int, n: int) -> tuple[int, int]:
+    """The epilogue kernels' grid for an ``[m x n]`` matrix: one block per 128 x 128."""
+    return -(-n // EPILOGUE_COLS), -(-m // EPILOGUE_ROWS)
+
+
 @functools.lru_cache(maxsize=None)
 def tile_kernels(device_id: int) -> dict:
     """{name: RawKernel} for the epilogue, counting and compaction kernels."""

@@ -42,6 +42,7 @@ import numpy as np
 from spartan_py.errors import InputError
 from spartan_py.sparsity import cpu_kernels
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
+from spartan_py.sparsity.gpu_kernels import epilogue_grid
 from spartan_py.sparsity.tiles import TileShape, tile_counts
 
 MONITOR_MODES = ("off", "software", "fused", "sampled")
@@ -224,12 +225,6 @@ class SparsityMonitor:
         return (*result["counts"], seconds)
 
 
-def _gpu_grid(m: int, n: int) -> tuple[int, int]:
-    from spartan_py.sparsity.gpu_kernels import EPILOGUE_COLS, EPILOGUE_ROWS
-
-    return -(-n // EPILOGUE_COLS), -(-m // EPILOGUE_ROWS)
-
-
 def _check_gpu_shape(n: int, tile: TileShape | None) -> None:
     if n % 4:
         raise InputError(f"the GPU epilogue needs a column count divisible by 4, got {n}")
@@ -251,7 +246,7 @@ def _run_plain(z, bias, clamp, y) -> None:
         return
     m, n = z.shape
     _check_gpu_shape(n, None)
-    _epilogue_kernel("epilogue_plain")(_gpu_grid(m, n), (256,), (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp),
+    _epilogue_kernel("epilogue_plain")(epilogue_grid(m, n), (256,), (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp),
                                                                  np.int32(1), np.int32(4), 0, 0))  # fmt: skip
 
 
@@ -272,7 +267,7 @@ def _gpu_counts(kernel: str, z, bias, clamp, y, tile: TileShape):
     m, n = z.shape
     _check_gpu_shape(n, tile)
     tm, tn = tile.grid((m, n))
-    grid = _gpu_grid(m, n)
+    grid = epilogue_grid(m, n)
     tile_nnz = cupy.empty((tm, tn), dtype=cupy.int32)
     row_part = cupy.empty((m, grid[0]), dtype=cupy.int32)
     args = (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(tile.rows), np.int32(tile.cols), tile_nnz, row_part)
