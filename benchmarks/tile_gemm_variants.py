@@ -1,12 +1,15 @@
-"""Which FP32 tile-GEMM instance (BM, BN, BK) is fastest on this GPU, against cuBLAS, at tile
-density 1.0 and 0.1 on three conv shapes. (The fused monitor's extra time is measured by
-turns in ``spartan_machinery.py``.)
+"""Which FP32 tile-GEMM variant is fastest on this GPU, against cuBLAS: the two schedules
+(``tiles``: one block per output; ``balanced``: stream-K over a resident grid, with several
+fewest-steps-per-block settings) and the block shapes, on the conv shapes of
+``spartan_machinery.py`` at a few tile densities. The variants of a point take turns (1 GiB
+of L2 flush before each), median of the rounds. Writes ``tile-gemm-variants-<date>.json``.
 
-    python3 benchmarks/tile_gemm_variants.py
+    python3 benchmarks/tile_gemm_variants.py [--out DIR] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -14,42 +17,70 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spartan_py.timing import GpuTimer  # noqa: E402
-from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list  # noqa: E402
-from spartan_py.sparsity.gpu_kernels import F32_SHAPES  # noqa: E402
-from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul  # noqa: E402
+from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log  # noqa: E402
+from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_counts, tile_list  # noqa: E402
+from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width  # noqa: E402
 from spartan_py.sparsity.tiles import TileShape  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations  # noqa: E402
+from spartan_py.timing import time_interleaved  # noqa: E402
+
+DENSITIES = (1.0, 0.5, 0.1, 0.02)
+MIN_STEPS = (1, 2, 4, 8, 16)
+
+
+def variants(a, w, c, tiles_by_rows: dict) -> dict:
+    """{name: work(i)} of every variant at one point."""
+    n = w.shape[1]
+    cases = {"cublas": lambda i: dense_matmul(a, w, out=c)}
+    for rows, tiles in tiles_by_rows.items():
+        block = (rows, fp32_block_width(n), 16)
+        cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
+        for steps in MIN_STEPS if rows == 128 else (4,):
+            cases[f"balanced {rows} min{steps}"] = (
+                lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced", min_steps=s)
+            )
+    return cases
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="two layers (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
     import cupy as cp
 
-    timer = GpuTimer()
-    for label, batch in (("alexnet/conv2", 128), ("vgg16/conv3_2", 16), ("resnet18/conv2_x", 64)):
+    from spartan_py.engines.gpu import device_name
+
+    rows_out = []
+    for label, batch in CONV_CASES[:2] if args.quick else CONV_CASES:
         m, k, n = conv_layer(label).gemm_shape(batch)
-        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32))
+        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
         c = cp.empty((m, n), dtype=cp.float32)
-        for density in (1.0, 0.1):
-            pre = tiled_preactivations(m, k, density, tile=(128, 32), seed=1, xp=cp)
-            a, profile = SparsityMonitor(tile=(128, 32), timed=False).epilogue(pre)
-            results = {"cublas": timer(lambda: dense_matmul(a, w, out=c))["median_us"]}
-            for shape in F32_SHAPES:
-                if n % shape[1]:
-                    continue
-                tile = TileShape(shape[0], 32)
-                counts = profile.tile_nnz if shape[0] == 128 else None
-                tiles = tile_list(counts if counts is not None else _counts(cp, a, tile), a.shape, tile)
-                results[str(shape)] = timer(lambda: _gpu_tile_matmul(a, w, tiles, "fp32", c, block=shape))["median_us"]
-            text = ", ".join(f"{key} {value:.0f}" for key, value in results.items())
-            print(f"{label} d={density}: {text}", flush=True)
+        for density in DENSITIES:
+            pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
+            a, profile = SparsityMonitor(tile=GEMM_TILE, timed=False).epilogue(pre, out=pre)
+            tiles_by_rows = {128: tile_list(profile.tile_nnz, a.shape, GEMM_TILE)}
+            tiles_by_rows[64] = tile_list(tile_counts(a, (64, 32)), a.shape, TileShape(64, 32))
+            reference = dense_matmul(a, w)
+            cases = variants(a, w, c, tiles_by_rows)
+            for name, work in cases.items():  # each variant once against cuBLAS before timing
+                c.fill(cp.nan)
+                work(0)
+                error = float(cp.abs(c - reference).max())
+                assert error <= 1e-4 * float(cp.abs(reference).max()) + 1e-6, (label, density, name, error)
+            times = time_interleaved(cases, rounds=args.rounds, calls=1, flush_bytes=1 << 30)
+            us = {name: float(np.median(v)) for name, v in times.items()}
+            best = min((v, name) for name, v in us.items() if name != "cublas")
+            rows_out.append({"layer": label, "M": m, "K": k, "N": n, "tile_density": profile.tile_density, "us": us,
+                             "best": best[1], "best_speedup": us["cublas"] / best[0]})  # fmt: skip
+            text = ", ".join(f"{name} {v:.0f}" for name, v in us.items())
+            log(f"{label} d={density}: {text}; best {best[1]} x{us['cublas'] / best[0]:.2f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = write_result("tile-gemm-variants", device_name(cp), {"points": rows_out, "min_steps": MIN_STEPS}, args.out)
+    log(f"wrote {path}")
     return 0
-
-
-def _counts(cp, a, tile):
-    from spartan_py.sparsity import tile_counts
-
-    return tile_counts(a, tile)
 
 
 if __name__ == "__main__":

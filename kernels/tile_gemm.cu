@@ -10,8 +10,8 @@
 // tile_gemm_f32: FP32 on the CUDA cores. Each thread computes an 8 x 8 patch split in four
 // 4 x 4 quarters (rows ty*4 + {0..3} and BM/2 + ty*4 + {0..3}, the same for columns) so
 // that its float4 shared-memory reads are free of bank conflicts. A is stored transposed in
-// shared memory; the next step's operands are prefetched into registers while the current
-// step computes (two shared buffers, one barrier per step).
+// shared memory; while the current step computes, the next step's A is prefetched into
+// registers and its W copied into the other shared buffer (cp.async; one barrier per step).
 //
 // tile_gemm_tf32: TF32 tensor cores through PTX mma.sync.m16n8k8 (NVRTC builds without
 // <mma.h>), 8 warps in a 2 x 4 grid, each warp a 64 x 32 patch (4 x 4 fragments of
@@ -19,14 +19,94 @@
 // shared memory; accumulation in FP32. Shared rows are padded so fragment loads hit 32
 // different banks.
 
+// One BK-deep step of the FP32 kernels: W's rows go straight to shared memory (cp.async,
+// no registers held), A's through registers, stored transposed for the 8 x 8 patch products.
+template <int BM, int BN, int BK>
+struct F32Step {
+    static constexpr int THREADS = (BM / 8) * (BN / 8);
+    static constexpr int A_VEC = BM * BK / 4 / THREADS;  // float4 of A per thread per step
+    static constexpr int W_VEC = BK * BN / 4 / THREADS;
+    static_assert(A_VEC >= 1 && W_VEC >= 1, "tile too small for the block");
+    float4 a[A_VEC];
+
+    // A's step into registers; W's step copied into Ws (which no thread may be reading)
+    __device__ __forceinline__ void load(const float* __restrict__ A, const float* __restrict__ W, int M, int N, int K,
+                                         int m0, int n0, int k0, float (*Ws)[BN], int tid) {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+            a[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int v = 0; v < W_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
+            const float* src = W + (size_t)(k0 + row) * N + n0 + c4 * 4;
+#if __CUDA_ARCH__ >= 800
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&Ws[row][c4 * 4]));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+#else
+            *reinterpret_cast<float4*>(&Ws[row][c4 * 4]) = *reinterpret_cast<const float4*>(src);
+#endif
+        }
+    }
+
+    // A's registers into As; waits for this thread's copies of W (a barrier must follow)
+    __device__ __forceinline__ void store(float (*As)[BM], int tid) const {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+            As[c4 * 4 + 0][row] = a[v].x;
+            As[c4 * 4 + 1][row] = a[v].y;
+            As[c4 * 4 + 2][row] = a[v].z;
+            As[c4 * 4 + 3][row] = a[v].w;
+        }
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+    }
+};
+
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void f32_multiply(const float (*As)[BM], const float (*Ws)[BN], float (&acc)[8][8], int tx, int ty) {
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[8], w[8];
+        *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(&As[kk][ty * 4]);
+        *reinterpret_cast<float4*>(a + 4) = *reinterpret_cast<const float4*>(&As[kk][BM / 2 + ty * 4]);
+        *reinterpret_cast<float4*>(w) = *reinterpret_cast<const float4*>(&Ws[kk][tx * 4]);
+        *reinterpret_cast<float4*>(w + 4) = *reinterpret_cast<const float4*>(&Ws[kk][BN / 2 + tx * 4]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], w[j], acc[i][j]);
+    }
+}
+
+__device__ __forceinline__ void f32_clear(float (&acc)[8][8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ void f32_write_patch(float* __restrict__ C, const float (&acc)[8][8], int M, int N, int m0, int n0,
+                                                int tx, int ty) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int row = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
+        if (row >= M) continue;
+        float* out = C + (size_t)row * N + n0;
+        *reinterpret_cast<float4*>(out + tx * 4) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+        *reinterpret_cast<float4*>(out + BN / 2 + tx * 4) = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+    }
+}
+
 template <int BM, int BN, int BK>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
     const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
     const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
-    constexpr int THREADS = (BM / 8) * (BN / 8);
-    constexpr int A_VEC = BM * BK / 4 / THREADS;  // float4 of A per thread per step
-    constexpr int W_VEC = BK * BN / 4 / THREADS;
-    static_assert(A_VEC >= 1 && W_VEC >= 1, "tile too small for the block");
     __shared__ __align__(16) float As[2][BK][BM];
     __shared__ __align__(16) float Ws[2][BK][BN];
 
@@ -36,75 +116,157 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
     const int first = row_ptr[rb];
     const int sub_steps = TK / BK;
     const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+    auto k_of = [&](int s) { return k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * BK; };
 
     float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-
-    float4 a_reg[A_VEC], w_reg[W_VEC];
-    auto load = [&](int s) {
-        const int k0 = k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * BK;
-#pragma unroll
-        for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
-            a_reg[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
-                                      : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int v = 0; v < W_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
-            w_reg[v] = *reinterpret_cast<const float4*>(W + (size_t)(k0 + row) * N + n0 + c4 * 4);
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
-            As[buf][c4 * 4 + 0][row] = a_reg[v].x;
-            As[buf][c4 * 4 + 1][row] = a_reg[v].y;
-            As[buf][c4 * 4 + 2][row] = a_reg[v].z;
-            As[buf][c4 * 4 + 3][row] = a_reg[v].w;
-        }
-#pragma unroll
-        for (int v = 0; v < W_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
-            *reinterpret_cast<float4*>(&Ws[buf][row][c4 * 4]) = w_reg[v];
-        }
-    };
-
+    f32_clear(acc);
+    F32Step<BM, BN, BK> next;
     if (steps > 0) {
-        load(0);
-        store(0);
+        next.load(A, W, M, N, K, m0, n0, k_of(0), Ws[0], tid);
+        next.store(As[0], tid);
         __syncthreads();
     }
     for (int s = 0; s < steps; ++s) {
         const int buf = s & 1;
-        if (s + 1 < steps) load(s + 1);
-#pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-            float a[8], w[8];
-            *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
-            *reinterpret_cast<float4*>(a + 4) = *reinterpret_cast<const float4*>(&As[buf][kk][BM / 2 + ty * 4]);
-            *reinterpret_cast<float4*>(w) = *reinterpret_cast<const float4*>(&Ws[buf][kk][tx * 4]);
-            *reinterpret_cast<float4*>(w + 4) = *reinterpret_cast<const float4*>(&Ws[buf][kk][BN / 2 + tx * 4]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], w[j], acc[i][j]);
-        }
-        if (s + 1 < steps) store(buf ^ 1);
+        if (s + 1 < steps) next.load(A, W, M, N, K, m0, n0, k_of(s + 1), Ws[buf ^ 1], tid);
+        f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
+        if (s + 1 < steps) next.store(As[buf ^ 1], tid);
         __syncthreads();
     }
+    f32_write_patch<BM, BN>(C, acc, M, N, m0, n0, tx, ty);
+}
 
+// tile_gemm_f32_balanced: the same product with the work split evenly over a grid that fits
+// the GPU at once (stream-K). The steps of all (row block, column block) outputs, in row-block
+// order, form one sequence; block b of P takes steps [total * b / P, total * (b + 1) / P),
+// where P is the grid or fewer, so that each block has at least min_steps (the step count
+// is read on the device: the host needs no round trip).
+// An output whose steps two or more blocks share is finished by the block holding its first
+// step: the others leave their partial sums in partial[b] and raise flags[b], which it waits
+// for, adds and lowers again (so flags are all zero between launches). Waiting is safe
+// because every block is resident (the host caps P at the occupancy) and a block writes its
+// partial before it waits for anyone. Row blocks without tiles are written as zeros.
+struct StepCursor {  // where a step lies: row block, column block, step within the output
+    int rb, cb, s;     // (the row block's tiles are re-read from row_ptr, which L1 holds, to spare registers)
+};
+
+__device__ __forceinline__ StepCursor locate_step(int i, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
+    const int tile = i / (sub * ncb);  // index of the step's tile in the list
+    int lo = 0, hi = row_blocks - 1;                    // last row block starting at or before it
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (row_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
+    }
+    const int steps = (row_ptr[lo + 1] - row_ptr[lo]) * sub, local = i - row_ptr[lo] * sub * ncb;
+    return StepCursor{lo, local / steps, local % steps};
+}
+
+__device__ __forceinline__ void next_step(StepCursor& c, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
+    if (++c.s < (row_ptr[c.rb + 1] - row_ptr[c.rb]) * sub) return;
+    c.s = 0;
+    if (++c.cb < ncb) return;
+    c.cb = 0;
+    do { ++c.rb; } while (c.rb < row_blocks && row_ptr[c.rb + 1] == row_ptr[c.rb]);
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release(int* p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
+    float* __restrict__ partial, int* __restrict__ flags) {
+    constexpr int THREADS = F32Step<BM, BN, BK>::THREADS;
+    constexpr int PATCH4 = 16;  // float4 per thread in a partial sum
+    __shared__ __align__(16) float As[2][BK][BM];
+    __shared__ __align__(16) float Ws[2][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tx = tid % (BN / 8), ty = tid / (BN / 8);
+    const int sub = TK / BK, ncb = N / BN, me = blockIdx.x;
+
+    for (int strip = me; strip < row_blocks * (BM / 8); strip += gridDim.x) {  // zeros for rows without tiles, 8 at a time
+        const int rb = strip / (BM / 8);
+        if (row_ptr[rb] != row_ptr[rb + 1]) continue;
+        const int r0 = rb * BM + (strip % (BM / 8)) * 8;
+        for (int e = tid; e < 8 * (N / 4); e += THREADS) {
+            const int row = r0 + e / (N / 4);
+            if (row < M) *reinterpret_cast<float4*>(C + (size_t)row * N + (e % (N / 4)) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+
+    const int total = row_ptr[row_blocks] * sub * ncb;  // the host checks that it fits
+    const int P = max(1, min((int)gridDim.x, total / min_steps));  // blocks that share the steps
+    if (me >= P) return;
+    auto start_of = [&](int b) { return (int)((long long)total * b / P); };
+    const int begin = start_of(me), end = start_of(me + 1);
+    if (begin >= end) return;
+
+    StepCursor at = locate_step(begin, row_ptr, row_blocks, sub, ncb);  // the step loaded last
+    auto k_of = [&](const StepCursor& c) { return k_tiles[row_ptr[c.rb] + c.s / sub] * TK + (c.s % sub) * BK; };
+    bool from_start = at.s == 0;  // does the current segment include its output's first step?
+    float acc[8][8];
+    f32_clear(acc);
+    F32Step<BM, BN, BK> next;
+    // counting steps down (fewer live registers); the step with r to go uses buffer r & 1
+    next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[(end - begin) & 1], tid);
+    next.store(As[(end - begin) & 1], tid);
+    __syncthreads();
+    for (int r = end - begin; r > 0; --r) {
+        const int buf = r & 1;
+        const int rb = at.rb, cb = at.cb, left = (row_ptr[rb + 1] - row_ptr[rb]) * sub - at.s;  // this step's output, its steps from here on
+        const bool more = r > 1;
+        if (more) {
+            next_step(at, row_ptr, row_blocks, sub, ncb);
+            next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[buf ^ 1], tid);
+        }
+        f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
+        if (more) next.store(As[buf ^ 1], tid);
+        __syncthreads();
+        if (left > 1 && more) continue;
+        if (!from_start) {  // only a block's first segment can miss its output's start
+            float4* slot = reinterpret_cast<float4*>(partial) + (size_t)me * PATCH4 * THREADS;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int row = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
-        if (row >= M) continue;
-        float* out = C + (size_t)row * N + n0;
-        *reinterpret_cast<float4*>(out + tx * 4) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-        *reinterpret_cast<float4*>(out + BN / 2 + tx * 4) = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+            for (int q = 0; q < PATCH4; ++q)
+                __stcg(slot + q * THREADS + tid, make_float4(acc[q / 2][(q % 2) * 4], acc[q / 2][(q % 2) * 4 + 1],
+                                                             acc[q / 2][(q % 2) * 4 + 2], acc[q / 2][(q % 2) * 4 + 3]));
+            __syncthreads();
+            if (tid == 0) {
+                __threadfence();
+                store_release(flags + me, 1);
+            }
+        } else {
+            // the blocks after this one that start inside the output hold the rest of it
+            const int output_end = start_of(me + 1) - r + left;  // (one past its last step)
+            for (int other = me + 1; left > 1 && other < P && start_of(other) < output_end; ++other) {
+                if (tid == 0) {
+                    while (load_acquire(flags + other) == 0) __nanosleep(100);
+                    flags[other] = 0;
+                }
+                __syncthreads();
+                const float4* slot = reinterpret_cast<const float4*>(partial) + (size_t)other * PATCH4 * THREADS;
+#pragma unroll
+                for (int q = 0; q < PATCH4; ++q) {
+                    const float4 v = __ldcg(slot + q * THREADS + tid);
+                    float* row = &acc[q / 2][(q % 2) * 4];
+                    row[0] += v.x;
+                    row[1] += v.y;
+                    row[2] += v.z;
+                    row[3] += v.w;
+                }
+            }
+            f32_write_patch<BM, BN>(C, acc, M, N, rb * BM, cb * BN, tx, ty);
+        }
+        f32_clear(acc);
+        from_start = true;
     }
 }
 
@@ -221,9 +383,11 @@ __global__ void __launch_bounds__(256) tile_gemm_tf32(const float* __restrict__ 
 }
 
 #ifndef TILE_GEMM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
-#define TILE_GEMM_F32_INSTANCE(BM, BN)                                                                          \
-    template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, \
-                                                        const int*, const int*, int);
+#define TILE_GEMM_F32_INSTANCE(BM, BN)                                                                                    \
+    template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, const int*,       \
+                                                        const int*, int);                                                  \
+    template __global__ void tile_gemm_f32_balanced<BM, BN, 16>(const float*, const float*, float*, int, int, int,          \
+                                                                 const int*, const int*, int, int, int, float*, int*);
 TILE_GEMM_F32_INSTANCE(128, 128)
 TILE_GEMM_F32_INSTANCE(128, 64)
 TILE_GEMM_F32_INSTANCE(64, 128)

@@ -179,6 +179,42 @@ def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
     assert np.allclose(host(c), tile_sparse_matmul(a, w, compact_tiles(a, tile, pack=False).tiles), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(128, 32), (128, 64), (64, 16), (16, 32)])
+@pytest.mark.parametrize("tile_density", [0.0, 0.02, 0.3, 1.0])
+def test_balanced_schedule_writes_every_output_once(tile, tile_density):
+    """The stream-K kernel against the one-block-per-output kernel and float64: every output
+    element written (the output starts as NaN), rows without tiles zero, shared outputs summed
+    once, whatever the blocks' share of steps; its flags are left zero for the next launch."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import _BALANCE_FLAGS
+    from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul
+
+    a = sparse_matrix(m=1000, k=512, tile_density=tile_density, seed=3)  # 1000: a last row block in part
+    w = np.random.default_rng(4).standard_normal((512, 192)).astype(np.float32)  # 192: three 64-wide blocks
+    a_dev, w_dev = cupy.asarray(a), cupy.asarray(w)
+    tiles = compact_tiles(a_dev, tile, pack=False).tiles
+    reference = host(_gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", None, schedule="tiles"))
+    for min_steps in (1, 4, 1000):
+        c = cupy.full((1000, 192), cupy.nan, dtype=cupy.float32)
+        for _ in range(2):  # a second launch finds the flags as the first left them
+            _gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", c, schedule="balanced", min_steps=min_steps)
+            assert np.allclose(host(c), reference, rtol=1e-5, atol=1e-5), min_steps
+        assert matmul_error(c, a, w)["max_rel"] < 1e-5
+    assert all(int(flags.sum()) == 0 for flags in _BALANCE_FLAGS.values())
+
+
+def test_schedules_are_checked(xp):
+    a = xp.zeros((128, 64), dtype=xp.float32)
+    w = xp.zeros((64, 64), dtype=xp.float32)
+    with pytest.raises(InputError, match="schedule 'stream'"):
+        tile_sparse_matmul(a, w, schedule="stream")
+    with pytest.raises(InputError, match="fp32 kernel only"):
+        tile_sparse_matmul(a, w, precision="tf32", schedule="balanced")
+    assert float(abs(tile_sparse_matmul(a, w, schedule="tiles")).sum()) == 0
+
+
 def test_tile_sparse_matmul_skips_unlisted_tiles(xp):
     a = sparse_matrix(m=256, k=128, tile_density=1.0)
     w = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)

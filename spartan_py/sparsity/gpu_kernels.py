@@ -36,11 +36,36 @@ def tile_kernels(device_id: int) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def gemm_kernels(device_id: int) -> dict:
-    """{("fp32", BM, BN, BK) or ("tf32",): RawKernel} for the tile-sparse GEMM."""
+    """{("fp32", BM, BN, BK), ("fp32-balanced", BM, BN, BK) or ("tf32",): RawKernel} for the
+    tile-sparse GEMM."""
     import cupy
 
     names = {("fp32", *shape): "tile_gemm_f32<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
+    names |= {("fp32-balanced", *shape): "tile_gemm_f32_balanced<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
     names[("tf32",)] = "tile_gemm_tf32"
     module = cupy.RawModule(code=kernel_source("tile_gemm.cu"), options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
                             name_expressions=list(names.values()))  # fmt: skip
     return {key: module.get_function(name) for key, name in names.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def resident_grid(device_id: int, key: tuple) -> int:
+    """Blocks of the GEMM kernel ``key`` that fit on the whole GPU at once (occupancy x SMs)."""
+    import cupy
+
+    kernel = gemm_kernels(device_id)[key]
+    threads = (key[1] // 8) * (key[2] // 8)
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+    return max(1, per_sm) * cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+_BALANCE_FLAGS: dict = {}
+
+
+def balance_flags(cupy, device_id: int, stream_ptr: int, size: int):
+    """The balanced kernel's flags for launches on one stream: zeros, and left zero by each
+    launch (so one buffer serves every launch in that stream's order)."""
+    flags = _BALANCE_FLAGS.get((device_id, stream_ptr))
+    if flags is None or flags.size < size:
+        flags = _BALANCE_FLAGS[(device_id, stream_ptr)] = cupy.zeros(max(size, 1024), dtype=cupy.int32)
+    return flags

@@ -11,6 +11,12 @@ tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 128 f
 its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
 multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
 
+Schedules (GPU, ``fp32``): ``balanced`` (the default) spreads the listed tiles' steps evenly
+over a grid that fills the GPU once (stream-K: blocks that share an output add their partial
+sums), so neither a row block with many tiles nor a grid of a wave and a half leaves SMs
+idle; ``tiles`` gives each (row block, column block) output its own block. ``tf32`` has only
+``tiles``. The CPU ignores the schedule.
+
 Example::
 
     import numpy as np
@@ -32,6 +38,10 @@ from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, sa
 from spartan_py.sparsity.tiles import TileList, TileShape
 
 PRECISIONS = ("fp32", "tf32")
+SCHEDULES = ("balanced", "tiles")
+#: Fewest BK-steps a block of the balanced schedule takes: merging a shared output costs
+#: about half a step, so sparser lists use fewer blocks rather than many one-step ones.
+BALANCED_MIN_STEPS = 4
 #: The tile a GEMM uses when none is given: the FP32 kernel's 128-row block, 32 columns.
 DEFAULT_GEMM_TILE = TileShape(128, 32)
 
@@ -64,10 +74,13 @@ def _check_operands(a, w, precision: str):
     return a, w
 
 
-def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = "fp32", out=None):
+def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = "fp32", schedule: str | None = None,
+                       out=None):
     """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
-    at :data:`DEFAULT_GEMM_TILE` when None); ``A`` must be zero outside them."""
+    at :data:`DEFAULT_GEMM_TILE` when None); ``A`` must be zero outside them. ``schedule``:
+    one of :data:`SCHEDULES` (None: ``balanced`` for ``fp32``, ``tiles`` for ``tf32``)."""
     a, w = _check_operands(a, w, precision)
+    schedule = _check_schedule(schedule, precision)
     if tiles is None:
         from spartan_py.sparsity.compaction import tile_list
         from spartan_py.sparsity.tiles import tile_counts
@@ -78,8 +91,18 @@ def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = 
     if is_gpu_array(a) != is_gpu_array(tiles.coords):
         raise InputError("the tile list must live on the same device as A")
     if is_gpu_array(a):
-        return _gpu_tile_matmul(a, w, tiles, precision, out)
+        return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule)
     return _cpu_tile_matmul(a, w, tiles, precision, out)
+
+
+def _check_schedule(schedule: str | None, precision: str) -> str:
+    if schedule is None:
+        return "balanced" if precision == "fp32" else "tiles"
+    if schedule not in SCHEDULES:
+        raise InputError(f"schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
+    if schedule == "balanced" and precision != "fp32":
+        raise InputError(f"the balanced schedule has an fp32 kernel only, not {precision}; use schedule='tiles'")
+    return schedule
 
 
 def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
@@ -101,8 +124,10 @@ def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
     return c
 
 
-def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None):
-    """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance (benchmarks)."""
+def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None, schedule: str = "tiles",
+                     min_steps: int = BALANCED_MIN_STEPS):
+    """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance, ``min_steps`` the
+    balanced schedule's fewest steps per block (benchmarks)."""
     import cupy
 
     from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, gemm_kernels
@@ -126,10 +151,14 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     n_pad = -(-n // bn) * bn
     w_dev = w if n_pad == n else cupy.pad(w, ((0, 0), (0, n_pad - n)))
     c = out if out is not None and n_pad == n else cupy.empty((m, n_pad), dtype=cupy.float32)
-    kernels = gemm_kernels(cupy.cuda.Device().id)
+    device = cupy.cuda.Device().id
+    kernels = gemm_kernels(device)
     grid = (n_pad // bn, tiles.grid[0])
     args = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k), tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
-    if precision == "tf32":
+    # the balanced kernel counts steps in int32: every tile listed, in every column block
+    if schedule == "balanced" and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31:
+        _launch_balanced(cupy, device, kernels, (bm, bn, bk), args, tiles.grid[0], min_steps)
+    elif precision == "tf32":
         shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
         kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
     else:
@@ -141,6 +170,19 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
             return out
         return cupy.ascontiguousarray(c)
     return c
+
+
+def _launch_balanced(cupy, device: int, kernels: dict, shape: tuple, args: tuple, row_blocks: int, min_steps: int):
+    """One launch of ``tile_gemm_f32_balanced``: a resident grid, a partial sum per block
+    (from CuPy's pool, which orders reuse by stream) and the stream's flags."""
+    from spartan_py.sparsity.gpu_kernels import balance_flags, resident_grid
+
+    key = ("fp32-balanced", *shape)
+    blocks = resident_grid(device, key)
+    partial = cupy.empty(blocks * shape[0] * shape[1], dtype=cupy.float32)
+    flags = balance_flags(cupy, device, cupy.cuda.get_current_stream().ptr, blocks)
+    threads = (shape[0] // 8) * (shape[1] // 8)
+    kernels[key]((blocks,), (threads,), (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags))
 
 
 def dense_matmul(a, w, *, precision: str = "fp32", out=None):
