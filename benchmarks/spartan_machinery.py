@@ -140,7 +140,7 @@ def profiling_overhead(cp, cases, rounds: int = 20) -> tuple[list[dict], list]:
         m, k, n = conv_layer(label).gemm_shape(batch)
         a = cp.asarray(tiled_preactivations(m, k, 0.5, tile=GEMM_TILE, seed=2, xp=cp).clip(0, None))
         rng = np.random.default_rng(3)
-        weights = [cp.asarray(rng.standard_normal((k, n), dtype=np.float32) / np.sqrt(k)) for _ in range(OVERHEAD_BUFFERS)]
+        weights = [cp.asarray((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)) for _ in range(OVERHEAD_BUFFERS)]
         zs = [dense_matmul(a, w) for w in weights]  # real pre-activations, about half of them negative
         ys = [cp.empty_like(z) for z in zs]
         bias = cp.asarray(rng.standard_normal(n).astype(np.float32) * 0.1)
@@ -218,7 +218,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
     tile = _tile()
     for label, batch in cases:
         m, k, n = conv_layer(label).gemm_shape(batch)
-        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
+        w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         c = cp.empty((m, n), dtype=cp.float32)
         for density in densities:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)

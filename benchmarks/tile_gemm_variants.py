@@ -56,7 +56,7 @@ def main() -> int:
     rows_out = []
     for label, batch in CONV_CASES[:2] if args.quick else CONV_CASES:
         m, k, n = conv_layer(label).gemm_shape(batch)
-        w = cp.asarray(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32) / np.sqrt(k))
+        w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         c = cp.empty((m, n), dtype=cp.float32)
         for density in DENSITIES:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)

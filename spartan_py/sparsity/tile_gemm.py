@@ -134,6 +134,8 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
 
     m, k = a.shape
     n = w.shape[1]
+    if a.dtype != cupy.float32 or w.dtype != cupy.float32 or not (a.flags.c_contiguous and w.flags.c_contiguous):
+        raise InputError(f"the tile GEMM kernels take C-contiguous float32 A and W, got {a.dtype} and {w.dtype}")
     tile = tiles.tile
     if precision == "tf32":
         bm, bn, bk = TF32_BLOCK
