@@ -36,7 +36,9 @@ from spartan_py.sparsity import (  # noqa: E402
     tile_sparse_matmul,
     tile_utilization,
 )
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid  # noqa: E402
 from spartan_py.sparsity.policy import candidate_records  # noqa: E402
+from spartan_py.sparsity.tile_gemm import fp32_block_width  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations  # noqa: E402
 from spartan_py.trace import to_frame, write_trace  # noqa: E402
 
@@ -220,6 +222,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
         m, k, n = conv_layer(label).gemm_shape(batch)
         w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         c = cp.empty((m, n), dtype=cp.float32)
+        resident = resident_grid(cp.cuda.Device().id, ("fp32-balanced", tile.rows, fp32_block_width(n), F32_BLOCK_K))
         for density in densities:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
@@ -266,7 +269,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
                    "decision_us": t_choose["median_us"], "decision_uncached_ms": uncached_ms, "reason": decision.reason}  # fmt: skip
             row["max_speedup_at_floor"] = row["cublas_fp32_us"] / row["floor_us"]
             row["target_within_floor"] = bool(density <= 0.5 and row["max_speedup_at_floor"] >= row["target_speedup"])
-            common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile)
+            common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile, resident_blocks=resident)
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
             records += [replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
                         replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]

@@ -290,6 +290,29 @@ def test_policy_runs_every_kernel_exactly(xp):
     assert matmul_error(c, np.maximum(z, 0), w)["max_rel"] < 1e-5
 
 
+def test_tile_gemm_schedule_follows_the_grid_and_the_model_spreads_balanced_work():
+    from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
+    from spartan_py.sparsity.policy import candidate_records
+    from spartan_py.sparsity.tile_gemm import BALANCED_BELOW_WAVES, fp32_schedule
+    from spartan_py.trace import to_frame
+
+    assert fp32_schedule(98, 2, 264) == "balanced"  # 196 outputs: under one wave
+    assert fp32_schedule(729, 2, 264) == "tiles"  # 1458 outputs: 5.5 waves
+    assert fp32_schedule(BALANCED_BELOW_WAVES * 264, 1, 264) == "tiles"
+    m, k, n = 12544, 2304, 256  # ResNet-18 conv4_x at batch 64: 98 x 2 outputs
+    counts = dict(nnz=1000, tiles_active=705, live_rows=m, tile=TileShape(128, 32))
+    tiles = candidate_records("tile_sparse", m, k, n, **counts)[1]
+    balanced = candidate_records("tile_sparse", m, k, n, resident_blocks=264, **counts)[1]
+    assert (tiles.variant, tiles.blocks) == ("", 98 * 2)
+    assert (balanced.variant, balanced.blocks) == ("balanced", 705 * 2 * 2)  # BK-steps: 2 per 32-column tile, 2 column blocks
+    assert balanced.executed_macs == tiles.executed_macs
+    machine, _ = resolve_machine("h100-sxm")
+    waves = predict(to_frame([tiles, balanced]), machine)["waves"].to_numpy()
+    assert waves[0] == 1  # 196 blocks: one (partial) wave of 2 blocks per SM
+    assert waves[1] == pytest.approx(2820 / 264)  # 2820 steps spread over 264 resident blocks, not rounded up
+
+
 def test_policy_rejects_bad_settings():
     with pytest.raises(InputError, match="must include 'dense'"):
         KernelPolicy(kernels=("tile_sparse",))

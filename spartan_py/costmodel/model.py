@@ -8,7 +8,8 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
                          + fused_layers x step_overhead)
     rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
-    waves     = ceil(blocks / (SMs x co-resident blocks per SM))
+    waves     = ceil(blocks / (SMs x co-resident blocks per SM))   (a "balanced" record, whose blocks
+                are work items spread evenly: at least 1, not rounded up)
 
 The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
 operand loads for ``gpu.gc_layer``, FP32/TF32/BF16 pipes for GEMMs) times
@@ -146,7 +147,10 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         occupancy = np.where(launched > 0, np.minimum(occupancy, launched), occupancy)
         geometry = blocks > 0
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
-        waves = np.where(geometry, np.ceil(blocks / (specs.sm_count * np.maximum(per_sm, 1))), 0)
+        waves = blocks / (specs.sm_count * np.maximum(per_sm, 1))
+        # a balanced launch spreads its work items evenly over the resident blocks: no last partial wave
+        balanced = (rows["variant"] == "balanced").to_numpy() if "variant" in rows else np.zeros(n, bool)
+        waves = np.where(geometry, np.where(balanced, np.maximum(waves, 1), np.ceil(waves)), 0)
         # a partial wave moves its bytes at the share of bandwidth its resident blocks get
         resident = np.minimum(blocks, specs.sm_count * np.maximum(per_sm, 1))
         memory = np.where(geometry, memory * waves * resident / np.maximum(blocks, 1), memory)

@@ -38,7 +38,14 @@ from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K
-from spartan_py.sparsity.tile_gemm import DEFAULT_GEMM_TILE, PRECISIONS, dense_matmul, fp32_block_width, tile_sparse_matmul
+from spartan_py.sparsity.tile_gemm import (
+    DEFAULT_GEMM_TILE,
+    PRECISIONS,
+    dense_matmul,
+    fp32_block_width,
+    fp32_schedule,
+    tile_sparse_matmul,
+)
 from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
 from spartan_py.trace import TraceRecord, to_frame
 
@@ -65,8 +72,11 @@ class Decision:
 
 
 def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int,
-                      tile: TileShape, precision: str = "fp32", layer=0) -> list[TraceRecord]:
-    """The trace records a candidate launches for ``[m x k] @ [k x n]`` (counts exact, no times)."""
+                      tile: TileShape, precision: str = "fp32", layer=0, resident_blocks: int = 0) -> list[TraceRecord]:
+    """The trace records a candidate launches for ``[m x k] @ [k x n]`` (counts exact, no times).
+    ``resident_blocks``: blocks the GPU holds at once, which decides the FP32 tile GEMM's
+    schedule (:func:`~spartan_py.sparsity.tile_gemm.fp32_schedule`; 0: ``tiles``). A
+    ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
     common = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
     gemm = dict(common, cols=n, useful_macs=nnz * n)
     rowblocks = -(-m // 128) * -(-n // 128)
@@ -77,15 +87,18 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
+        balanced = precision == "fp32" and resident_blocks > 0 and fp32_schedule(tm, -(-n // bn), resident_blocks) == "balanced"
+        blocks = tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn) if balanced else tm * -(-n // bn)
         tiles = tm * tn  # counts read twice (per-row counts, then the list), the list written
         return [TraceRecord(kernel="gpu.list_tiles", variant="row-scan", bytes_read=8 * tiles + 4 * tm,
                             bytes_written=12 * tiles_active + 8 * (tm + 1),
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),
-                TraceRecord(kernel=f"gpu.tile_gemm.{precision}", rows_in=m, rows_out=m, tiles_total=tm * tn,
+                TraceRecord(kernel=f"gpu.tile_gemm.{precision}", variant="balanced" if balanced else "", rows_in=m, rows_out=m, tiles_total=tm * tn,
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
                             executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
-                            bytes_written=4 * m * n, blocks=tm * -(-n // bn), block_rows=tile.rows,
+                            bytes_written=4 * m * n, blocks=blocks, block_rows=tile.rows,
                             block_threads=(tile.rows // 8) * (bn // 8), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+                            resident_blocks_per_sm=2 if precision == "fp32" else 1,  # registers: 128 / 162 per thread (128 x 128)
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
         live_blocks = -(-live_rows // 128) * -(-n // 128)
@@ -144,6 +157,7 @@ class KernelPolicy:
             raise InputError(f"margin must be in [0, 1), got {margin}")
         self.machine, self.variant = resolve_machine(machine)
         self.machine_name = machine
+        self.resident_blocks = 2 * self.machine.specs.sm_count  # the FP32 tile GEMM's launch bounds: 2 blocks per SM
         self.precision = precision
         self.kernels = tuple(kernels)
         self.tile = TileShape.of(tile)
@@ -156,7 +170,7 @@ class KernelPolicy:
         out = {}
         for kernel in self.kernels:
             records = candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows,
-                                        tile=self.tile, precision=self.precision)  # fmt: skip
+                                        tile=self.tile, precision=self.precision, resident_blocks=self.resident_blocks)  # fmt: skip
             predicted = predict(to_frame(records), self.machine, self.variant)["predicted_us"]
             out[kernel] = float(predicted.sum()) if predicted.notna().all() else float("nan")
         return out

@@ -11,11 +11,12 @@ tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 128 f
 its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
 multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
 
-Schedules (GPU, ``fp32``): ``balanced`` (the default) spreads the listed tiles' steps evenly
-over a grid that fills the GPU once (stream-K: blocks that share an output add their partial
-sums), so neither a row block with many tiles nor a grid of a wave and a half leaves SMs
-idle; ``tiles`` gives each (row block, column block) output its own block. ``tf32`` has only
-``tiles``. The CPU ignores the schedule.
+Schedules (GPU, ``fp32``): ``balanced`` spreads the listed tiles' steps evenly over a grid
+that fills the GPU once (stream-K: blocks that share an output add their partial sums), so
+neither a row block with many tiles nor a grid of a wave and a half leaves SMs idle;
+``tiles`` gives each (row block, column block) output its own block, which the hardware
+balances well enough once there are many (:func:`fp32_schedule` picks by that count, the
+default). ``tf32`` has only ``tiles``. The CPU ignores the schedule.
 
 Example::
 
@@ -42,6 +43,16 @@ SCHEDULES = ("balanced", "tiles")
 #: Fewest BK-steps a block of the balanced schedule takes: merging a shared output costs
 #: about half a step, so sparser lists use fewer blocks rather than many one-step ones.
 BALANCED_MIN_STEPS = 4
+#: Below this many waves of outputs (outputs / resident blocks) the default is ``balanced``:
+#: on an H100 it was 4-45% faster than ``tiles`` for grids of 0.7-1.9 waves and up to 35%
+#: slower for 6 waves (``benchmarks/tile_gemm_variants.py``).
+BALANCED_BELOW_WAVES = 4
+
+
+def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int) -> str:
+    """The default FP32 schedule for a grid of ``row_blocks x col_blocks`` outputs on a GPU
+    that holds ``resident_blocks`` blocks at once."""
+    return "balanced" if row_blocks * col_blocks < BALANCED_BELOW_WAVES * resident_blocks else "tiles"
 #: The tile a GEMM uses when none is given: the FP32 kernel's 128-row block, 32 columns.
 DEFAULT_GEMM_TILE = TileShape(128, 32)
 
@@ -78,7 +89,8 @@ def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = 
                        out=None):
     """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
     at :data:`DEFAULT_GEMM_TILE` when None); ``A`` must be zero outside them. ``schedule``:
-    one of :data:`SCHEDULES` (None: ``balanced`` for ``fp32``, ``tiles`` for ``tf32``)."""
+    one of :data:`SCHEDULES` (None: :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for
+    ``tf32``)."""
     a, w = _check_operands(a, w, precision)
     schedule = _check_schedule(schedule, precision)
     if tiles is None:
@@ -95,9 +107,9 @@ def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = 
     return _cpu_tile_matmul(a, w, tiles, precision, out)
 
 
-def _check_schedule(schedule: str | None, precision: str) -> str:
+def _check_schedule(schedule: str | None, precision: str) -> str | None:
     if schedule is None:
-        return "balanced" if precision == "fp32" else "tiles"
+        return None if precision == "fp32" else "tiles"
     if schedule not in SCHEDULES:
         raise InputError(f"schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
     if schedule == "balanced" and precision != "fp32":
@@ -124,13 +136,13 @@ def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
     return c
 
 
-def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None, schedule: str = "tiles",
-                     min_steps: int = BALANCED_MIN_STEPS):
+def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None,
+                     schedule: str | None = None, min_steps: int = BALANCED_MIN_STEPS):
     """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance, ``min_steps`` the
-    balanced schedule's fewest steps per block (benchmarks)."""
+    balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default."""
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, gemm_kernels
+    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, gemm_kernels, resident_grid
 
     m, k = a.shape
     n = w.shape[1]
@@ -157,6 +169,8 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     kernels = gemm_kernels(device)
     grid = (n_pad // bn, tiles.grid[0])
     args = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k), tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
+    if schedule is None:
+        schedule = "tiles" if precision == "tf32" else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
     # the balanced kernel counts steps in int32: every tile listed, in every column block
     if schedule == "balanced" and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31:
         _launch_balanced(cupy, device, kernels, (bm, bn, bk), args, tiles.grid[0], min_steps)
