@@ -53,6 +53,8 @@ def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int) -> str
     """The default FP32 schedule for a grid of ``row_blocks x col_blocks`` outputs on a GPU
     that holds ``resident_blocks`` blocks at once."""
     return "balanced" if row_blocks * col_blocks < BALANCED_BELOW_WAVES * resident_blocks else "tiles"
+
+
 #: The tile a GEMM uses when none is given: the FP32 kernel's 128-row block, 32 columns.
 DEFAULT_GEMM_TILE = TileShape(128, 32)
 
@@ -172,7 +174,7 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     if schedule is None:
         schedule = "tiles" if precision == "tf32" else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
     # the balanced kernel counts steps in int32: every tile listed, in every column block
-    if schedule == "balanced" and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31:
+    if precision == "fp32" and schedule == "balanced" and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31:
         _launch_balanced(cupy, device, kernels, (bm, bn, bk), args, tiles.grid[0], min_steps)
     elif precision == "tf32":
         shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
