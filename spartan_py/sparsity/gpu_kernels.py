@@ -13,6 +13,9 @@ EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
+#: Blocks per SM the FP32 instances are built for (their launch bounds; 128 x 128 uses all
+#: 128 registers this leaves a thread).
+F32_BLOCKS_PER_SM = 2
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
 
 
@@ -48,14 +51,18 @@ def gemm_kernels(device_id: int) -> dict:
     return {key: module.get_function(name) for key, name in names.items()}
 
 
+def f32_block_threads(rows: int, cols: int) -> int:
+    """Threads of an FP32 tile-GEMM block of ``rows x cols`` outputs (an 8 x 8 patch each)."""
+    return (rows // 8) * (cols // 8)
+
+
 @functools.lru_cache(maxsize=None)
 def resident_grid(device_id: int, key: tuple) -> int:
     """Blocks of the GEMM kernel ``key`` that fit on the whole GPU at once (occupancy x SMs)."""
     import cupy
 
     kernel = gemm_kernels(device_id)[key]
-    threads = (key[1] // 8) * (key[2] // 8)
-    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, f32_block_threads(*key[1:3]), 0)
     return max(1, per_sm) * cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 

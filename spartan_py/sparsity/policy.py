@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
-from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_BLOCKS_PER_SM, f32_block_threads
 from spartan_py.sparsity.tile_gemm import (
     DEFAULT_GEMM_TILE,
     PRECISIONS,
@@ -97,8 +97,8 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
                             executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
                             bytes_written=4 * m * n, blocks=blocks, block_rows=tile.rows,
-                            block_threads=(tile.rows // 8) * (bn // 8), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
-                            resident_blocks_per_sm=2 if precision == "fp32" else 1,  # registers: 128 / 162 per thread (128 x 128)
+                            block_threads=f32_block_threads(tile.rows, bn), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+                            resident_blocks_per_sm=F32_BLOCKS_PER_SM if precision == "fp32" else 1,  # tf32: 162 registers a thread
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
         live_blocks = -(-live_rows // 128) * -(-n // 128)
@@ -157,7 +157,7 @@ class KernelPolicy:
             raise InputError(f"margin must be in [0, 1), got {margin}")
         self.machine, self.variant = resolve_machine(machine)
         self.machine_name = machine
-        self.resident_blocks = 2 * self.machine.specs.sm_count  # the FP32 tile GEMM's launch bounds: 2 blocks per SM
+        self.resident_blocks = F32_BLOCKS_PER_SM * self.machine.specs.sm_count
         self.precision = precision
         self.kernels = tuple(kernels)
         self.tile = TileShape.of(tile)

@@ -144,7 +144,7 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default."""
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, gemm_kernels, resident_grid
+    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, f32_block_threads, gemm_kernels, resident_grid
 
     m, k = a.shape
     n = w.shape[1]
@@ -180,7 +180,7 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
         shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
         kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
     else:
-        kernels[("fp32", bm, bn, bk)](grid, ((bm // 8) * (bn // 8),), args)
+        kernels[("fp32", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
     if n_pad != n:
         c = c[:, :n]
         if out is not None:
@@ -193,14 +193,13 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
 def _launch_balanced(cupy, device: int, kernels: dict, shape: tuple, args: tuple, row_blocks: int, min_steps: int):
     """One launch of ``tile_gemm_f32_balanced``: a resident grid, a partial sum per block
     (from CuPy's pool, which orders reuse by stream) and the stream's flags."""
-    from spartan_py.sparsity.gpu_kernels import balance_flags, resident_grid
+    from spartan_py.sparsity.gpu_kernels import balance_flags, f32_block_threads, resident_grid
 
     key = ("fp32-balanced", *shape)
     blocks = resident_grid(device, key)
     partial = cupy.empty(blocks * shape[0] * shape[1], dtype=cupy.float32)
     flags = balance_flags(cupy, device, cupy.cuda.get_current_stream().ptr, blocks)
-    threads = (shape[0] // 8) * (shape[1] // 8)
-    kernels[key]((blocks,), (threads,), (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags))
+    kernels[key]((blocks,), (f32_block_threads(*shape[:2]),), (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags))
 
 
 def dense_matmul(a, w, *, precision: str = "fp32", out=None):
