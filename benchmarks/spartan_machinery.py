@@ -119,7 +119,7 @@ def _epilogue_launcher(cp, kernel, zs, ys, bias, tile):
     return lambda i: kernel(grid, (256,), (zs[i % len(zs)], bias, ys[i % len(ys)], *shape))
 
 
-def profiling_overhead(cp, cases, rounds: int = 20) -> tuple[list[dict], list]:
+def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
     """Per conv layer, what monitoring costs, in two measurements taken by turns
     (:func:`spartan_py.timing.time_interleaved`, differences round by round):
 

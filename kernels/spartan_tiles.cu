@@ -7,18 +7,20 @@
 // warp owns the float4 at columns 4l .. 4l + 3 of the block's 128, warp w the 16 rows
 // 16w .. 16w + 15. A warp issues its 16 loads before anything else, so a block lives about
 // one memory round trip (grids of a few hundred blocks are latency-bound otherwise); it then
-// finishes each row as its load arrives, so the monitor's arithmetic on early rows overlaps
-// the wait for later ones. A row's total is one warp reduction (redux.sync, sm_80+); a tile's is
-// summed in registers over the warp's rows of it and reduced once; only tiles taller than
-// 16 rows meet in shared memory.
+// finishes each row as its load arrives.
+//
+// The monitor adds little to that loop: a lane keeps its own non-zeros of rows 4q .. 4q + 3
+// as the four bytes of packed[q] (at most 4 each). After the loop, four warp reductions of
+// the packed words give all 16 row totals (at most 128 a byte), and a tile's lane total is a
+// byte sum of its rows (dp4a), reduced over the tile's lanes by shuffles. Tiles taller than
+// 16 rows span warps: each warp leaves its share in shared memory for one sum after a barrier.
 //
 // Monitor output (written, never accumulated, so nothing has to be zeroed first):
-//   tile_nnz[tr * tiles_n + tc]  non-zeros of the TR x TC tile (tr, tc); TR divides 128,
-//                                TC divides 128 and is a multiple of 4 (powers of two).
+//   tile_nnz[tr * tiles_n + tc]  non-zeros of the TR x TC tile (tr, tc); TR and TC are
+//                                powers of two, TR <= 128 and 4 <= TC <= 128.
 //   row_part[r * chunks + b]     non-zeros of row r in the b-th 128-column chunk
 //                                (chunks = ceil(N / 128)); a row is live when any is > 0.
 // Each tile and each (row, chunk) lies inside exactly one block, so the block owns it.
-// Tiles of TR <= 16 rows lie inside one warp's rows, and that warp writes them.
 //
 // MODE 0: plain epilogue. MODE 1: epilogue + monitor (fused). MODE 2: count only: reads
 // y = z as it is (no bias, no store), the separate pass of a software monitor.
@@ -27,27 +29,75 @@
 #define EPI_COLS 128
 #define EPI_WARPS 8
 
+// 0x01 in bytes lo .. hi - 1 of a word (0 <= lo < hi <= 4)
+__device__ __forceinline__ unsigned byte_ones(int lo, int hi) {
+    return (0x01010101u >> (8 * (4 - (hi - lo)))) << (8 * lo);
+}
+
+// The monitor's counts from each lane's packed row counts (see the header; rows past M and
+// columns past N were never counted). TR, TC: powers of two.
+__device__ __forceinline__ void epilogue_counts(const unsigned (&packed)[4], int warp_rows, int M, int N, int TR,
+                                                int TC, int* __restrict__ tile_nnz, int* __restrict__ row_part,
+                                                int* __restrict__ s_share) {
+    constexpr int ROWS_PER_WARP = EPI_ROWS / EPI_WARPS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row0 = blockIdx.y * EPI_ROWS, warp_row0 = row0 + warp * ROWS_PER_WARP;
+    // row totals: byte j of the reduced packed[q] is row 4q + j's
+    unsigned rows_total[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) rows_total[q] = __reduce_add_sync(0xffffffffu, packed[q]);
+    if (lane < warp_rows) {
+        const unsigned word = lane < 8 ? (lane < 4 ? rows_total[0] : rows_total[1]) : (lane < 12 ? rows_total[2] : rows_total[3]);
+        const int chunks = (N + EPI_COLS - 1) / EPI_COLS;
+        row_part[(size_t)(warp_row0 + lane) * chunks + blockIdx.x] = (word >> (8 * (lane & 3))) & 0xffu;
+    }
+
+    // tiles: a lane's share is a byte sum, the tile's a sum over its TC / 4 lanes
+    const int tr_shift = __ffs(TR) - 1, group = TC / 4, group_shift = __ffs(group) - 1;  // lanes per tile column: group
+    const int block_tiles_n = EPI_COLS / TC;
+    const int tiles_n = (N + TC - 1) / TC, tiles_m = (M + TR - 1) / TR;
+    const int tc = blockIdx.x * block_tiles_n + (lane >> group_shift);
+    const bool leader = (lane & (group - 1)) == 0;
+    const int rows_per_tile = min(TR, ROWS_PER_WARP);  // of this warp's rows
+    for (int t0 = 0; t0 < ROWS_PER_WARP; t0 += rows_per_tile) {
+        unsigned share = 0;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int lo = max(t0 - 4 * q, 0), hi = min(t0 + rows_per_tile - 4 * q, 4);
+            if (lo < hi) share = __dp4a(packed[q], byte_ones(lo, hi), share);
+        }
+        for (int o = group >> 1; o > 0; o >>= 1) share += __shfl_down_sync(0xffffffffu, share, o, group);
+        if (TR > ROWS_PER_WARP) {
+            if (leader) s_share[warp * (EPI_COLS / 4) + (lane >> group_shift)] = share;
+        } else {
+            const int tr = (warp_row0 + t0) >> tr_shift;
+            if (leader && tr < tiles_m && tc < tiles_n) tile_nnz[(size_t)tr * tiles_n + tc] = share;
+        }
+    }
+    if (TR <= ROWS_PER_WARP) return;  // (uniform across the block)
+    __syncthreads();
+    const int warps_per_tile = min(TR, EPI_ROWS) / ROWS_PER_WARP;
+    for (int e = threadIdx.x; e < (EPI_WARPS / warps_per_tile) * block_tiles_n; e += blockDim.x) {
+        const int first_warp = (e / block_tiles_n) * warps_per_tile, c = e % block_tiles_n;
+        int total = 0;
+        for (int w = 0; w < warps_per_tile; ++w) total += s_share[(first_warp + w) * (EPI_COLS / 4) + c];
+        const int tr = (row0 + first_warp * ROWS_PER_WARP) >> tr_shift, tcol = blockIdx.x * block_tiles_n + c;
+        if (tr < tiles_m && tcol < tiles_n) tile_nnz[(size_t)tr * tiles_n + tcol] = total;
+    }
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, const float* __restrict__ bias,
                                                 float* __restrict__ y, int M, int N, float clamp, int TR, int TC,
                                                 int* __restrict__ tile_nnz, int* __restrict__ row_part) {
     constexpr bool COUNT = MODE != 0;
     constexpr int ROWS_PER_WARP = EPI_ROWS / EPI_WARPS;  // 16 consecutive rows per warp
-    __shared__ int s_tile[(MODE != 0) ? (EPI_ROWS / 32) * (EPI_COLS / 4) : 1];  // only for TR >= 32
+    __shared__ int s_share[COUNT ? EPI_WARPS * (EPI_COLS / 4) : 1];  // [warp][tile column], tiles of TR > 16
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int col = blockIdx.x * EPI_COLS + lane * 4;
     const int row0 = blockIdx.y * EPI_ROWS, warp_row0 = row0 + warp * ROWS_PER_WARP;
-    const bool active = col < N;
-    const int rows_here = active ? min(ROWS_PER_WARP, M - warp_row0) : 0;  // this lane's valid rows
-    const int group = TC / 4;  // lanes per tile column (1 .. 32)
-    const int block_tiles_n = EPI_COLS / TC;
-    const int chunks = (N + EPI_COLS - 1) / EPI_COLS;
-    const int tiles_n = (N + TC - 1) / TC, tiles_m = (M + TR - 1) / TR;
-    const bool shared_tiles = TR > ROWS_PER_WARP;  // a tile spans several warps
-    if (COUNT && shared_tiles) {
-        for (int e = threadIdx.x; e < (EPI_ROWS / TR) * block_tiles_n; e += blockDim.x) s_tile[e] = 0;
-        __syncthreads();
-    }
+    const int warp_rows = max(0, min(ROWS_PER_WARP, M - warp_row0));  // the warp's rows inside the matrix
+    const int rows_here = col < N ? warp_rows : 0;                      // this lane's valid rows
 
     // every load first (independent, so all 16 are in flight at once)
     float4 v[ROWS_PER_WARP];
@@ -56,44 +106,26 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
         v[step] = step < rows_here ? *reinterpret_cast<const float4*>(z + (size_t)(warp_row0 + step) * N + col)
                                    : make_float4(0.f, 0.f, 0.f, 0.f);
     float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (MODE != 2 && bias && active) b = *reinterpret_cast<const float4*>(bias + col);
+    if (MODE != 2 && bias && rows_here) b = *reinterpret_cast<const float4*>(bias + col);
     // then row by row as the loads arrive: bias, ReLU, clamp, store, count
-    int tile_sum = 0, my_row_sum = 0;
+    unsigned packed[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int step = 0; step < ROWS_PER_WARP; ++step) {
+        // a branch per row (rather than a select) keeps the compiler from working on early
+        // rows between the loads, which made their round trips follow one another
+        if (step >= rows_here) break;
         float4 x = v[step];
         if (MODE != 2) {
             x.x = fminf(clamp, fmaxf(0.f, x.x + b.x));
             x.y = fminf(clamp, fmaxf(0.f, x.y + b.y));
             x.z = fminf(clamp, fmaxf(0.f, x.z + b.z));
             x.w = fminf(clamp, fmaxf(0.f, x.w + b.w));
-            if (step < rows_here) *reinterpret_cast<float4*>(y + (size_t)(warp_row0 + step) * N + col) = x;
+            *reinterpret_cast<float4*>(y + (size_t)(warp_row0 + step) * N + col) = x;
         }
-        if (COUNT) {  // rows past M and columns past N count nothing (their x may hold the bias)
-            const int nz = step < rows_here ? (x.x != 0.f) + (x.y != 0.f) + (x.z != 0.f) + (x.w != 0.f) : 0;
-            const int row_sum = __reduce_add_sync(0xffffffffu, nz);
-            if (lane == step) my_row_sum = row_sum;
-            tile_sum += nz;
-            if (!shared_tiles && (step + 1) % TR == 0) {  // a whole tile row of this warp's: the warp owns it
-                int t = tile_sum;
-                for (int o = group >> 1; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o, group);
-                const int tr = (warp_row0 + step) / TR, tc = blockIdx.x * block_tiles_n + lane / group;
-                if ((lane % group) == 0 && tr < tiles_m && tc < tiles_n) tile_nnz[(size_t)tr * tiles_n + tc] = t;
-                tile_sum = 0;
-            }
-        }
+        if (COUNT)
+            packed[step / 4] += (unsigned)((x.x != 0.f) + (x.y != 0.f) + (x.z != 0.f) + (x.w != 0.f)) << (8 * (step % 4));
     }
-    if (!COUNT) return;
-    if (lane < ROWS_PER_WARP && warp_row0 + lane < M) row_part[(size_t)(warp_row0 + lane) * chunks + blockIdx.x] = my_row_sum;
-    if (!shared_tiles) return;  // every tile row was written in the loop (TR divides 16)
-    int t = tile_sum;  // this warp's 16 rows lie in one tile row
-    for (int o = group >> 1; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o, group);
-    if (t && (lane % group) == 0) atomicAdd(&s_tile[(warp * ROWS_PER_WARP / TR) * block_tiles_n + lane / group], t);
-    __syncthreads();
-    for (int e = threadIdx.x; e < (EPI_ROWS / TR) * block_tiles_n; e += blockDim.x) {
-        const int tr = row0 / TR + e / block_tiles_n, tc = blockIdx.x * block_tiles_n + e % block_tiles_n;
-        if (tr < tiles_m && tc < tiles_n) tile_nnz[(size_t)tr * tiles_n + tc] = s_tile[e];
-    }
+    if constexpr (COUNT) epilogue_counts(packed, warp_rows, M, N, TR, TC, tile_nnz, row_part, s_share);
 }
 
 // Compaction scatter of live rows: rows with keep[r] != 0 go to position pos[r] (an

@@ -82,10 +82,11 @@ def test_tile_utilization_is_useful_over_executed():
 
 # -- monitor -------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["software", "fused"])
-@pytest.mark.parametrize("tile", [(8, 8), (32, 32), (128, 32), (64, 128), (1, 4)])
-def test_monitor_counts_what_the_epilogue_writes(xp, mode, tile):
-    z = tiled_preactivations(300, 256, 0.3, seed=2)
-    bias = np.linspace(-0.2, 0.2, 256, dtype=np.float32)
+@pytest.mark.parametrize("tile", [(8, 8), (32, 32), (128, 32), (64, 128), (1, 4), (2, 8), (4, 16), (16, 32), (32, 4), (128, 128)])
+@pytest.mark.parametrize("shape", [(300, 256), (37, 196)])  # partial row blocks; a partial 128-column chunk
+def test_monitor_counts_what_the_epilogue_writes(xp, mode, tile, shape):
+    z = tiled_preactivations(*shape, 0.3, tile=(8, 4), seed=2)
+    bias = np.linspace(-0.2, 0.2, shape[1], dtype=np.float32)
     y, profile = SparsityMonitor(tile=tile, mode=mode).epilogue(xp.asarray(z), xp.asarray(bias), clamp=1.5)
     expected = np.minimum(np.maximum(z + bias, 0), 1.5)
     assert np.array_equal(host(y), expected)
