@@ -1,0 +1,497 @@
+// Tile-sparse GEMM: C = A @ W for a row-major activation matrix A [M x K] whose zero tiles
+// are skipped, and a dense row-major weight W [K x N]. Compiled at run time by CuPy.
+//
+// The tile list is CSR over row blocks of BM rows: row block rb multiplies the k-tiles
+// k_tiles[row_ptr[rb] .. row_ptr[rb + 1]) of TK columns each (TK a multiple of BK); any
+// other part of its rows is zero and is never read. A row block with no tiles writes zeros.
+// Requirements (checked by the Python wrapper): K % TK == 0, N % BN == 0, pointers 16-byte
+// aligned; M is free (rows past M read as zero and are not stored).
+//
+// tile_gemm_f32: FP32 on the CUDA cores. Each thread computes an 8 x 8 patch split in four
+// 4 x 4 quarters (rows ty*4 + {0..3} and BM/2 + ty*4 + {0..3}, the same for columns) so
+// that its float4 shared-memory reads are free of bank conflicts. A is stored transposed in
+// shared memory; while the current step computes, the next step's A is prefetched into
+// registers and its W copied into the other shared buffer (cp.async; one barrier per step).
+//
+// tile_gemm_tf32: TF32 tensor cores through PTX mma.sync.m16n8k8 (NVRTC builds without
+// <mma.h>), 8 warps in a 2 x 4 grid, each warp a 64 x 32 patch (4 x 4 fragments of
+// 16 x 8); operands are rounded to TF32 (cvt.rna: to nearest, ties away) when stored in
+// shared memory; accumulation in FP32. Shared rows are padded so fragment loads hit 32
+// different banks.
+
+// One BK-deep step of the FP32 kernels: W's rows go straight to shared memory (cp.async,
+// no registers held), A's through registers, stored transposed for the 8 x 8 patch products.
+template <int BM, int BN, int BK>
+struct F32Step {
+    static constexpr int THREADS = (BM / 8) * (BN / 8);
+    static constexpr int A_VEC = BM * BK / 4 / THREADS;  // float4 of A per thread per step
+    static constexpr int W_VEC = BK * BN / 4 / THREADS;
+    static_assert(A_VEC >= 1 && W_VEC >= 1, "tile too small for the block");
+    float4 a[A_VEC];
+
+    // A's step into registers; W's step copied into Ws (which no thread may be reading)
+    __device__ __forceinline__ void load(const float* __restrict__ A, const float* __restrict__ W, int M, int N, int K,
+                                         int m0, int n0, int k0, float (*Ws)[BN], int tid) {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+            a[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int v = 0; v < W_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
+            const float* src = W + (size_t)(k0 + row) * N + n0 + c4 * 4;
+#if __CUDA_ARCH__ >= 800
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&Ws[row][c4 * 4]));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+#else
+            *reinterpret_cast<float4*>(&Ws[row][c4 * 4]) = *reinterpret_cast<const float4*>(src);
+#endif
+        }
+    }
+
+    // A's registers into As; waits for this thread's copies of W (a barrier must follow)
+    __device__ __forceinline__ void store(float (*As)[BM], int tid) const {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+            As[c4 * 4 + 0][row] = a[v].x;
+            As[c4 * 4 + 1][row] = a[v].y;
+            As[c4 * 4 + 2][row] = a[v].z;
+            As[c4 * 4 + 3][row] = a[v].w;
+        }
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+    }
+};
+
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void f32_multiply(const float (*As)[BM], const float (*Ws)[BN], float (&acc)[8][8], int tx, int ty) {
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[8], w[8];
+        *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(&As[kk][ty * 4]);
+        *reinterpret_cast<float4*>(a + 4) = *reinterpret_cast<const float4*>(&As[kk][BM / 2 + ty * 4]);
+        *reinterpret_cast<float4*>(w) = *reinterpret_cast<const float4*>(&Ws[kk][tx * 4]);
+        *reinterpret_cast<float4*>(w + 4) = *reinterpret_cast<const float4*>(&Ws[kk][BN / 2 + tx * 4]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], w[j], acc[i][j]);
+    }
+}
+
+__device__ __forceinline__ void f32_clear(float (&acc)[8][8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ void f32_write_patch(float* __restrict__ C, const float (&acc)[8][8], int M, int N, int m0, int n0,
+                                                int tx, int ty) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int row = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
+        if (row >= M) continue;
+        float* out = C + (size_t)row * N + n0;
+        *reinterpret_cast<float4*>(out + tx * 4) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+        *reinterpret_cast<float4*>(out + BN / 2 + tx * 4) = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+    }
+}
+
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
+    __shared__ __align__(16) float As[2][BK][BM];
+    __shared__ __align__(16) float Ws[2][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tx = tid % (BN / 8), ty = tid / (BN / 8);
+    const int rb = blockIdx.y, m0 = rb * BM, n0 = blockIdx.x * BN;
+    const int first = row_ptr[rb];
+    const int sub_steps = TK / BK;
+    const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+    auto k_of = [&](int s) { return k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * BK; };
+
+    float acc[8][8];
+    f32_clear(acc);
+    F32Step<BM, BN, BK> next;
+    if (steps > 0) {
+        next.load(A, W, M, N, K, m0, n0, k_of(0), Ws[0], tid);
+        next.store(As[0], tid);
+        __syncthreads();
+    }
+    for (int s = 0; s < steps; ++s) {
+        const int buf = s & 1;
+        if (s + 1 < steps) next.load(A, W, M, N, K, m0, n0, k_of(s + 1), Ws[buf ^ 1], tid);
+        f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
+        if (s + 1 < steps) next.store(As[buf ^ 1], tid);
+        __syncthreads();
+    }
+    f32_write_patch<BM, BN>(C, acc, M, N, m0, n0, tx, ty);
+}
+
+// tile_gemm_f32_balanced: the same product with the work split evenly over a grid that fits
+// the GPU at once (stream-K). The steps of all (row block, column block) outputs, in row-block
+// order, form one sequence; block b of P takes steps [total * b / P, total * (b + 1) / P),
+// where P is the grid or fewer, so that each block has at least min_steps (the step count
+// is read on the device: the host needs no round trip).
+// An output whose steps two or more blocks share is finished by the block holding its first
+// step: the others leave their partial sums in partial[b] and raise flags[b], which it waits
+// for, adds and lowers again (so flags are all zero between launches). Waiting is safe
+// because every block is resident (the host caps P at the occupancy) and a block writes its
+// partial before it waits for anyone. Row blocks without tiles are written as zeros.
+struct StepCursor {  // where a step lies: row block, column block, step within the output
+    int rb, cb, s;     // (the row block's tiles are re-read from row_ptr, which L1 holds, to spare registers)
+};
+
+__device__ __forceinline__ StepCursor locate_step(int i, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
+    const int tile = i / (sub * ncb);  // index of the step's tile in the list
+    int lo = 0, hi = row_blocks - 1;                    // last row block starting at or before it
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (row_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
+    }
+    const int steps = (row_ptr[lo + 1] - row_ptr[lo]) * sub, local = i - row_ptr[lo] * sub * ncb;
+    return StepCursor{lo, local / steps, local % steps};
+}
+
+__device__ __forceinline__ void next_step(StepCursor& c, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
+    if (++c.s < (row_ptr[c.rb + 1] - row_ptr[c.rb]) * sub) return;
+    c.s = 0;
+    if (++c.cb < ncb) return;
+    c.cb = 0;
+    do { ++c.rb; } while (c.rb < row_blocks && row_ptr[c.rb + 1] == row_ptr[c.rb]);
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release(int* p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
+    float* __restrict__ partial, int* __restrict__ flags) {
+    constexpr int THREADS = F32Step<BM, BN, BK>::THREADS;
+    constexpr int PATCH4 = 16;  // float4 per thread in a partial sum
+    __shared__ __align__(16) float As[2][BK][BM];
+    __shared__ __align__(16) float Ws[2][BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tx = tid % (BN / 8), ty = tid / (BN / 8);
+    const int sub = TK / BK, ncb = N / BN, me = blockIdx.x;
+
+    for (int strip = me; strip < row_blocks * (BM / 8); strip += gridDim.x) {  // zeros for rows without tiles, 8 at a time
+        const int rb = strip / (BM / 8);
+        if (row_ptr[rb] != row_ptr[rb + 1]) continue;
+        const int r0 = rb * BM + (strip % (BM / 8)) * 8;
+        for (int e = tid; e < 8 * (N / 4); e += THREADS) {
+            const int row = r0 + e / (N / 4);
+            if (row < M) *reinterpret_cast<float4*>(C + (size_t)row * N + (e % (N / 4)) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+
+    const int total = row_ptr[row_blocks] * sub * ncb;  // the host checks that it fits
+    const int P = max(1, min((int)gridDim.x, total / min_steps));  // blocks that share the steps
+    if (me >= P) return;
+    auto start_of = [&](int b) { return (int)((long long)total * b / P); };
+    const int begin = start_of(me), end = start_of(me + 1);
+    if (begin >= end) return;
+
+    StepCursor at = locate_step(begin, row_ptr, row_blocks, sub, ncb);  // the step loaded last
+    auto k_of = [&](const StepCursor& c) { return k_tiles[row_ptr[c.rb] + c.s / sub] * TK + (c.s % sub) * BK; };
+    bool from_start = at.s == 0;  // does the current segment include its output's first step?
+    float acc[8][8];
+    f32_clear(acc);
+    F32Step<BM, BN, BK> next;
+    // counting steps down (fewer live registers); the step with r to go uses buffer r & 1
+    next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[(end - begin) & 1], tid);
+    next.store(As[(end - begin) & 1], tid);
+    __syncthreads();
+    for (int r = end - begin; r > 0; --r) {
+        const int buf = r & 1;
+        const int rb = at.rb, cb = at.cb, left = (row_ptr[rb + 1] - row_ptr[rb]) * sub - at.s;  // this step's output, its steps from here on
+        const bool more = r > 1;
+        if (more) {
+            next_step(at, row_ptr, row_blocks, sub, ncb);
+            next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[buf ^ 1], tid);
+        }
+        f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
+        if (more) next.store(As[buf ^ 1], tid);
+        __syncthreads();
+        if (left > 1 && more) continue;
+        if (!from_start) {  // only a block's first segment can miss its output's start
+            float4* slot = reinterpret_cast<float4*>(partial) + (size_t)me * PATCH4 * THREADS;
+#pragma unroll
+            for (int q = 0; q < PATCH4; ++q)
+                __stcg(slot + q * THREADS + tid, make_float4(acc[q / 2][(q % 2) * 4], acc[q / 2][(q % 2) * 4 + 1],
+                                                             acc[q / 2][(q % 2) * 4 + 2], acc[q / 2][(q % 2) * 4 + 3]));
+            __syncthreads();
+            if (tid == 0) {
+                __threadfence();
+                store_release(flags + me, 1);
+            }
+        } else {
+            // the blocks after this one that start inside the output hold the rest of it
+            const int output_end = start_of(me + 1) - r + left;  // (one past its last step)
+            for (int other = me + 1; left > 1 && other < P && start_of(other) < output_end; ++other) {
+                if (tid == 0) {
+                    while (load_acquire(flags + other) == 0) __nanosleep(100);
+                    flags[other] = 0;
+                }
+                __syncthreads();
+                const float4* slot = reinterpret_cast<const float4*>(partial) + (size_t)other * PATCH4 * THREADS;
+#pragma unroll
+                for (int q = 0; q < PATCH4; ++q) {
+                    const float4 v = __ldcg(slot + q * THREADS + tid);
+                    float* row = &acc[q / 2][(q % 2) * 4];
+                    row[0] += v.x;
+                    row[1] += v.y;
+                    row[2] += v.z;
+                    row[3] += v.w;
+                }
+            }
+            f32_write_patch<BM, BN>(C, acc, M, N, rb * BM, cb * BN, tx, ty);
+        }
+        f32_clear(acc);
+        from_start = true;
+    }
+}
+
+#define TC_BM 128
+#define TC_BN 128
+#define TC_BK 32
+#define TC_LDA (TC_BK + 4)   // (4 * group + lane_in_group) % 32: conflict-free A fragment loads
+#define TC_LDW (TC_BN + 8)   // (8 * lane_in_group + group) % 32: conflict-free B fragment loads
+
+__device__ __forceinline__ float to_tf32(float x) {
+    unsigned int bits;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
+    return __uint_as_float(bits);
+}
+
+__global__ void __launch_bounds__(256) tile_gemm_tf32(const float* __restrict__ A, const float* __restrict__ W,
+                                                      float* __restrict__ C, int M, int N, int K,
+                                                      const int* __restrict__ row_ptr, const int* __restrict__ k_tiles,
+                                                      int TK) {
+    extern __shared__ __align__(16) float smem[];
+    float* As = smem;                  // [TC_BM][TC_LDA]
+    float* Ws = smem + TC_BM * TC_LDA;  // [TC_BK][TC_LDW]
+    constexpr int A_VEC = TC_BM * TC_BK / 4 / 256, W_VEC = TC_BK * TC_BN / 4 / 256;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;   // fragment group and lane within it
+    const int wm = warp / 4, wn = warp % 4;  // 2 x 4 warps, 64 x 32 each
+    const int rb = blockIdx.y, m0 = rb * TC_BM, n0 = blockIdx.x * TC_BN;
+    const int first = row_ptr[rb];
+    const int sub_steps = TK / TC_BK;
+    const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+    float4 a_reg[A_VEC], w_reg[W_VEC];
+    auto load = [&](int s) {
+        const int k0 = k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * TC_BK;
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * 256, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
+            a_reg[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int v = 0; v < W_VEC; ++v) {
+            const int e = tid + v * 256, row = e / (TC_BN / 4), c4 = e % (TC_BN / 4);
+            w_reg[v] = *reinterpret_cast<const float4*>(W + (size_t)(k0 + row) * N + n0 + c4 * 4);
+        }
+    };
+
+    if (steps > 0) load(0);
+    for (int s = 0; s < steps; ++s) {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int e = tid + v * 256, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
+            const float4 x = a_reg[v];
+            *reinterpret_cast<float4*>(As + row * TC_LDA + c4 * 4) = make_float4(to_tf32(x.x), to_tf32(x.y), to_tf32(x.z), to_tf32(x.w));
+        }
+#pragma unroll
+        for (int v = 0; v < W_VEC; ++v) {
+            const int e = tid + v * 256, row = e / (TC_BN / 4), c4 = e % (TC_BN / 4);
+            const float4 x = w_reg[v];
+            *reinterpret_cast<float4*>(Ws + row * TC_LDW + c4 * 4) = make_float4(to_tf32(x.x), to_tf32(x.y), to_tf32(x.z), to_tf32(x.w));
+        }
+        __syncthreads();
+        if (s + 1 < steps) load(s + 1);
+#pragma unroll
+        for (int kk = 0; kk < TC_BK; kk += 8) {
+            unsigned int a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float* base = As + (wm * 64 + i * 16 + g) * TC_LDA + kk + t;
+                a[i][0] = __float_as_uint(base[0]);
+                a[i][1] = __float_as_uint(base[8 * TC_LDA]);
+                a[i][2] = __float_as_uint(base[4]);
+                a[i][3] = __float_as_uint(base[8 * TC_LDA + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float* base = Ws + (kk + t) * TC_LDW + wn * 32 + j * 8 + g;
+                b[j][0] = __float_as_uint(base[0]);
+                b[j][1] = __float_as_uint(base[4 * TC_LDW]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                        "{%0,%1,%2,%3};"
+                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
+                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
+            if (row >= M) continue;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *reinterpret_cast<float2*>(C + (size_t)row * N + n0 + wn * 32 + j * 8 + 2 * t) =
+                    make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        }
+}
+
+#ifndef TILE_GEMM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
+#define TILE_GEMM_F32_INSTANCE(BM, BN)                                                                                    \
+    template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, const int*,       \
+                                                        const int*, int);                                                  \
+    template __global__ void tile_gemm_f32_balanced<BM, BN, 16>(const float*, const float*, float*, int, int, int,          \
+                                                                 const int*, const int*, int, int, int, float*, int*);
+TILE_GEMM_F32_INSTANCE(128, 128)
+TILE_GEMM_F32_INSTANCE(128, 64)
+TILE_GEMM_F32_INSTANCE(64, 128)
+TILE_GEMM_F32_INSTANCE(64, 64)
+TILE_GEMM_F32_INSTANCE(32, 128)
+TILE_GEMM_F32_INSTANCE(32, 64)
+TILE_GEMM_F32_INSTANCE(16, 128)
+TILE_GEMM_F32_INSTANCE(16, 64)
+#endif
+
+// ---- experiment: S-stage cp.async pipeline, A transposed by 4-byte copies ----
+template <int BM, int BN, int BK>
+struct F32Stage {
+    float a[BK][BM + 4];  // A's step, transposed; rows padded so a row's BK copies meet at most 2 to a bank
+    float w[BK][BN];
+};
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+#endif
+}
+
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void f32_load_stage(F32Stage<BM, BN, BK>& st, const float* __restrict__ A, const float* __restrict__ W,
+                                               int M, int N, int K, int m0, int n0, int k0, int tid) {
+    constexpr int THREADS = (BM / 8) * (BN / 8);
+    constexpr int A_ELEMS = BM * BK / THREADS, W_VEC = BK * BN / 4 / THREADS;
+#pragma unroll
+    for (int v = 0; v < A_ELEMS; ++v) {
+        const int e = tid + v * THREADS, row = e / BK, k = e % BK;
+        const bool inside = m0 + row < M;
+        const float* src = inside ? A + (size_t)(m0 + row) * K + k0 + k : A;
+#if __CUDA_ARCH__ >= 800
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&st.a[k][row]));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(inside ? 4 : 0) : "memory");
+#else
+        st.a[k][row] = inside ? *src : 0.f;
+#endif
+    }
+#pragma unroll
+    for (int v = 0; v < W_VEC; ++v) {
+        const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
+        const float* src = W + (size_t)(k0 + row) * N + n0 + c4 * 4;
+#if __CUDA_ARCH__ >= 800
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&st.w[row][c4 * 4]));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+#else
+        *reinterpret_cast<float4*>(&st.w[row][c4 * 4]) = *reinterpret_cast<const float4*>(src);
+#endif
+    }
+}
+
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void f32_multiply_stage(const F32Stage<BM, BN, BK>& st, float (&acc)[8][8], int tx, int ty) {
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[8], w[8];
+        *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(&st.a[kk][ty * 4]);
+        *reinterpret_cast<float4*>(a + 4) = *reinterpret_cast<const float4*>(&st.a[kk][BM / 2 + ty * 4]);
+        *reinterpret_cast<float4*>(w) = *reinterpret_cast<const float4*>(&st.w[kk][tx * 4]);
+        *reinterpret_cast<float4*>(w + 4) = *reinterpret_cast<const float4*>(&st.w[kk][BN / 2 + tx * 4]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], w[j], acc[i][j]);
+    }
+}
+
+template <int BM, int BN, int BK, int S, int MINB>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), MINB) tile_gemm_f32_staged(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    F32Stage<BM, BN, BK>* stages = reinterpret_cast<F32Stage<BM, BN, BK>*>(smem_raw);
+    const int tid = threadIdx.x;
+    const int tx = tid % (BN / 8), ty = tid / (BN / 8);
+    const int rb = blockIdx.y, m0 = rb * BM, n0 = blockIdx.x * BN;
+    const int first = row_ptr[rb];
+    const int sub_steps = TK / BK;
+    const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+    auto k_of = [&](int s) { return k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * BK; };
+
+    float acc[8][8];
+    f32_clear(acc);
+#pragma unroll
+    for (int p = 0; p < S - 1; ++p) {
+        if (p < steps) f32_load_stage(stages[p], A, W, M, N, K, m0, n0, k_of(p), tid);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait<S - 2>();  // this thread's copies of step s have landed
+        __syncthreads();         // everyone's have, and no one still reads step s - 1's stage
+        const int ahead = s + S - 1;
+        if (ahead < steps) f32_load_stage(stages[ahead % S], A, W, M, N, K, m0, n0, k_of(ahead), tid);
+        cp_async_commit();
+        f32_multiply_stage(stages[s % S], acc, tx, ty);
+    }
+    f32_write_patch<BM, BN>(C, acc, M, N, m0, n0, tx, ty);
+}
