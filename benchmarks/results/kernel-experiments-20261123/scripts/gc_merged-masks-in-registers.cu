@@ -1,0 +1,357 @@
+// Sparse DNN Graph Challenge on merged columns (spartan_py/engines/gpu_merge.py): outputs
+// with identical weight columns are computed once, so a row's state after layer l is
+// Z_l (width_l floats) and Y_l[:, j] = Z_l[:, groups_l[j]]. Same layer semantics, live-row
+// compaction, counters and fused monitor as kernels/gc_layer.cu; compiled at run time by
+// CuPy and, in CI, by nvcc for sm_80 and sm_90.
+//
+// Layout
+//   csr_*       : the batch's input rows (n wide), read by the first launch only.
+//   y_dense     : null, or the input rows expanded (rows x n) when a tile of n-wide rows does
+//                 not fit shared memory; the first layer then gathers from it.
+//   y_in, y_out : live rows of Z, row stride `stride` floats (the widest layer, padded).
+//   per layer l (device pointers as 64-bit integers): w_idx (int32) / w_val (float32 or
+//                 null: uniform weight) [k * width_l + h]; sizes (int32 [width_l]: original
+//                 outputs in column h, 0 for padding); groups (int32 [n]: column of output j).
+//   widths[l]   : merged columns of layer l (a multiple of 32); the input of layer l is
+//                 width_{l-1} wide (n for l = 0) and followed by 32 zero columns that padding
+//                 steps read.
+//   counts, nnz_counts, tile_nnz, row_nnz, tile_layers: as in gc_layer.cu, in terms of the
+//                 original n-wide rows (non-zeros are weighted by group size).
+//   mask_ptrs[l]: null, or the monitor's masks (uint32 [levels][n / 32][width_l / 32]): bit h
+//                 of [v][c][w] set when column 32 w + h appears more than v times among the
+//                 original columns of tile c; mask_levels[l] = levels. Given only when a
+//                 tile's R x n / 32 one-byte counts fit the stage. Without masks a tile's
+//                 count looks its 32 columns' groups up.
+//   stage_words : shared memory (4-byte words) for staging a layer's indices and weights.
+//
+// Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
+// thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
+// items are 32 columns of one row, whose reads are bank-conflict-free by the plan's order.
+
+#ifndef GM_THREADS
+#define GM_THREADS 256
+#endif
+#define GM_PAD 32
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define GM_MIN_BLOCKS 3  // 64 registers spill a few bytes on sm_80
+#else
+#define GM_MIN_BLOCKS 4
+#endif
+
+template <bool FROM_GLOBAL>
+__device__ __forceinline__ float gm_source(const float* __restrict__ src, int src_stride, int r, int i, int width_in, bool row_valid) {
+    if (FROM_GLOBAL) return (row_valid && i < width_in) ? __ldg(src + (size_t)r * src_stride + i) : 0.0f;
+    return src[r * src_stride + i];
+}
+
+// One layer: dst (R x stride) <- layer(src); adds each row's weighted non-zeros to row_count.
+// A thread runs ILP items at once (independent sums hide the load latencies).
+#define GM_ILP 4
+template <int R, bool FROM_GLOBAL>
+__device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
+                                         float* __restrict__ dst, int dst_stride, int width,
+                                         const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
+                                         int k, const int* __restrict__ sizes, float bias, float clamp, int* row_count,
+                                         unsigned* nz_mask, int mask_words) {
+    const int items = R * width;
+    for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
+        int r[GM_ILP], h[GM_ILP];
+        float acc[GM_ILP];
+#pragma unroll
+        for (int j = 0; j < GM_ILP; ++j) {
+            const int item = min(base + j * GM_THREADS, items - 1);  // past the end: recompute the last item, unused
+            r[j] = item / width;
+            h[j] = item - r[j] * width;
+            acc[j] = 0.0f;
+        }
+#pragma unroll 1
+        for (int s = 0; s < k; ++s) {
+#pragma unroll
+            for (int j = 0; j < GM_ILP; ++j) {
+                const int i = w_idx[s * width + h[j]];  // shared (staged) or global memory
+                const float w = w_val ? w_val[s * width + h[j]] : w_uniform;
+                acc[j] = fmaf(w, gm_source<FROM_GLOBAL>(src, src_stride, r[j], i, width_in, r[j] < valid_rows), acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < GM_ILP; ++j) {
+            if (base + j * GM_THREADS < items) {  // uniform across the warp (items and threads are multiples of 32)
+                const float y = (acc[j] != 0.0f) ? fminf(fmaxf(acc[j] + bias, 0.0f), clamp) : 0.0f;
+                dst[r[j] * dst_stride + h[j]] = y;
+                // a warp's items are 32 columns of one row (width is a multiple of 32)
+                const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? __ldg(sizes + h[j]) : 0);
+                const unsigned nonzero = __ballot_sync(0xffffffffu, y != 0.0f);  // for the monitor's masks
+                if ((threadIdx.x & 31) == 0) {
+                    if (lit) atomicAdd(&row_count[r[j]], lit);
+                    nz_mask[r[j] * mask_words + (h[j] >> 5)] = nonzero;
+                }
+            }
+        }
+    }
+    // the next layer's padding steps read columns width .. width + 31: keep them zero
+    for (int e = threadIdx.x; e < R * GM_PAD; e += GM_THREADS) dst[(e / GM_PAD) * dst_stride + width + (e % GM_PAD)] = 0.0f;
+}
+
+// Copy layer l's indices (then weights) into `stage` if they fit its `words`; returns
+// whether they were staged. Called by every thread; the caller synchronizes.
+__device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int words, const int* __restrict__ w_idx,
+                                               const float* __restrict__ w_val, int count) {
+    const int need = w_val ? 2 * count : count;
+    if (need > words) return false;
+    for (int e = threadIdx.x; e < count; e += GM_THREADS) stage[e] = __ldg(w_idx + e);
+    if (w_val)
+        for (int e = threadIdx.x; e < count; e += GM_THREADS) stage[count + e] = __float_as_int(__ldg(w_val + e));
+    return true;
+}
+
+// The monitor's counts of rows first_row, first_row + row_step, ... (< rows) into dst[r *
+// tiles + c], from their non-zero merged columns (bits, MW words per row) and the masks (see
+// the header): count of 32-column tile c = sum over levels and words of popc(bits & the
+// groups that appear in c at least level + 1 times). A lane per tile, the row's bits a
+// broadcast read. With one tile per lane and levels x words <= GM_MASK_REGS, a lane loads
+// its masks once, all at once, into registers (they do not depend on the row); otherwise
+// it reads them (through L1) for every row, one after another.
+#define GM_MASK_REGS 8
+__device__ __forceinline__ void gm_tile_counts(const unsigned* __restrict__ nz_mask, int MW, const unsigned* __restrict__ masks,
+                                               int levels, int words, int tiles, int rows, int first_row, int row_step,
+                                               unsigned char* __restrict__ dst) {
+    const int lane = threadIdx.x & 31;
+    const int used = levels * words;
+    if (tiles <= 32 && used <= GM_MASK_REGS) {
+        unsigned m[GM_MASK_REGS];
+        int level = 0, w = 0;
+#pragma unroll
+        for (int i = 0; i < GM_MASK_REGS; ++i) {  // i = level * words + w
+            m[i] = (i < used && lane < tiles) ? __ldg(masks + ((size_t)level * tiles + lane) * words + w) : 0u;
+            if (++w == words) { w = 0; ++level; }
+        }
+        for (int r = first_row; r < rows; r += row_step) {
+            int lit = 0;
+            w = 0;
+#pragma unroll
+            for (int i = 0; i < GM_MASK_REGS; ++i) {
+                if (i < used) lit += __popc(nz_mask[r * MW + w] & m[i]);
+                if (++w == words) w = 0;
+            }
+            if (lane < tiles) dst[r * tiles + lane] = (unsigned char)lit;
+        }
+        return;
+    }
+    for (int r = first_row; r < rows; r += row_step)
+        for (int c = lane; c < tiles; c += 32) {
+            int lit = 0;
+            for (int level = 0; level < levels; ++level)
+                for (int w = 0; w < words; ++w) lit += __popc(nz_mask[r * MW + w] & __ldg(masks + ((size_t)level * tiles + c) * words + w));
+            dst[r * tiles + c] = (unsigned char)lit;
+        }
+}
+
+template <int R>
+__global__ void __launch_bounds__(GM_THREADS, GM_MIN_BLOCKS)
+gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
+          const float* __restrict__ y_dense, const float* __restrict__ y_in, const int* __restrict__ ids_in,
+          float* __restrict__ y_out, int* __restrict__ ids_out,
+          const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
+          const float* __restrict__ w_uniforms, const int* __restrict__ ks, const int* __restrict__ widths,
+          const unsigned long long* __restrict__ size_ptrs, const unsigned long long* __restrict__ group_ptrs,
+          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
+          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+          const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
+          int n, int stride, int stage_words, float bias, float clamp) {
+    extern __shared__ float smem[];
+    const bool first_launch = layer == 0;
+    const bool tile_input = first_launch && !y_dense;  // n-wide input rows in shared memory
+    const int S = stride + GM_PAD;                     // row stride of the two Z buffers
+    float* input_tile = smem;                          // R x (n + 32), first launch only
+    float* const buffers = smem + (tile_input ? R * (n + GM_PAD) : 0);  // two of R x S
+    // a layer's indices (and weights) staged here when they fit: every tile reads them K times
+    int* const stage = reinterpret_cast<int*>(buffers + 2 * R * S);
+    // each row's non-zero merged columns as bits (R x MW words), written by every layer
+    const int MW = stride / 32;
+    unsigned* const nz_mask = reinterpret_cast<unsigned*>(stage + stage_words);
+    __shared__ int s_row_count[R];
+    __shared__ int s_final_count[R];
+    __shared__ int s_rank[R];
+    __shared__ int s_base;
+    __shared__ int s_any;
+
+    const int rows = counts[layer];
+    const int n_tiles = (rows + R - 1) / R;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int last = layer + layer_count - 1;
+
+    // with masks for the launch's last layer, warps 1.. work out the monitor's counts while
+    // warp 0 counts that layer's rows (the host gives masks only when R x n / 32 bytes of
+    // counts fit the stage, free by then)
+    const unsigned* const masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
+    const bool counts_in_stage = tile_nnz && masks;
+
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const int first = t * R;
+        const int valid_rows = min(R, rows - first);
+        if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
+        bool staged = gm_stage_layer(stage, stage_words, reinterpret_cast<const int*>(w_idx_ptrs[layer]),
+                                     reinterpret_cast<const float*>(w_val_ptrs[layer]), ks[layer] * widths[layer]);
+        // 1. load the tile; rows past the end are zero
+        if (tile_input) {
+            for (int e = threadIdx.x; e < R * (n + GM_PAD); e += GM_THREADS) input_tile[e] = 0.0f;
+            __syncthreads();
+            for (int r = warp; r < valid_rows; r += GM_THREADS / 32)
+                for (int e = csr_ptr[first + r] + lane; e < csr_ptr[first + r + 1]; e += 32)
+                    input_tile[r * (n + GM_PAD) + csr_idx[e]] = csr_val[e];
+        } else if (!first_launch) {
+            const int width_in = widths[layer - 1];
+            for (int e = threadIdx.x; e < R * S; e += GM_THREADS) {
+                const int r = e / S, c = e - r * S;
+                buffers[e] = (r < valid_rows && c < width_in) ? __ldg(y_in + (size_t)(first + r) * stride + c) : 0.0f;
+            }
+        }
+        __syncthreads();
+
+        // 2. the launch's layers, ping-ponging between the two buffers
+        int cur = -1;  // buffer holding the current input; -1: the input tile or y_dense
+        if (!first_launch) cur = 0;
+        for (int l = layer; l <= last; ++l) {
+            const int width = widths[l];
+            const int k = ks[l];
+            const int* w_idx = reinterpret_cast<const int*>(w_idx_ptrs[l]);
+            const float* w_val = reinterpret_cast<const float*>(w_val_ptrs[l]);
+            if (staged) {
+                if (w_val) w_val = reinterpret_cast<const float*>(stage + k * width);
+                w_idx = stage;
+            }
+            const int* sizes = reinterpret_cast<const int*>(size_ptrs[l]);
+            const int out = cur == 0 ? 1 : 0;
+            if (cur >= 0)
+                gm_layer<R, false>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
+                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
+            else if (tile_input)
+                gm_layer<R, false>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
+                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
+            else
+                gm_layer<R, true>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val,
+                                  w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
+            cur = out;
+            __syncthreads();
+
+            // per-layer counts; at the launch's last layer the count also allocates positions
+            if (warp == 0) {
+                const int row_count = lane < R ? s_row_count[lane] : 0;
+                const bool live = lane < valid_rows && row_count > 0;
+                const unsigned mask = __ballot_sync(0xffffffffu, live);
+                if (l == last && lane < R) {
+                    s_rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+                    s_final_count[lane] = row_count;
+                }
+                const int tile_sum = __reduce_add_sync(0xffffffffu, live ? row_count : 0);
+                if (lane < R) s_row_count[lane] = 0;
+                if (lane == 0) {
+                    const int n_live = __popc(mask);
+                    if (l == last) s_base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
+                    else if (n_live) atomicAdd(&counts[l + 1], n_live);  // result unused: no wait
+                    if (tile_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_sum);
+                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
+                    s_any = n_live;
+                }
+            }
+            // meanwhile the other warps stage the next layer (the stage is no longer read), or,
+            // after the launch's last layer, work out the monitor's counts into the stage
+            if (l < last)
+                staged = gm_stage_layer(stage, stage_words, reinterpret_cast<const int*>(w_idx_ptrs[l + 1]),
+                                        reinterpret_cast<const float*>(w_val_ptrs[l + 1]), ks[l + 1] * widths[l + 1]);
+            else if (counts_in_stage && warp > 0)
+                gm_tile_counts(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32,
+                               valid_rows, warp - 1, GM_THREADS / 32 - 1, reinterpret_cast<unsigned char*>(stage));
+            __syncthreads();
+            if (!s_any) break;  // every row of the tile is dead: later layers add nothing
+        }
+        if (!s_any) continue;  // (uniform across the block)
+
+        // 3. copy the live rows out, with their ids and (monitor) per-32-column counts of Y
+        const int width = widths[last];
+        const float* z = buffers + cur * R * S;
+        for (int e = threadIdx.x; e < R * (width / 4); e += GM_THREADS) {
+            const int r = e / (width / 4), c = e - r * (width / 4);
+            if (s_rank[r] < 0) continue;
+            const size_t dst_row = (size_t)s_base + s_rank[r];
+            reinterpret_cast<float4*>(y_out + dst_row * stride)[c] = reinterpret_cast<const float4*>(z + r * S)[c];
+        }
+        if (threadIdx.x < valid_rows && s_rank[threadIdx.x] >= 0) {
+            const size_t dst_row = (size_t)s_base + s_rank[threadIdx.x];
+            ids_out[dst_row] = first_launch ? first + threadIdx.x : ids_in[first + threadIdx.x];
+            if (row_nnz) row_nnz[dst_row] = s_final_count[threadIdx.x];
+        }
+        if (counts_in_stage) {  // worked out during the last layer's count: copy them out
+            const int tiles = n / 32;
+            const unsigned char* tile_counts = reinterpret_cast<const unsigned char*>(stage);
+            for (int r = warp; r < R; r += GM_THREADS / 32) {
+                if (s_rank[r] < 0) continue;  // (uniform across the warp)
+                unsigned char* out = tile_nnz + ((size_t)s_base + s_rank[r]) * tiles;
+                for (int c = lane; c < tiles; c += 32) out[c] = tile_counts[r * tiles + c];
+            }
+        } else if (tile_nnz) {  // a warp per (row, 32-column tile): lane j looks up column j's group
+            const int* groups = reinterpret_cast<const int*>(group_ptrs[last]);
+            if (n <= stage_words) {  // the stage is free now: the groups go there
+                for (int e = threadIdx.x; e < n; e += GM_THREADS) stage[e] = __ldg(groups + e);
+                groups = stage;
+            }
+            __syncthreads();
+            const int tiles = n / 32;
+            constexpr int WARPS = GM_THREADS / 32;
+            for (int e0 = warp; e0 < R * tiles; e0 += 4 * WARPS) {
+                int g[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {  // four independent lookups in flight
+                    const int e = min(e0 + j * WARPS, R * tiles - 1);
+                    g[j] = groups[(e % tiles) * 32 + lane];
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int e = e0 + j * WARPS;
+                    const int r = e / tiles, c = e - r * tiles;
+                    if (e < R * tiles && s_rank[r] >= 0) {  // (uniform across the warp)
+                        const unsigned lit = __ballot_sync(0xffffffffu, z[r * S + g[j]] != 0.0f);
+                        if (lane == 0) tile_nnz[((size_t)s_base + s_rank[r]) * tiles + c] = (unsigned char)__popc(lit);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the buffers are reused by the next tile
+    }
+}
+
+// The input rows expanded to dense (rows x n, zeroed beforehand), for networks too wide for
+// an n-wide tile in shared memory. A warp per row.
+extern "C" __global__ void gm_scatter_rows(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx,
+                                           const float* __restrict__ csr_val, int rows, int n, float* __restrict__ dense) {
+    const int lane = threadIdx.x & 31;
+    for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < rows; row += (gridDim.x * blockDim.x) >> 5)
+        for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) dense[(size_t)row * n + csr_idx[e]] = csr_val[e];
+}
+
+// The final live rows back to n-wide: y[r, j] = z[r, groups[j]], for the *count rows.
+extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int stride, const int* __restrict__ groups, int n,
+                                          const int* __restrict__ count, float* __restrict__ y) {
+    const size_t total = (size_t)count[0] * n;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / n;
+        y[e] = z[r * stride + __ldg(groups + (e - r * n))];
+    }
+}
+
+#ifndef GM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
+#define GC_MERGED_INSTANCE(R)                                                                                          \
+    template __global__ void gc_merged<R>(const int*, const int*, const float*, const float*, const float*, const int*, \
+                                          float*, int*, const unsigned long long*, const unsigned long long*,        \
+                                          const float*, const int*, const int*, const unsigned long long*,           \
+                                          const unsigned long long*, int*, unsigned long long*, int, int,            \
+                                          unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
+                                          float, float);
+GC_MERGED_INSTANCE(1)
+GC_MERGED_INSTANCE(2)
+GC_MERGED_INSTANCE(4)
+GC_MERGED_INSTANCE(8)
+GC_MERGED_INSTANCE(16)
+GC_MERGED_INSTANCE(32)
+#endif
