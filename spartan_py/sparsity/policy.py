@@ -142,8 +142,8 @@ class KernelPolicy:
     must equal it or divide it). ``margin``: how much faster a sparse kernel must be
     predicted to be chosen over ``dense``. The default, 0.2, covers the model's measured
     errors on the conv shapes of ``benchmarks/spartan_machinery.py`` (cuBLAS predicted up to
-    19% slow, the tile GEMM with its list up to 10% fast): a sparse pick is then never more
-    than 5% slower than cuBLAS there (``benchmarks/NOTES.md``)."""
+    19% slow, the tile GEMM with its list up to 10% fast): while the errors stay within
+    those, a sparse pick is at most 5% slower than cuBLAS (``benchmarks/NOTES.md``)."""
 
     def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
                  tile=DEFAULT_GEMM_TILE, margin: float = 0.2):
