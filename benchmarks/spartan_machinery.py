@@ -46,7 +46,7 @@ from spartan_py.trace import to_frame, write_trace  # noqa: E402
 CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 16), ("vgg16/conv5_2", 64),
               ("resnet18/conv2_x", 64), ("resnet18/conv4_x", 64), ("resnet18/conv5_x", 128))  # fmt: skip
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
-GEMM_TILE = (128, 32)
+GEMM_TILE = (64, 32)  # DEFAULT_GEMM_TILE, the policy's tile
 SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
 
 

@@ -67,6 +67,12 @@ struct F32Step {
     }
 };
 
+// Blocks per SM an FP32 instance is built for (its launch bounds cap the registers to fit
+// them): 2 for 128 x 128 (128 registers a thread: the 8 x 8 patch and the pipeline), 3 for
+// the smaller ones (without the bound the balanced 64 x 128 takes 178 registers and fits 2
+// blocks of 4 warps). Mirrored by f32_blocks_per_sm in spartan_py/sparsity/gpu_kernels.py.
+constexpr int f32_min_blocks(int bm, int bn) { return bm * bn >= 128 * 128 ? 2 : 3; }
+
 template <int BM, int BN, int BK>
 __device__ __forceinline__ void f32_multiply(const float (*As)[BM], const float (*Ws)[BN], float (&acc)[8][8], int tx, int ty) {
 #pragma unroll
@@ -104,7 +110,7 @@ __device__ __forceinline__ void f32_write_patch(float* __restrict__ C, const flo
 }
 
 template <int BM, int BN, int BK>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32(
     const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
     const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
     __shared__ __align__(16) float As[2][BK][BM];
@@ -116,19 +122,26 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
     const int first = row_ptr[rb];
     const int sub_steps = TK / BK;
     const int steps = (row_ptr[rb + 1] - first) * sub_steps;
-    auto k_of = [&](int s) { return k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * BK; };
+    // the next step's k: its tile in the list and the step within that tile (no division per step)
+    const int* tile_at = k_tiles + first;
+    int k_sub = 0;
+    auto k_next = [&]() {
+        const int k0 = *tile_at * TK + k_sub * BK;
+        if (++k_sub == sub_steps) { k_sub = 0; ++tile_at; }
+        return k0;
+    };
 
     float acc[8][8];
     f32_clear(acc);
     F32Step<BM, BN, BK> next;
     if (steps > 0) {
-        next.load(A, W, M, N, K, m0, n0, k_of(0), Ws[0], tid);
+        next.load(A, W, M, N, K, m0, n0, k_next(), Ws[0], tid);
         next.store(As[0], tid);
         __syncthreads();
     }
     for (int s = 0; s < steps; ++s) {
         const int buf = s & 1;
-        if (s + 1 < steps) next.load(A, W, M, N, K, m0, n0, k_of(s + 1), Ws[buf ^ 1], tid);
+        if (s + 1 < steps) next.load(A, W, M, N, K, m0, n0, k_next(), Ws[buf ^ 1], tid);
         f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
         if (s + 1 < steps) next.store(As[buf ^ 1], tid);
         __syncthreads();
@@ -147,7 +160,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32(
 // because every block is resident (the host caps P at the occupancy) and a block writes its
 // partial before it waits for anyone. Row blocks without tiles are written as zeros.
 struct StepCursor {  // where a step lies: row block, column block, step within the output
-    int rb, cb, s;     // (the row block's tiles are re-read from row_ptr, which L1 holds, to spare registers)
+    int rb, cb, s;
 };
 
 __device__ __forceinline__ StepCursor locate_step(int i, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
@@ -161,14 +174,6 @@ __device__ __forceinline__ StepCursor locate_step(int i, const int* __restrict__
     return StepCursor{lo, local / steps, local % steps};
 }
 
-__device__ __forceinline__ void next_step(StepCursor& c, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
-    if (++c.s < (row_ptr[c.rb + 1] - row_ptr[c.rb]) * sub) return;
-    c.s = 0;
-    if (++c.cb < ncb) return;
-    c.cb = 0;
-    do { ++c.rb; } while (c.rb < row_blocks && row_ptr[c.rb + 1] == row_ptr[c.rb]);
-}
-
 __device__ __forceinline__ int load_acquire(const int* p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -180,7 +185,7 @@ __device__ __forceinline__ void store_release(int* p, int v) {
 }
 
 template <int BM, int BN, int BK>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced(
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_balanced(
     const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
     const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
     float* __restrict__ partial, int* __restrict__ flags) {
@@ -210,29 +215,58 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced
     const int begin = start_of(me), end = start_of(me + 1);
     if (begin >= end) return;
 
-    StepCursor at = locate_step(begin, row_ptr, row_blocks, sub, ncb);  // the step loaded last
-    auto k_of = [&](const StepCursor& c) { return k_tiles[row_ptr[c.rb] + c.s / sub] * TK + (c.s % sub) * BK; };
-    bool from_start = at.s == 0;  // does the current segment include its output's first step?
+    // Two cursors walk the block's steps: the step loaded next (ld_*) and the output being
+    // computed. Either moves to the next output only at an output's end, so a step costs
+    // about what it costs in tile_gemm_f32. What is needed only at an output's end (which
+    // output, whether this segment holds its first step, the split) waits in shared memory:
+    // in registers it made the 128 x 128 instance spill inside the loop.
+    const StepCursor at = locate_step(begin, row_ptr, row_blocks, sub, ncb);
+    __shared__ int out_at[3];  // row block, column block, does the segment include its first step
+    __shared__ int split[2];   // total, P
+    int ld_rb = at.rb, ld_cb = at.cb, ld_sub = at.s % sub;
+    int ld_tile = row_ptr[at.rb] + at.s / sub;                         // index in k_tiles
+    int ld_left = (row_ptr[at.rb + 1] - row_ptr[at.rb]) * sub - at.s;  // steps of its output from the load cursor on
+    int out_left = ld_left;                                             // the same for the output being computed
+    if (tid == 0) {
+        out_at[0] = at.rb;
+        out_at[1] = at.cb;
+        out_at[2] = at.s == 0;
+        split[0] = total;
+        split[1] = P;
+    }
+    auto next_output = [&](int& rb, int& cb) {  // the output after (rb, cb) with tiles; rb == row_blocks past the last
+        if (++cb < ncb) return;
+        cb = 0;
+        do { ++rb; } while (rb < row_blocks && row_ptr[rb + 1] == row_ptr[rb]);
+    };
     float acc[8][8];
     f32_clear(acc);
     F32Step<BM, BN, BK> next;
+    auto load_next = [&](float (*Ws)[BN]) {
+        next.load(A, W, M, N, K, ld_rb * BM, ld_cb * BN, k_tiles[ld_tile] * TK + ld_sub * BK, Ws, tid);
+        if (++ld_sub == sub) { ld_sub = 0; ++ld_tile; }
+        if (--ld_left == 0) {
+            next_output(ld_rb, ld_cb);
+            if (ld_rb < row_blocks) {
+                const int f = row_ptr[ld_rb];
+                ld_tile = f;
+                ld_left = (row_ptr[ld_rb + 1] - f) * sub;
+            }
+        }
+    };
     // counting steps down (fewer live registers); the step with r to go uses buffer r & 1
-    next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[(end - begin) & 1], tid);
+    load_next(Ws[(end - begin) & 1]);
     next.store(As[(end - begin) & 1], tid);
     __syncthreads();
     for (int r = end - begin; r > 0; --r) {
         const int buf = r & 1;
-        const int rb = at.rb, cb = at.cb, left = (row_ptr[rb + 1] - row_ptr[rb]) * sub - at.s;  // this step's output, its steps from here on
         const bool more = r > 1;
-        if (more) {
-            next_step(at, row_ptr, row_blocks, sub, ncb);
-            next.load(A, W, M, N, K, at.rb * BM, at.cb * BN, k_of(at), Ws[buf ^ 1], tid);
-        }
+        if (more) load_next(Ws[buf ^ 1]);
         f32_multiply<BM, BN, BK>(As[buf], Ws[buf], acc, tx, ty);
         if (more) next.store(As[buf ^ 1], tid);
         __syncthreads();
-        if (left > 1 && more) continue;
-        if (!from_start) {  // only a block's first segment can miss its output's start
+        if (--out_left > 0 && more) continue;
+        if (!out_at[2]) {  // only a block's first segment can miss its output's start
             float4* slot = reinterpret_cast<float4*>(partial) + (size_t)me * PATCH4 * THREADS;
 #pragma unroll
             for (int q = 0; q < PATCH4; ++q)
@@ -245,8 +279,10 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced
             }
         } else {
             // the blocks after this one that start inside the output hold the rest of it
-            const int output_end = start_of(me + 1) - r + left;  // (one past its last step)
-            for (int other = me + 1; left > 1 && other < P && start_of(other) < output_end; ++other) {
+            const int total_ = split[0], P_ = split[1];
+            auto start_at = [&](int b) { return (int)((long long)total_ * b / P_); };
+            const int output_end = start_at(me + 1) - r + 1 + out_left;  // (one past its last step)
+            for (int other = me + 1; out_left > 0 && other < P_ && start_at(other) < output_end; ++other) {
                 if (tid == 0) {
                     while (load_acquire(flags + other) == 0) __nanosleep(100);
                     flags[other] = 0;
@@ -263,10 +299,19 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2) tile_gemm_f32_balanced
                     row[3] += v.w;
                 }
             }
-            f32_write_patch<BM, BN>(C, acc, M, N, rb * BM, cb * BN, tx, ty);
+            f32_write_patch<BM, BN>(C, acc, M, N, out_at[0] * BM, out_at[1] * BN, tx, ty);
         }
+        if (!more) break;
         f32_clear(acc);
-        from_start = true;
+        int out_rb = out_at[0], out_cb = out_at[1];
+        next_output(out_rb, out_cb);
+        out_left = (row_ptr[out_rb + 1] - row_ptr[out_rb]) * sub;
+        __syncthreads();  // every thread has read out_at
+        if (tid == 0) {
+            out_at[0] = out_rb;
+            out_at[1] = out_cb;
+            out_at[2] = 1;
+        }
     }
 }
 

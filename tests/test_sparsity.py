@@ -9,6 +9,7 @@ import pytest
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity import (
+    DEFAULT_GEMM_TILE,
     KERNEL_CHOICES,
     KernelPolicy,
     LayerProfile,
@@ -17,6 +18,7 @@ from spartan_py.sparsity import (
     coarsen_counts,
     compact_rows,
     compact_tiles,
+    default_gemm_tile,
     dense_matmul,
     expand_rows,
     expand_tiles,
@@ -181,9 +183,10 @@ def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [(128, 32), (128, 64), (64, 16), (16, 32)])
+@pytest.mark.parametrize("tile", [(128, 32), (128, 64), (64, 32), (64, 16), (16, 32)])
 @pytest.mark.parametrize("tile_density", [0.0, 0.02, 0.3, 1.0])
-def test_balanced_schedule_writes_every_output_once(tile, tile_density):
+@pytest.mark.parametrize("n", [192, 256])  # three 64-wide blocks; two 128-wide ones
+def test_balanced_schedule_writes_every_output_once(tile, tile_density, n):
     """The stream-K kernel against the one-block-per-output kernel and float64: every output
     element written (the output starts as NaN), rows without tiles zero, shared outputs summed
     once, whatever the blocks' share of steps; its flags are left zero for the next launch."""
@@ -193,17 +196,43 @@ def test_balanced_schedule_writes_every_output_once(tile, tile_density):
     from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul
 
     a = sparse_matrix(m=1000, k=512, tile_density=tile_density, seed=3)  # 1000: a last row block in part
-    w = np.random.default_rng(4).standard_normal((512, 192)).astype(np.float32)  # 192: three 64-wide blocks
+    w = np.random.default_rng(4).standard_normal((512, n)).astype(np.float32)
     a_dev, w_dev = cupy.asarray(a), cupy.asarray(w)
     tiles = compact_tiles(a_dev, tile, pack=False).tiles
     reference = host(_gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", None, schedule="tiles"))
     for min_steps in (1, 4, 1000):
-        c = cupy.full((1000, 192), cupy.nan, dtype=cupy.float32)
+        c = cupy.full((1000, n), cupy.nan, dtype=cupy.float32)
         for _ in range(2):  # a second launch finds the flags as the first left them
             _gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", c, schedule="balanced", min_steps=min_steps)
             assert np.allclose(host(c), reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max()), min_steps
         assert matmul_error(c, a, w)["max_rel"] < 1e-5
     assert all(int(flags.sum()) == 0 for flags in _BALANCE_FLAGS.values())
+
+
+@pytest.mark.gpu
+def test_fp32_instances_fit_their_launch_bounds():
+    """Every FP32 instance fits at least the blocks per SM the policy assumes."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import F32_SHAPES, f32_block_threads, f32_blocks_per_sm, gemm_kernels
+
+    kernels = gemm_kernels(cupy.cuda.Device().id)
+    for schedule in ("fp32", "fp32-balanced"):
+        for bm, bn, bk in F32_SHAPES:
+            kernel = kernels[(schedule, bm, bn, bk)]
+            fit = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, f32_block_threads(bm, bn), 0)
+            assert fit >= f32_blocks_per_sm(bm, bn), (schedule, bm, bn, kernel.num_regs)
+
+
+def test_default_tile_follows_precision():
+    """FP32 takes 64-row tiles by default, TF32 its kernel's 128 rows, policy and GEMM alike."""
+    assert default_gemm_tile("fp32") == DEFAULT_GEMM_TILE == TileShape(64, 32)
+    assert default_gemm_tile("tf32") == TileShape(128, 32)
+    assert KernelPolicy().tile == DEFAULT_GEMM_TILE
+    assert KernelPolicy(precision="tf32").tile == TileShape(128, 32)
+    a = sparse_matrix(m=256, k=128, tile_density=0.3, seed=5)
+    w = np.random.default_rng(6).standard_normal((128, 64)).astype(np.float32)
+    assert np.allclose(tile_sparse_matmul(a, w), a @ w, rtol=1e-5, atol=1e-4)
 
 
 def test_schedules_are_checked(xp):
@@ -259,19 +288,20 @@ def _profile(counts: np.ndarray, tile, shape, row_nnz=None) -> LayerProfile:
 def test_policy_follows_the_model():
     policy = KernelPolicy("h100-sxm")
     m, k, n = 93312, 2400, 256
-    tiles = (m // 128) * (k // 32)
+    tile = (policy.tile.rows, policy.tile.cols)
+    tiles = (m // tile[0]) * (k // tile[1])
     sparse = policy.predict(m, k, n, nnz=m * k // 200, tiles_active=tiles // 100, live_rows=m)
     dense = policy.predict(m, k, n, nnz=m * k // 2, tiles_active=tiles, live_rows=m)
     assert all(np.isfinite(list(sparse.values()))) and set(sparse) == set(KERNEL_CHOICES)
     assert sparse["tile_sparse"] < 0.1 * sparse["dense"]
     assert dense["tile_sparse"] > 0.9 * dense["dense"]
-    full = _profile(np.full((2, 4), 128 * 32 // 2), (128, 32), (256, 128))
+    full = _profile(np.full((256 // tile[0], 128 // tile[1]), tile[0] * tile[1] // 2), tile, (256, 128))
     decision = policy.choose(full, 64)
     assert decision.kernel == "dense" and "h100-sxm" in decision.reason
     assert policy.choose(None, 64).kernel == "dense"
-    mostly_empty = np.zeros((m // 128, k // 32), np.int32)
+    mostly_empty = np.zeros((m // tile[0], k // tile[1]), np.int32)
     mostly_empty[::10, 0] = 100
-    chosen = policy.choose(_profile(mostly_empty, (128, 32), (m, k)), n)
+    chosen = policy.choose(_profile(mostly_empty, tile, (m, k)), n)
     assert chosen.kernel != "dense" and chosen.predicted_us[chosen.kernel] < 0.9 * chosen.predicted_us["dense"]
     assert chosen.summary()["tile_density"] == pytest.approx(mostly_empty.astype(bool).mean())
 

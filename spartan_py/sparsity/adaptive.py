@@ -7,7 +7,7 @@ Example::
     from spartan_py.sparsity.digits import load_digits, train_mlp
     data = load_digits()
     mlp = train_mlp(data, hidden=(128, 128), epochs=10)
-    run = run_mlp(mlp, data.x, policy=KernelPolicy(), monitor=SparsityMonitor(tile=(128, 32)))
+    run = run_mlp(mlp, data.x, policy=KernelPolicy(), monitor=SparsityMonitor(tile=(64, 32)))
     print([d.kernel for d in run.decisions], run.accuracy(data.y))
 """
 

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
-from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_BLOCKS_PER_SM, f32_block_threads
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, f32_block_threads, f32_blocks_per_sm
 from spartan_py.sparsity.tile_gemm import (
-    DEFAULT_GEMM_TILE,
     PRECISIONS,
+    default_gemm_tile,
     dense_matmul,
     fp32_block_width,
     fp32_schedule,
@@ -98,7 +98,7 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
                             executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
                             bytes_written=4 * m * n, blocks=blocks, block_rows=tile.rows,
                             block_threads=f32_block_threads(tile.rows, bn), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
-                            resident_blocks_per_sm=F32_BLOCKS_PER_SM if precision == "fp32" else 1,  # tf32: 162 registers a thread
+                            resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn) if precision == "fp32" else 1,  # tf32: 162 registers a thread
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
         live_blocks = -(-live_rows // 128) * -(-n // 128)
@@ -139,14 +139,14 @@ def _bucket(m: int, k: int, nnz: int, tiles_active: int, live_rows: int, tile: T
 class KernelPolicy:
     """Chooses among ``kernels`` by the cost model of ``machine`` (a ``sim/`` name, with an
     optional ``+variant``). ``tile``: the tile of the tile-sparse GEMM (the monitor's tile
-    must equal it or divide it). ``margin``: how much faster a sparse kernel must be
+    must equal it or divide it; None: :func:`default_gemm_tile` of ``precision``). ``margin``: how much faster a sparse kernel must be
     predicted to be chosen over ``dense``. The default, 0.2, covers the model's measured
     errors on the conv shapes of ``benchmarks/spartan_machinery.py`` (cuBLAS predicted up to
     19% slow, the tile GEMM with its list up to 10% fast): while the errors stay within
     those, a sparse pick is at most 5% slower than cuBLAS (``benchmarks/NOTES.md``)."""
 
     def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
-                 tile=DEFAULT_GEMM_TILE, margin: float = 0.2):
+                 tile=None, margin: float = 0.2):
         from spartan_py.costmodel.simulate import resolve_machine
 
         if precision not in PRECISIONS:
@@ -160,11 +160,14 @@ class KernelPolicy:
             raise InputError(f"margin must be in [0, 1), got {margin}")
         self.machine, self.variant = resolve_machine(machine)
         self.machine_name = machine
-        self.resident_blocks = F32_BLOCKS_PER_SM * self.machine.specs.sm_count
         self.precision = precision
         self.kernels = tuple(kernels)
-        self.tile = TileShape.of(tile)
+        self.tile = default_gemm_tile(precision) if tile is None else TileShape.of(tile)
         self.margin = margin
+
+    def resident_blocks(self, n: int) -> int:
+        """FP32 tile-GEMM blocks the machine holds at once for ``n`` output columns."""
+        return f32_blocks_per_sm(self.tile.rows, fp32_block_width(n)) * self.machine.specs.sm_count
 
     def predict(self, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int) -> dict[str, float]:
         """Predicted microseconds of every candidate kernel (NaN where the model cannot say)."""
@@ -173,7 +176,7 @@ class KernelPolicy:
         out = {}
         for kernel in self.kernels:
             records = candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows,
-                                        tile=self.tile, precision=self.precision, resident_blocks=self.resident_blocks)  # fmt: skip
+                                        tile=self.tile, precision=self.precision, resident_blocks=self.resident_blocks(n))  # fmt: skip
             predicted = predict(to_frame(records), self.machine, self.variant)["predicted_us"]
             out[kernel] = float(predicted.sum()) if predicted.notna().all() else float("nan")
         return out

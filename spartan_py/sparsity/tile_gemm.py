@@ -55,8 +55,18 @@ def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int) -> str
     return "balanced" if row_blocks * col_blocks < BALANCED_BELOW_WAVES * resident_blocks else "tiles"
 
 
-#: The tile a GEMM uses when none is given: the FP32 kernel's 128-row block, 32 columns.
-DEFAULT_GEMM_TILE = TileShape(128, 32)
+#: The FP32 tile GEMM's tile when none is given: 64-row blocks, 32 columns. On an H100 the
+#: 64-row instances beat the 128-row ones at nearly every conv-shape point of density <= 0.5
+#: (more blocks for the same work: shorter tails, stream-K over finer steps) and ran within
+#: 4% of them at the others (``benchmarks/results/kernel-experiments-20261123b/``).
+DEFAULT_GEMM_TILE = TileShape(64, 32)
+#: The TF32 kernel's tile when none is given (its block is 128 rows).
+DEFAULT_TF32_GEMM_TILE = TileShape(128, 32)
+
+
+def default_gemm_tile(precision: str = "fp32") -> TileShape:
+    """The tile the tile GEMM of ``precision`` uses when none is given."""
+    return DEFAULT_TF32_GEMM_TILE if precision == "tf32" else DEFAULT_GEMM_TILE
 
 
 def fp32_block_width(n: int) -> int:
@@ -90,7 +100,7 @@ def _check_operands(a, w, precision: str):
 def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = "fp32", schedule: str | None = None,
                        out=None):
     """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
-    at :data:`DEFAULT_GEMM_TILE` when None); ``A`` must be zero outside them. ``schedule``:
+    at :func:`default_gemm_tile` when None); ``A`` must be zero outside them. ``schedule``:
     one of :data:`SCHEDULES` (None: :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for
     ``tf32``)."""
     a, w = _check_operands(a, w, precision)
@@ -99,7 +109,8 @@ def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = 
         from spartan_py.sparsity.compaction import tile_list
         from spartan_py.sparsity.tiles import tile_counts
 
-        tiles = tile_list(tile_counts(a, DEFAULT_GEMM_TILE), a.shape, DEFAULT_GEMM_TILE)
+        tile = default_gemm_tile(precision)
+        tiles = tile_list(tile_counts(a, tile), a.shape, tile)
     if tuple(tiles.shape) != tuple(a.shape):
         raise InputError(f"the tile list describes a {tiles.shape} matrix, but A is {tuple(a.shape)}")
     if is_gpu_array(a) != is_gpu_array(tiles.coords):
