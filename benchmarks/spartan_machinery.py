@@ -23,8 +23,10 @@ from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved  # noqa
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.sparsity import (  # noqa: E402
+    DEFAULT_TF32_GEMM_TILE,
     KernelPolicy,
     SparsityMonitor,
+    coarsen_counts,
     compact_rows,
     compact_tiles,
     dense_matmul,
@@ -228,6 +230,8 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
             a, profile = monitor.epilogue(pre, out=pre)
             tiles = tile_list(profile.tile_nnz, a.shape, tile)
+            tf32_counts = coarsen_counts(profile.tile_nnz, profile.tile, DEFAULT_TF32_GEMM_TILE)  # its kernel's 128 rows
+            tf32_tiles = tile_list(tf32_counts, a.shape, DEFAULT_TF32_GEMM_TILE)
             ref = dense_matmul(a, w)
             tile_sparse_matmul(a, w, tiles, out=c)
             assert float(cp.abs(c - ref).max()) <= 1e-4 * float(cp.abs(ref).max()) + 1e-6, (label, density)
@@ -245,7 +249,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
                 "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
                 "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
                 "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
-                "tile_tf32": lambda i: tile_sparse_matmul(a, w, tiles, precision="tf32", out=c),
+                "tile_tf32": lambda i: tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c),
                 "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
             }, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=1 << 30)  # fmt: skip
             us = {name: float(np.median(v)) for name, v in t.items()}
@@ -263,6 +267,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
                    "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
                    "floor_us": gemm_floor_us(m, k, n, profile.tile_density, bandwidth, peak_flops),
                    "cublas_tf32_us": us["cublas_tf32"], "tile_tf32_us": us["tile_tf32"],
+                   "tile_density_tf32": tf32_tiles.tile_density,
                    "speedup_tf32": ratio("cublas_tf32", "tile_tf32"),
                    "adaptive_kernel": decision.kernel, "adaptive_us": us["adaptive"],
                    "adaptive_vs_cublas": ratio("adaptive", "cublas_fp32"),
@@ -273,7 +278,8 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
             records += [replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
                         replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]
-            tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **common)[1]
+            tf32_common = common | dict(tiles_active=int((tf32_counts > 0).sum()), tile=DEFAULT_TF32_GEMM_TILE)
+            tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **tf32_common)[1]
             records.append(replace(tf32_rec, measured_us=us["tile_tf32"], run=f"{label}/{density}"))
             if density in (0.01, 0.1, 0.3, 1.0):
                 row |= _other_candidates(cp, timer, a, w, c, profile, label, density, common, records)
