@@ -56,9 +56,10 @@ def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int) -> str
 
 
 #: The FP32 tile GEMM's tile when none is given: 64-row blocks, 32 columns. On an H100 the
-#: 64-row instances beat the 128-row ones at nearly every conv-shape point of density <= 0.5
-#: (more blocks for the same work: shorter tails, stream-K over finer steps) and ran within
-#: 4% of them at the others (``benchmarks/results/kernel-experiments-20261123b/``).
+#: 64-row instances beat the 128-row ones at 23 of 24 conv-shape points of tile density
+#: 0.05-0.3 (more blocks for the same work: shorter tails) and ran within 5% of them on
+#: ResNet-18 conv2_x, whose 64 columns make small blocks
+#: (``benchmarks/results/kernel-experiments-20261123b/``).
 DEFAULT_GEMM_TILE = TileShape(64, 32)
 #: The TF32 kernel's tile when none is given (its block is 128 rows).
 DEFAULT_TF32_GEMM_TILE = TileShape(128, 32)
