@@ -13,6 +13,7 @@ EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
+EPILOGUE_ROWS = EPILOGUE_COLS = 128
 
 
 def f32_blocks_per_sm(rows: int, cols: int) -> int:
@@ -20,8 +21,6 @@ def f32_blocks_per_sm(rows: int, cols: int) -> int:
     launch bounds, ``f32_min_blocks`` in ``kernels/tile_gemm.cu``): 2 for 128 x 128, whose
     threads then have 128 registers, 3 for the smaller ones. Registers may let more fit."""
     return 2 if rows * cols >= 128 * 128 else 3
-
-EPILOGUE_ROWS = EPILOGUE_COLS = 128
 
 
 def epilogue_grid(m: int, n: int) -> tuple[int, int]:

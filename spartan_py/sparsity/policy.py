@@ -139,8 +139,8 @@ def _bucket(m: int, k: int, nnz: int, tiles_active: int, live_rows: int, tile: T
 class KernelPolicy:
     """Chooses among ``kernels`` by the cost model of ``machine`` (a ``sim/`` name, with an
     optional ``+variant``). ``tile``: the tile of the tile-sparse GEMM (the monitor's tile
-    must equal it or divide it; None: :func:`default_gemm_tile` of ``precision``). ``margin``: how much faster a sparse kernel must be
-    predicted to be chosen over ``dense``. The default, 0.2, covers the model's measured
+    must equal it or divide it; None: :func:`default_gemm_tile` of ``precision``).
+    ``margin``: how much faster a sparse kernel must be predicted to be chosen over ``dense``. The default, 0.2, covers the model's measured
     errors on the conv shapes of ``benchmarks/spartan_machinery.py`` (cuBLAS predicted up to
     19% slow, the tile GEMM with its list up to 10% fast): while the errors stay within
     those, a sparse pick is at most 5% slower than cuBLAS (``benchmarks/NOTES.md``)."""
