@@ -278,7 +278,7 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
             records += [replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
                         replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]
-            tf32_common = common | dict(tiles_active=int((tf32_counts > 0).sum()), tile=DEFAULT_TF32_GEMM_TILE)
+            tf32_common = common | dict(tiles_active=tf32_tiles.count, tile=DEFAULT_TF32_GEMM_TILE)
             tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **tf32_common)[1]
             records.append(replace(tf32_rec, measured_us=us["tile_tf32"], run=f"{label}/{density}"))
             if density in (0.01, 0.1, 0.3, 1.0):

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log  # noqa: E402
-from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_counts, tile_list  # noqa: E402
+from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list  # noqa: E402
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width  # noqa: E402
 from spartan_py.sparsity.tiles import TileShape  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations  # noqa: E402
@@ -61,8 +61,10 @@ def main() -> int:
         for density in DENSITIES:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             a, profile = SparsityMonitor(tile=GEMM_TILE, timed=False).epilogue(pre, out=pre)
-            tiles_by_rows = {128: tile_list(profile.tile_nnz, a.shape, GEMM_TILE)}
-            tiles_by_rows[64] = tile_list(tile_counts(a, (64, 32)), a.shape, TileShape(64, 32))
+            tiles_by_rows = {}
+            for rows in (128, 64):  # the monitor's counts at GEMM_TILE, coarsened to each block height
+                tile = TileShape(rows, GEMM_TILE[1])
+                tiles_by_rows[rows] = tile_list(coarsen_counts(profile.tile_nnz, profile.tile, tile), a.shape, tile)
             reference = dense_matmul(a, w)
             cases = variants(a, w, c, tiles_by_rows)
             for name, work in cases.items():  # each variant once against cuBLAS before timing

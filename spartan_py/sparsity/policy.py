@@ -140,10 +140,11 @@ class KernelPolicy:
     """Chooses among ``kernels`` by the cost model of ``machine`` (a ``sim/`` name, with an
     optional ``+variant``). ``tile``: the tile of the tile-sparse GEMM (the monitor's tile
     must equal it or divide it; None: :func:`default_gemm_tile` of ``precision``).
-    ``margin``: how much faster a sparse kernel must be predicted to be chosen over ``dense``. The default, 0.2, covers the model's measured
-    errors on the conv shapes of ``benchmarks/spartan_machinery.py`` (cuBLAS predicted up to
-    19% slow, the tile GEMM with its list up to 10% fast): while the errors stay within
-    those, a sparse pick is at most 5% slower than cuBLAS (``benchmarks/NOTES.md``)."""
+    ``margin``: how much faster a sparse kernel must be predicted to be chosen over ``dense``.
+    The default, 0.2, covers the model's measured errors on the conv shapes of
+    ``benchmarks/spartan_machinery.py`` (cuBLAS predicted up to 19% slow, the tile GEMM with
+    its list up to 10% fast): while the errors stay within those, a sparse pick is at most 5%
+    slower than cuBLAS (``benchmarks/NOTES.md``)."""
 
     def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
                  tile=None, margin: float = 0.2):
