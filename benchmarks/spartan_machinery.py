@@ -50,6 +50,7 @@ CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 GEMM_TILE = (64, 32)  # DEFAULT_GEMM_TILE, the policy's tile
 SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
+E2E_BATCH_ROWS = 4096  # the end-to-end MLP run's batch
 
 
 def log(message: str) -> None:
@@ -372,21 +373,39 @@ def sampled_drift(cp, mlp, x_batches, every: int = 4) -> dict:
             "max_tile_density_drift": max(tile_drift)}  # fmt: skip
 
 
-def mlp_end_to_end(cp, timer, mlp, x, policy) -> dict:
-    """The trained MLP on a batch of digits: adaptive (fused monitor + policy) vs dense cuBLAS."""
-    from spartan_py.sparsity.adaptive import device_weights, run_mlp
+def mlp_end_to_end(cp, mlp, x, policy) -> dict:
+    """The trained MLP on all of ``x``, adaptive (fused monitor + policy) vs dense cuBLAS, by
+    turns: in batches of :data:`E2E_BATCH_ROWS` rows with decisions from the previous batch's
+    profiles (``AdaptiveMlp``, lag 1) or from each batch's own (lag 0, a wait per layer), and
+    as one batch (``run_mlp``)."""
+    from spartan_py.sparsity.adaptive import AdaptiveMlp, device_weights, run_mlp
 
     xd = cp.asarray(x)
     weights = device_weights(mlp, xd)
-    monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
-    dense = timer(lambda: run_mlp(mlp, xd, weights=weights, monitor=SparsityMonitor(mode="off")))
-    adaptive = timer(lambda: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=monitor))
-    run = run_mlp(mlp, xd, weights=weights, policy=policy, monitor=monitor)
+    batches = [xd[i : i + E2E_BATCH_ROWS] for i in range(0, xd.shape[0], E2E_BATCH_ROWS)]
+    lagged = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False), weights=weights)
+    own = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False), weights=weights, lag=0)
+    dense = AdaptiveMlp(mlp, weights=weights)
+    whole = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
+    cases = {"dense_batched": lambda i: [dense(b) for b in batches],
+             "adaptive_batched": lambda i: [lagged(b) for b in batches],
+             "adaptive_batched_lag0": lambda i: [own(b) for b in batches],
+             "dense_one_batch": lambda i: run_mlp(mlp, xd, weights=weights),
+             "adaptive_one_batch": lambda i: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)}  # fmt: skip
+    times = time_interleaved(cases, rounds=10, calls=2)
+    median = {name: float(np.median(t)) for name, t in times.items()}
+    run = run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)
+    batched = lagged(batches[-1])
     base = run_mlp(mlp, xd, weights=weights)
     agree = float((run.logits.argmax(axis=1) == base.logits.argmax(axis=1)).mean())
-    return {"rows": int(x.shape[0]), "sizes": list(mlp.sizes), "dense_us": dense["median_us"],
-            "adaptive_us": adaptive["median_us"], "adaptive_over_dense": adaptive["median_us"] / dense["median_us"],
+    return {"rows": int(x.shape[0]), "batch_rows": E2E_BATCH_ROWS, "batches": len(batches), "sizes": list(mlp.sizes),
+            **{f"{name}_us": us for name, us in median.items()},
+            **{f"{name}_p10_p90_us": [float(np.percentile(t, 10)), float(np.percentile(t, 90))] for name, t in times.items()},
+            "adaptive_over_dense_batched": median["adaptive_batched"] / median["dense_batched"],
+            "adaptive_lag0_over_dense_batched": median["adaptive_batched_lag0"] / median["dense_batched"],
+            "adaptive_over_dense_one_batch": median["adaptive_one_batch"] / median["dense_one_batch"],
             "kernels": [d.kernel for d in run.decisions], "reasons": [d.reason for d in run.decisions],
+            "reasons_batched": [d.reason for d in batched.decisions],
             "densities": [p.density for p in run.profiles if p is not None],
             "tile_densities": [p.tile_density for p in run.profiles if p is not None],
             "argmax_agreement": agree}  # fmt: skip
@@ -425,7 +444,7 @@ def main() -> int:
     hidden = mlp.forward(data.x[:1024])[:-1]
     util = utilization(cp, cases, hidden)
     drift = sampled_drift(cp, mlp, list(x_big[: 16 * 2048].reshape(16, 2048, -1)), every=4)
-    e2e = mlp_end_to_end(cp, timer, mlp, x_big, policy)
+    e2e = mlp_end_to_end(cp, mlp, x_big, policy)
     e2e["test_accuracy"] = mlp.test_accuracy
     payload = {"checks": checks, "profiling_overhead": overhead, "density_sweep": sweep, "utilization": util,
                "copy_bandwidth_bytes_per_s": bandwidth, "fp32_peak_flops": peak_flops,

@@ -408,3 +408,63 @@ def test_digits_without_scikit_learn_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
     with pytest.raises(OptionalDependencyError, match=r"spartan-py\[digits\]"):
         load_digits()
+
+
+def _sparse_mlp(seed=0):
+    """A 64-128-128-10 ReLU MLP whose hidden outputs are zero outside their first 32
+    columns (large negative biases), so 64 x 32 tiles beyond those are all zero."""
+    from spartan_py.sparsity.digits import Mlp
+
+    rng = np.random.default_rng(seed)
+    sizes = (64, 128, 128, 10)
+    weights = tuple((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(sizes, sizes[1:]))
+    biases = tuple(np.where(np.arange(b) < 32, 0.1, -100.0).astype(np.float32) for b in sizes[1:])
+    return Mlp(weights, biases)
+
+
+def test_adaptive_mlp_decides_from_the_previous_batch(xp):
+    from spartan_py.sparsity import AdaptiveMlp
+
+    mlp = _sparse_mlp()
+    rng = np.random.default_rng(5)
+    batches = [rng.standard_normal((rows, 64)).astype(np.float32) for rows in (640, 384, 640)]
+    policy = KernelPolicy(kernels=("dense", "tile_sparse"))
+    policy.predict = lambda m, k, n, **_: {"dense": 100.0, "tile_sparse": 1.0}  # always the tile GEMM
+    model = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=policy.tile))
+    for b, x in enumerate(batches):
+        run = model(xp.asarray(x))
+        assert np.allclose(host(run.logits), mlp.forward(x)[-1], atol=1e-4), b
+        assert [d.kernel for d in run.decisions] == ["dense", "tile_sparse", "tile_sparse"]
+        from_previous = ["previous batch" in d.reason for d in run.decisions[1:]]
+        assert from_previous == [b > 0] * 2, (b, [d.reason for d in run.decisions])
+        if b == 1:  # 640 rows seen, 384 run: the counts are scaled, the densities kept
+            assert "scaled to 384" in run.decisions[1].reason
+        assert run.decisions[1].tile_density == pytest.approx(0.25)  # 1 of 4 column tiles
+    own = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=policy.tile), lag=0)
+    own(xp.asarray(batches[0]))
+    assert not any("previous batch" in d.reason for d in own(xp.asarray(batches[1])).decisions)
+    dense = AdaptiveMlp(mlp)(xp.asarray(batches[0]))
+    assert [d.reason for d in dense.decisions] == ["no policy"] * 3 and dense.profiles == [None] * 3
+    with pytest.raises(InputError, match="lag must be 0"):
+        AdaptiveMlp(mlp, policy, lag=2)
+    with pytest.raises(InputError, match="takes 64 inputs"):
+        model(xp.zeros((8, 32), dtype=np.float32))
+
+
+def test_policy_scales_another_batchs_counts_and_profiles_prefetch(xp):
+    policy = KernelPolicy()
+    z = tiled_preactivations(512, 256, 0.25, tile=(64, 32), seed=2)
+    y, profile = SparsityMonitor(tile=policy.tile).epilogue(xp.asarray(z))
+    policy.prefetch(profile)
+    nnz, tiles, live = profile.scalars()
+    a = np.maximum(z, 0)
+    assert (nnz, tiles, live) == (np.count_nonzero(a), int((tile_counts(a, (64, 32)) > 0).sum()),
+                                  int(np.count_nonzero(a.any(axis=1))))  # fmt: skip
+    same = policy.choose(profile, 96)
+    double = policy.choose(profile, 96, m=1024)
+    assert double.density == pytest.approx(same.density) and double.tile_density == pytest.approx(same.tile_density)
+    _, stacked = SparsityMonitor(tile=policy.tile).epilogue(xp.asarray(np.vstack([z, z])))  # counts exactly doubled
+    assert double.predicted_us == policy.choose(stacked, 96).predicted_us
+    assert "scaled to 1024" in double.reason and "scaled" not in same.reason
+    with pytest.raises(InputError, match="positive row count"):
+        policy.choose(profile, 96, m=0)

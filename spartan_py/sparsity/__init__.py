@@ -7,7 +7,8 @@
   :func:`dense_matmul` is the cuBLAS / NumPy baseline; :func:`matmul_error` measures either
   against float64.
 - :class:`KernelPolicy` picks each layer's kernel from a profile and the cost model.
-- :func:`run_mlp` runs a ReLU MLP adaptively; :mod:`spartan_py.sparsity.workloads` has the
+- :func:`run_mlp` runs a ReLU MLP adaptively, :class:`AdaptiveMlp` batch after batch with
+  decisions from the previous batch's profiles; :mod:`spartan_py.sparsity.workloads` has the
   AlexNet / VGG-16 / ResNet-18 convolution shapes and activation generators;
   :mod:`spartan_py.sparsity.digits` trains an MLP on real handwritten digits.
 
@@ -15,7 +16,7 @@ Every function takes NumPy arrays (CPU, Numba) or CuPy arrays (GPU, ``kernels/``
 returns results on the same device.
 """
 
-from spartan_py.sparsity.adaptive import MlpRun, run_mlp
+from spartan_py.sparsity.adaptive import AdaptiveMlp, MlpRun, run_mlp
 from spartan_py.sparsity.compaction import (
     CompactRows,
     CompactTiles,
@@ -40,7 +41,8 @@ from spartan_py.sparsity.tile_gemm import (
 from spartan_py.sparsity.tiles import TileList, TileShape, coarsen_counts, tile_counts, tile_utilization
 
 __all__ = [
-    "DEFAULT_GEMM_TILE", "DEFAULT_TF32_GEMM_TILE", "KERNEL_CHOICES", "MONITOR_MODES", "PRECISIONS", "CompactRows",
+    "DEFAULT_GEMM_TILE", "DEFAULT_TF32_GEMM_TILE", "KERNEL_CHOICES", "MONITOR_MODES", "PRECISIONS", "AdaptiveMlp",
+    "CompactRows",
     "CompactTiles", "Decision", "KernelPolicy", "LayerProfile", "MlpRun", "SparsityMonitor", "TileList",
     "TileShape", "coarsen_counts", "compact_rows", "compact_tiles", "default_gemm_tile", "dense_matmul",
     "expand_rows", "expand_tiles", "matmul_error", "round_to_tf32", "run_mlp", "tile_counts", "tile_list",

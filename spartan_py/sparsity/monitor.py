@@ -67,7 +67,7 @@ class LayerProfile:
     stale: bool = False
     call: int = 0  # which call of this layer the counts come from (0-based)
     _seconds: object = field(default=None, repr=False)  # float, or a callable resolving GPU events
-    _scalars: tuple | None = field(default=None, repr=False)
+    _scalars: object = field(default=None, repr=False)  # tuple, or a callable waiting for their copy
 
     @property
     def monitor_seconds(self) -> float:
@@ -84,10 +84,21 @@ class LayerProfile:
         return self.row_counts.sum(axis=1, dtype=self.row_counts.dtype)
 
     def scalars(self) -> tuple[int, int, int]:
-        """(non-zeros, non-zero tiles, live rows): one pass over the counts, one host read."""
+        """(non-zeros, non-zero tiles, live rows): one pass over the counts, one host read
+        (which waits for the GPU unless :meth:`prefetch` started it and it has arrived)."""
         if self._scalars is None:
             self._scalars = count_scalars(self.tile_nnz, self.row_counts)
+        elif callable(self._scalars):
+            self._scalars = self._scalars()
         return self._scalars
+
+    def prefetch(self) -> LayerProfile:
+        """Start copying the scalars to the host without waiting: on the GPU their kernel and
+        copy are queued behind the counts, and :meth:`scalars` later waits only for that copy
+        (on the CPU they are computed now). Returns the profile."""
+        if self._scalars is None:
+            self._scalars = count_scalars(self.tile_nnz, self.row_counts, wait=False)
+        return self
 
     @property
     def nnz(self) -> int:
@@ -127,13 +138,16 @@ class LayerProfile:
                 "live_rows": self.live_rows, "stale": self.stale, "monitor_seconds": self.monitor_seconds}  # fmt: skip
 
 
-def count_scalars(tile_nnz, row_counts) -> tuple[int, int, int]:
+def count_scalars(tile_nnz, row_counts, *, wait: bool = True):
     """(non-zeros, non-zero tiles, live rows) from tile counts and row counts (``[M]`` or
-    ``[M x chunks]`` partials); on the GPU one kernel and one host read."""
+    ``[M x chunks]`` partials); on the GPU one kernel and one host read. ``wait=False`` (GPU):
+    queue the kernel and an asynchronous copy to pinned host memory and return a callable
+    that waits for that copy alone and gives the tuple."""
     if not is_gpu_array(tile_nnz):
         rows = row_counts if row_counts.ndim == 1 else row_counts.sum(axis=1)
         return int(tile_nnz.sum()), int((tile_nnz > 0).sum()), int((rows > 0).sum())
     import cupy
+    import cupyx
 
     from spartan_py.sparsity.gpu_kernels import tile_kernels
 
@@ -142,7 +156,18 @@ def count_scalars(tile_nnz, row_counts) -> tuple[int, int, int]:
     args = (cupy.ascontiguousarray(tile_nnz, dtype=cupy.int32), np.int32(tile_nnz.size),
             cupy.ascontiguousarray(row_counts, dtype=cupy.int32), np.int32(row_counts.shape[0]), np.int32(chunks), out)  # fmt: skip
     tile_kernels(cupy.cuda.Device().id)["profile_scalars"]((264,), (256,), args)
-    return tuple(int(v) for v in out.get())
+    if wait:
+        return tuple(int(v) for v in out.get())
+    landed = cupyx.empty_pinned(3, dtype=np.uint64)
+    out.get(out=landed, blocking=False)
+    copied = cupy.cuda.Event(block=False, disable_timing=True)
+    copied.record()
+
+    def resolve() -> tuple[int, int, int]:
+        copied.synchronize()
+        return tuple(int(v) for v in landed)
+
+    return resolve
 
 
 class SparsityMonitor:
@@ -194,7 +219,7 @@ class SparsityMonitor:
             if last is None or last.shape != (m, n):
                 return y, None
             return y, LayerProfile(layer, mode, self.tile, (m, n), last.tile_nnz, last.row_counts, stale=True,
-                                   call=last.call, _seconds=0.0)  # fmt: skip
+                                   call=last.call, _seconds=0.0, _scalars=last._scalars)  # fmt: skip
         if mode == "off":
             _run_plain(z, bias, clamp, y)
             return y, None

@@ -201,15 +201,32 @@ class KernelPolicy:
         nnz, tiles_active, live = _profile_scalars(profile, counts)
         return nnz, tiles_active if counts is not None else math.prod(self.tile.grid(profile.shape)), live
 
-    def choose(self, profile: LayerProfile | None, n: int, *, k: int | None = None, layer=None) -> Decision:
+    def prefetch(self, profile: LayerProfile | None) -> None:
+        """Start the host copy of what :meth:`choose` will read from ``profile``, so that
+        choosing later waits for nothing but that copy (see :meth:`LayerProfile.prefetch`).
+        Only where the profile's tile is the policy's; otherwise :meth:`choose` counts anew."""
+        if profile is not None and profile.tile == self.tile:
+            profile.prefetch()
+
+    def choose(self, profile: LayerProfile | None, n: int, *, m: int | None = None, k: int | None = None,
+               layer=None) -> Decision:
         """The kernel for ``input @ W`` where ``profile`` describes the input ``[M x K]`` and
-        ``W`` has ``n`` columns. Without a profile the choice is ``dense``."""
+        ``W`` has ``n`` columns. Without a profile the choice is ``dense``. ``m``: the rows
+        of the input the kernel will run on when ``profile`` is another batch's (its counts
+        are scaled by the ratio of rows)."""
         if profile is None:
             return Decision(layer, "dense", reason="no profile of the input (monitor off or first layer)")
-        m, k_in = profile.shape
+        m_seen, k_in = profile.shape
         k = k_in if k is None else k
+        m = m_seen if m is None else int(m)
+        if m < 1:
+            raise InputError(f"m must be a positive row count, got {m}")
         counts = self._policy_counts(profile)
         nnz, tiles_active, live = _profile_scalars(profile, counts)
+        if m != m_seen:
+            nnz, live = round(nnz * m / m_seen), min(m, round(live * m / m_seen))
+            grid_now, grid_seen = math.prod(self.tile.grid((m, k))), max(math.prod(self.tile.grid((m_seen, k))), 1)
+            tiles_active = min(grid_now, round(tiles_active * grid_now / grid_seen))
         if counts is None:
             tiles_active = math.prod(self.tile.grid((m, k)))
         predicted = dict(self._predict_cached(m, k, n, *_bucket(m, k, nnz, tiles_active, live, self.tile)))
@@ -220,6 +237,8 @@ class KernelPolicy:
         stats = dict(density=nnz / max(m * k, 1), tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
                      live_row_fraction=live / max(m, 1))  # fmt: skip
         stale = " (stale profile)" if profile.stale else ""
+        if m != m_seen:
+            stale += f" (counts of {m_seen} rows scaled to {m})"
         if best != "dense" and predicted[best] <= (1 - self.margin) * dense:
             reason = (f"{best} predicted {predicted[best]:.1f} us vs dense {dense:.1f} us on {self.machine_name}{stale}; "
                       f"tile density {stats['tile_density']:.2f} at {self.tile}, live rows {stats['live_row_fraction']:.2f}")  # fmt: skip
