@@ -191,9 +191,10 @@ class Experiment(_Frozen):
     rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (gpu, gpu-twin; default per size)")
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling", description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count")
-    tile: tuple[PositiveInt, PositiveInt] = Field(
-        (128, 32), description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
-        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns)")
+    tile: tuple[PositiveInt, PositiveInt] | None = Field(
+        None, description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
+        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns; tf32: 128 "
+        "rows); default: the GEMM's default for the precision (fp32 64 x 32, tf32 128 x 32)")
     policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
         "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed")
     precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
