@@ -50,7 +50,8 @@ CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 GEMM_TILE = (64, 32)  # DEFAULT_GEMM_TILE, the policy's tile
 SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
-E2E_BATCH_ROWS = 4096  # the end-to-end MLP run's batch
+E2E_BATCH_ROWS = (4096, 16384)  # the end-to-end MLP run's batches
+E2E_SAMPLED_EVERY = 4  # the sampled monitor's period there, in batches
 
 
 def log(message: str) -> None:
@@ -373,37 +374,62 @@ def sampled_drift(cp, mlp, x_batches, every: int = 4) -> dict:
             "max_tile_density_drift": max(tile_drift)}  # fmt: skip
 
 
+def _host_us(cp, work, calls: int = 6) -> float:
+    """Host microseconds to queue one ``work(i)`` (waits inside it included), the GPU idle at
+    the start: where it exceeds the GPU's time the run is host-bound."""
+    work(0)
+    cp.cuda.Device().synchronize()
+    started = time.perf_counter()
+    for i in range(calls):
+        work(i)
+    host = (time.perf_counter() - started) / calls * 1e6
+    cp.cuda.Device().synchronize()
+    return host
+
+
 def mlp_end_to_end(cp, mlp, x, policy) -> dict:
     """The trained MLP on all of ``x``, adaptive (fused monitor + policy) vs dense cuBLAS, by
-    turns: in batches of :data:`E2E_BATCH_ROWS` rows with decisions from the previous batch's
-    profiles (``AdaptiveMlp``, lag 1) or from each batch's own (lag 0, a wait per layer), and
-    as one batch (``run_mlp``)."""
+    turns: in batches of each of :data:`E2E_BATCH_ROWS` rows, deciding from the previous
+    batch's profiles (``AdaptiveMlp``, lag 1; with the fused monitor, or the sampled one
+    profiling every :data:`E2E_SAMPLED_EVERY`-th batch) or from each batch's own (lag 0: the
+    host waits for each layer's counts), and as one batch (``run_mlp``, lag 0). Each case's
+    host time to queue it is reported too (a lag-1 host waits for the previous batch, so
+    its host time follows the GPU's)."""
     from spartan_py.sparsity.adaptive import AdaptiveMlp, device_weights, run_mlp
 
     xd = cp.asarray(x)
     weights = device_weights(mlp, xd)
-    batches = [xd[i : i + E2E_BATCH_ROWS] for i in range(0, xd.shape[0], E2E_BATCH_ROWS)]
-    lagged = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False), weights=weights)
-    own = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False), weights=weights, lag=0)
-    dense = AdaptiveMlp(mlp, weights=weights)
-    whole = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
-    cases = {"dense_batched": lambda i: [dense(b) for b in batches],
-             "adaptive_batched": lambda i: [lagged(b) for b in batches],
-             "adaptive_batched_lag0": lambda i: [own(b) for b in batches],
-             "dense_one_batch": lambda i: run_mlp(mlp, xd, weights=weights),
-             "adaptive_one_batch": lambda i: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)}  # fmt: skip
+
+    def monitor(mode: str = "fused"):
+        return SparsityMonitor(tile=GEMM_TILE, mode=mode, every=E2E_SAMPLED_EVERY, timed=False)
+
+    cases, models = {}, {}
+    for rows in E2E_BATCH_ROWS:
+        batches = [xd[i : i + rows] for i in range(0, xd.shape[0], rows)]
+        for name, model in ((f"dense_{rows}", AdaptiveMlp(mlp, weights=weights)),
+                            (f"adaptive_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights)),
+                            (f"adaptive_sampled_{rows}", AdaptiveMlp(mlp, policy, monitor("sampled"), weights=weights)),
+                            (f"adaptive_lag0_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights, lag=0))):  # fmt: skip
+            cases[name] = lambda i, model=model, batches=batches: [model(b) for b in batches]
+            models[name] = model
+    whole = monitor()
+    cases["dense_one_batch"] = lambda i: run_mlp(mlp, xd, weights=weights)
+    cases["adaptive_one_batch"] = lambda i: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)
     times = time_interleaved(cases, rounds=10, calls=2)
     median = {name: float(np.median(t)) for name, t in times.items()}
+    host = {name: _host_us(cp, work) for name, work in cases.items()}
     run = run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)
-    batched = lagged(batches[-1])
+    batched = models[f"adaptive_{E2E_BATCH_ROWS[-1]}"](xd[: E2E_BATCH_ROWS[-1]])
     base = run_mlp(mlp, xd, weights=weights)
     agree = float((run.logits.argmax(axis=1) == base.logits.argmax(axis=1)).mean())
-    return {"rows": int(x.shape[0]), "batch_rows": E2E_BATCH_ROWS, "batches": len(batches), "sizes": list(mlp.sizes),
+    ratios = {f"adaptive_over_dense_{rows}": median[f"adaptive_{rows}"] / median[f"dense_{rows}"] for rows in E2E_BATCH_ROWS}
+    ratios |= {f"adaptive_{kind}_over_dense_{rows}": median[f"adaptive_{kind}_{rows}"] / median[f"dense_{rows}"]
+               for rows in E2E_BATCH_ROWS for kind in ("sampled", "lag0")}  # fmt: skip
+    ratios["adaptive_over_dense_one_batch"] = median["adaptive_one_batch"] / median["dense_one_batch"]
+    return {"rows": int(x.shape[0]), "batch_rows": list(E2E_BATCH_ROWS), "sizes": list(mlp.sizes),
             **{f"{name}_us": us for name, us in median.items()},
             **{f"{name}_p10_p90_us": [float(np.percentile(t, 10)), float(np.percentile(t, 90))] for name, t in times.items()},
-            "adaptive_over_dense_batched": median["adaptive_batched"] / median["dense_batched"],
-            "adaptive_lag0_over_dense_batched": median["adaptive_batched_lag0"] / median["dense_batched"],
-            "adaptive_over_dense_one_batch": median["adaptive_one_batch"] / median["dense_one_batch"],
+            **{f"{name}_host_us": us for name, us in host.items()}, **ratios,
             "kernels": [d.kernel for d in run.decisions], "reasons": [d.reason for d in run.decisions],
             "reasons_batched": [d.reason for d in batched.decisions],
             "densities": [p.density for p in run.profiles if p is not None],
