@@ -62,7 +62,9 @@ class AdaptiveMlp:
     ``lag=1``: a layer decides from its profile in the previous batch (counts scaled to the
     current batch's rows), prefetched to the host when that batch ran, so no decision waits
     for the GPU; the first batch, and a layer whose previous profile is missing, decide from
-    their own profile. ``lag=0``: every layer decides from its own profile (one wait each).
+    their own profile. A decision is reused while the counts behind it are the same (the
+    stale profiles of a ``sampled`` monitor). ``lag=0``: every layer decides from its own
+    profile (one wait each).
     Without a policy every layer is dense; without a monitor (or mode ``off``) there are no
     profiles, so every layer is dense. ``weights``: ``device_weights(mlp, x)`` computed
     once by the caller (else on first use, per device)."""
@@ -77,6 +79,7 @@ class AdaptiveMlp:
         self.lag = lag
         self._weights = {} if weights is None else {is_gpu_array(weights[0][0]): weights}
         self._previous: list[LayerProfile | None] = []
+        self._decided: dict[int, tuple] = {}  # layer -> (what it was decided from, decision)
 
     def _weights_for(self, x):
         key = is_gpu_array(x)
@@ -90,8 +93,11 @@ class AdaptiveMlp:
         earlier = self._previous[i - 1] if self.lag and 0 < i <= len(self._previous) else None
         if earlier is None:
             return self.policy.choose(profile, n, layer=i)
-        decision = self.policy.choose(earlier, n, m=m, layer=i)
-        return replace(decision, reason=f"{decision.reason}; from the previous batch's profile")
+        key = (i, earlier.call, earlier.shape, m)  # a sampled monitor's stale profiles repeat their counts' call
+        if self._decided.get(i, (None,))[0] != key:
+            decision = self.policy.choose(earlier, n, m=m, layer=i)
+            self._decided[i] = (key, replace(decision, reason=f"{decision.reason}; from the previous batch's profile"))
+        return self._decided[i][1]
 
     def __call__(self, x) -> MlpRun:
         """One batch ``x`` ``[rows x inputs]`` (NumPy or CuPy) through the network."""
