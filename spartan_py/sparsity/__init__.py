@@ -42,9 +42,8 @@ from spartan_py.sparsity.tiles import TileList, TileShape, coarsen_counts, tile_
 
 __all__ = [
     "DEFAULT_GEMM_TILE", "DEFAULT_TF32_GEMM_TILE", "KERNEL_CHOICES", "MONITOR_MODES", "PRECISIONS", "AdaptiveMlp",
-    "CompactRows",
-    "CompactTiles", "Decision", "KernelPolicy", "LayerProfile", "MlpRun", "SparsityMonitor", "TileList",
-    "TileShape", "coarsen_counts", "compact_rows", "compact_tiles", "default_gemm_tile", "dense_matmul",
+    "CompactRows", "CompactTiles", "Decision", "KernelPolicy", "LayerProfile", "MlpRun", "SparsityMonitor",
+    "TileList", "TileShape", "coarsen_counts", "compact_rows", "compact_tiles", "default_gemm_tile", "dense_matmul",
     "expand_rows", "expand_tiles", "matmul_error", "round_to_tf32", "run_mlp", "tile_counts", "tile_list",
     "tile_sparse_matmul", "tile_utilization",
 ]  # fmt: skip

@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array
 from spartan_py.sparsity.digits import Mlp
 from spartan_py.sparsity.monitor import LayerProfile, SparsityMonitor
 from spartan_py.sparsity.policy import Decision, KernelPolicy
-from spartan_py.errors import InputError
 from spartan_py.sparsity.tile_gemm import dense_matmul
 
 
@@ -64,8 +64,7 @@ class AdaptiveMlp:
     for the GPU; the first batch, and a layer whose previous profile is missing, decide from
     their own profile. A decision is reused while the counts behind it are the same (the
     stale profiles of a ``sampled`` monitor). ``lag=0``: every layer decides from its own
-    profile (one wait each).
-    Without a policy every layer is dense; without a monitor (or mode ``off``) there are no
+    profile (one wait each). Without a policy every layer is dense; without a monitor (or mode ``off``) there are no
     profiles, so every layer is dense. ``weights``: ``device_weights(mlp, x)`` computed
     once by the caller (else on first use, per device)."""
 
