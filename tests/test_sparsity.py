@@ -441,7 +441,7 @@ def test_adaptive_mlp_decides_from_the_previous_batch(xp):
             assert "scaled to 384" in run.decisions[1].reason
         assert run.decisions[1].tile_density == pytest.approx(0.25)  # 1 of 4 column tiles
     sampled = AdaptiveMlp(mlp, policy, SparsityMonitor(tile=policy.tile, mode="sampled", every=3))
-    runs = [sampled(xp.asarray(batches[0])) for _ in range(5)]  # counts from calls 0, 0, 0, 3, 3 decide 1-4
+    runs = [sampled(xp.asarray(batches[0])) for _ in range(5)]  # runs 1-4 decide from calls 0, 0, 0, 3
     assert runs[2].decisions[1] is runs[1].decisions[1] and runs[3].decisions[1] is runs[1].decisions[1]
     assert runs[4].decisions[1] is not runs[3].decisions[1] and "stale" not in runs[4].decisions[1].reason
     assert all(np.allclose(host(r.logits), mlp.forward(batches[0])[-1], atol=1e-4) for r in runs)

@@ -224,10 +224,12 @@ class KernelPolicy:
             raise InputError(f"m must be a positive row count, got {m}")
         counts = self._policy_counts(profile)
         nnz, tiles_active, live = _profile_scalars(profile, counts)
+        stale = " (stale profile)" if profile.stale else ""
         if m != m_seen:
             nnz, live = round(nnz * m / m_seen), min(m, round(live * m / m_seen))
             grid_now, grid_seen = math.prod(self.tile.grid((m, k))), max(math.prod(self.tile.grid((m_seen, k))), 1)
             tiles_active = min(grid_now, round(tiles_active * grid_now / grid_seen))
+            stale += f" (counts of {m_seen} rows scaled to {m})"
         if counts is None:
             tiles_active = math.prod(self.tile.grid((m, k)))
         predicted = dict(self._predict_cached(m, k, n, *_bucket(m, k, nnz, tiles_active, live, self.tile)))
@@ -237,9 +239,6 @@ class KernelPolicy:
         best = min((v, name) for name, v in predicted.items() if not math.isnan(v))[1]
         stats = dict(density=nnz / max(m * k, 1), tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
                      live_row_fraction=live / max(m, 1))  # fmt: skip
-        stale = " (stale profile)" if profile.stale else ""
-        if m != m_seen:
-            stale += f" (counts of {m_seen} rows scaled to {m})"
         if best != "dense" and predicted[best] <= (1 - self.margin) * dense:
             reason = (f"{best} predicted {predicted[best]:.1f} us vs dense {dense:.1f} us on {self.machine_name}{stale}; "
                       f"tile density {stats['tile_density']:.2f} at {self.tile}, live rows {stats['live_row_fraction']:.2f}")  # fmt: skip
