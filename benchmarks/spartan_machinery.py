@@ -110,17 +110,16 @@ OVERHEAD_TILES = ((32, 32), (16, 32), GEMM_TILE)
 OVERHEAD_BUFFERS = 4
 
 
-def _epilogue_launcher(cp, kernel, zs, ys, bias, tile):
-    """``work(i)``: one launch of an epilogue kernel on buffer pair ``i % len(zs)``, its
-    outputs allocated beforehand, so the time is the GPU's alone."""
-    from spartan_py.sparsity.gpu_kernels import epilogue_grid
+def _epilogue_launcher(cp, mode, zs, ys, bias, tile):
+    """``work(i)``: one launch of the epilogue kernel of ``mode`` on buffer pair
+    ``i % len(zs)``, its outputs allocated beforehand, so the time is the GPU's alone."""
+    from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue
 
     m, n = zs[0].shape
-    grid = epilogue_grid(m, n)
     tile_nnz = cp.empty((-(-m // tile[0]), -(-n // tile[1])), dtype=cp.int32)
-    row_part = cp.empty((m, grid[0]), dtype=cp.int32)
+    row_part = cp.empty((m, epilogue_grid(m, n)[0]), dtype=cp.int32)
     shape = (np.int32(m), np.int32(n), np.float32(np.inf), np.int32(tile[0]), np.int32(tile[1]), tile_nnz, row_part)
-    return lambda i: kernel(grid, (256,), (zs[i % len(zs)], bias, ys[i % len(ys)], *shape))
+    return lambda i: launch_epilogue(mode, m, n, (zs[i % len(zs)], bias, ys[i % len(ys)], *shape))
 
 
 def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
@@ -137,10 +136,8 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
 
     ``ratio_software_over_fused`` = software_extra_us / fused_extra_us.
     """
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
     from spartan_py.timing import paired_difference, time_interleaved
 
-    kernels = tile_kernels(cp.cuda.Device().id)
     rows, records = [], []
     for label, batch in cases:
         m, k, n = conv_layer(label).gemm_shape(batch)
@@ -150,10 +147,10 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
         zs = [dense_matmul(a, w) for w in weights]  # real pre-activations, about half of them negative
         ys = [cp.empty_like(z) for z in zs]
         bias = cp.asarray(rng.standard_normal(n).astype(np.float32) * 0.1)
-        kernel_cases = {"plain": _epilogue_launcher(cp, kernels["epilogue_plain"], zs, ys, bias, (1, 4)),
-                        "count_pass": _epilogue_launcher(cp, kernels["epilogue_count"], ys, ys, bias, (32, 32))}  # fmt: skip
+        kernel_cases = {"plain": _epilogue_launcher(cp, "plain", zs, ys, bias, (1, 4)),
+                        "count_pass": _epilogue_launcher(cp, "count", ys, ys, bias, (32, 32))}  # fmt: skip
         for tile in OVERHEAD_TILES:
-            kernel_cases[f"fused_{tile[0]}x{tile[1]}"] = _epilogue_launcher(cp, kernels["epilogue_fused"], zs, ys, bias, tile)
+            kernel_cases[f"fused_{tile[0]}x{tile[1]}"] = _epilogue_launcher(cp, "fused", zs, ys, bias, tile)
         alone = time_interleaved(kernel_cases, rounds=rounds, calls=8)
         monitors = {mode: SparsityMonitor(tile=(32, 32), mode=mode, timed=False) for mode in ("off", "fused", "sampled", "software")}
 

@@ -4,7 +4,8 @@ fewest-steps-per-block settings) and the block shapes, on the conv shapes of
 ``spartan_machinery.py`` at a few tile densities. The variants of a point take turns (1 GiB
 of L2 flush before each), median of the rounds. Writes ``tile-gemm-variants-<date>.json``.
 
-    python3 benchmarks/tile_gemm_variants.py [--out DIR] [--quick]
+    python3 benchmarks/tile_gemm_variants.py [--out DIR] [--quick] [--densities 0.01,0.02]
+                                             [--min-steps 1,4,16]
 """
 
 from __future__ import annotations
@@ -29,18 +30,24 @@ DENSITIES = (1.0, 0.5, 0.1, 0.02)
 MIN_STEPS = (1, 2, 4, 8, 16)
 
 
-def variants(a, w, c, tiles_by_rows: dict) -> dict:
-    """{name: work(i)} of every variant at one point."""
+def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None) -> dict:
+    """{name: work(i)} of every variant at one point; the balanced schedule with each of
+    ``min_steps`` fewest steps per block (None: :data:`MIN_STEPS` for 128-row tiles, 4 for
+    64-row ones)."""
     n = w.shape[1]
     cases = {"cublas": lambda i: dense_matmul(a, w, out=c)}
     for rows, tiles in tiles_by_rows.items():
         block = (rows, fp32_block_width(n), 16)
         cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
-        for steps in MIN_STEPS if rows == 128 else (4,):
+        for steps in min_steps or (MIN_STEPS if rows == 128 else (4,)):
             cases[f"balanced {rows} min{steps}"] = (
                 lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced", min_steps=s)
             )
     return cases
+
+
+def _floats(text: str) -> tuple:
+    return tuple(float(v) for v in text.split(","))
 
 
 def main() -> int:
@@ -48,6 +55,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="two layers (a smoke run)")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--densities", type=_floats, default=DENSITIES, help="tile densities, comma-separated")
+    parser.add_argument("--min-steps", type=lambda text: tuple(int(v) for v in text.split(",")), default=None,
+                        help="the balanced schedule's fewest steps per block, for both tile heights")
     args = parser.parse_args()
     import cupy as cp
 
@@ -58,7 +68,7 @@ def main() -> int:
         m, k, n = conv_layer(label).gemm_shape(batch)
         w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         c = cp.empty((m, n), dtype=cp.float32)
-        for density in DENSITIES:
+        for density in args.densities:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             a, profile = SparsityMonitor(tile=GEMM_TILE, timed=False).epilogue(pre, out=pre)
             tiles_by_rows = {}
@@ -66,7 +76,7 @@ def main() -> int:
                 tile = TileShape(rows, GEMM_TILE[1])
                 tiles_by_rows[rows] = tile_list(coarsen_counts(profile.tile_nnz, profile.tile, tile), a.shape, tile)
             reference = dense_matmul(a, w)
-            cases = variants(a, w, c, tiles_by_rows)
+            cases = variants(a, w, c, tiles_by_rows, args.min_steps)
             for name, work in cases.items():  # each variant once against cuBLAS before timing
                 c.fill(cp.nan)
                 work(0)
@@ -80,7 +90,8 @@ def main() -> int:
             text = ", ".join(f"{name} {v:.0f}" for name, v in us.items())
             log(f"{label} d={density}: {text}; best {best[1]} x{us['cublas'] / best[0]:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = write_result("tile-gemm-variants", device_name(cp), {"points": rows_out, "min_steps": MIN_STEPS}, args.out)
+    path = write_result("tile-gemm-variants", device_name(cp), {"points": rows_out, "min_steps": args.min_steps or MIN_STEPS,
+                                                                "densities": list(args.densities)}, args.out)
     log(f"wrote {path}")
     return 0
 

@@ -7,7 +7,11 @@
 // warp owns the float4 at columns 4l .. 4l + 3 of the block's 128, warp w the 16 rows
 // 16w .. 16w + 15. A warp issues its 16 loads before anything else, so a block lives about
 // one memory round trip (grids of a few hundred blocks are latency-bound otherwise); it then
-// finishes each row as its load arrives.
+// finishes its rows. The loads go to shared memory (cp.async, 64 KiB a block,
+// EPILOGUE_SHARED_BYTES), not registers: held in registers they took 64 of each thread's,
+// and with the monitor's the fused kernel needed 90 and fitted 2 blocks per SM where the
+// plain one fitted 3 (VGG-16 conv5_2's 392 blocks then took 1.5 waves fused, 1 plain).
+// Staged, every mode takes 32 registers and fits 3 blocks (by shared memory).
 //
 // The monitor adds little to that loop: a lane keeps its own non-zeros of rows 4q .. 4q + 3
 // as the four bytes of packed[q] (at most 4 each). After the loop, four warp reductions of
@@ -28,6 +32,24 @@
 #define EPI_ROWS 128
 #define EPI_COLS 128
 #define EPI_WARPS 8
+#define EPILOGUE_SHARED_BYTES (EPI_ROWS * EPI_COLS * 4)  // dynamic shared memory of a launch: the block's input
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
+// on; a plain copy before); cp_async_wait_all: this thread's copies have landed.
+__device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global_src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src) : "memory");
+#else
+    *reinterpret_cast<float4*>(shared_dst) = *reinterpret_cast<const float4*>(global_src);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 
 // 0x01 in bytes lo .. hi - 1 of a word (0 <= lo < hi <= 4)
 __device__ __forceinline__ unsigned byte_ones(int lo, int hi) {
@@ -99,22 +121,23 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
     const int warp_rows = max(0, min(ROWS_PER_WARP, M - warp_row0));  // the warp's rows inside the matrix
     const int rows_here = col < N ? warp_rows : 0;                      // this lane's valid rows
 
-    // every load first (independent, so all 16 are in flight at once)
-    float4 v[ROWS_PER_WARP];
+    // every load first (independent, so all 16 are in flight at once), into the lane's own
+    // slots in shared memory: a lane reads back only what it copied, so no barrier is needed
+    extern __shared__ __align__(16) float4 s_z[];  // [warp][row step][lane]
+    float4* stage = s_z + warp * ROWS_PER_WARP * 32 + lane;
 #pragma unroll
     for (int step = 0; step < ROWS_PER_WARP; ++step)
-        v[step] = step < rows_here ? *reinterpret_cast<const float4*>(z + (size_t)(warp_row0 + step) * N + col)
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (step < rows_here) cp_async_16(&stage[step * 32], z + (size_t)(warp_row0 + step) * N + col);
     float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
     if (MODE != 2 && bias && rows_here) b = *reinterpret_cast<const float4*>(bias + col);
-    // then row by row as the loads arrive: bias, ReLU, clamp, store, count
+    // then row by row: bias, ReLU, clamp, store, count (a wait per row compiled to one wait
+    // for all on sm_90: the copies arrive close together)
+    cp_async_wait_all();
     unsigned packed[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int step = 0; step < ROWS_PER_WARP; ++step) {
-        // a branch per row (rather than a select) keeps the compiler from working on early
-        // rows between the loads, which made their round trips follow one another
         if (step >= rows_here) break;
-        float4 x = v[step];
+        float4 x = stage[step * 32];
         if (MODE != 2) {
             x.x = fminf(clamp, fmaxf(0.f, x.x + b.x));
             x.y = fminf(clamp, fmaxf(0.f, x.y + b.y));

@@ -14,6 +14,10 @@ F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
+EPILOGUE_THREADS = 256
+#: Dynamic shared memory of an epilogue block: its 128 x 128 input, staged there by cp.async
+#: (``EPILOGUE_SHARED_BYTES`` in ``kernels/spartan_tiles.cu``).
+EPILOGUE_SHARED_BYTES = EPILOGUE_ROWS * EPILOGUE_COLS * 4
 
 
 def f32_blocks_per_sm(rows: int, cols: int) -> int:
@@ -38,7 +42,19 @@ def tile_kernels(device_id: int) -> dict:
     names |= {name: name for name in ("scatter_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")}
     module = cupy.RawModule(code=kernel_source("spartan_tiles.cu"), options=("-std=c++17", "-DSPARTAN_TILES_NO_EXPLICIT_INSTANCES"),
                             name_expressions=list(names.values()))  # fmt: skip
-    return {key: module.get_function(name) for key, name in names.items()}
+    kernels = {key: module.get_function(name) for key, name in names.items()}
+    for mode in EPILOGUE_MODES:  # with the static shared memory, above the 48 KiB a launch gets without asking
+        kernels[f"epilogue_{mode}"].max_dynamic_shared_size_bytes = EPILOGUE_SHARED_BYTES
+    return kernels
+
+
+def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:
+    """Queue the epilogue kernel of ``mode`` (a key of :data:`EPILOGUE_MODES`) over an
+    ``[m x n]`` matrix on the current device and stream; ``args`` are the kernel's."""
+    import cupy
+
+    kernel = tile_kernels(cupy.cuda.Device().id)[f"epilogue_{mode}"]
+    kernel(epilogue_grid(m, n), (EPILOGUE_THREADS,), args, shared_mem=EPILOGUE_SHARED_BYTES)
 
 
 @functools.lru_cache(maxsize=None)

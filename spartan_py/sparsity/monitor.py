@@ -42,7 +42,7 @@ import numpy as np
 from spartan_py.errors import InputError
 from spartan_py.sparsity import cpu_kernels
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
-from spartan_py.sparsity.gpu_kernels import epilogue_grid
+from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue
 from spartan_py.sparsity.tiles import TileShape, tile_counts
 
 MONITOR_MODES = ("off", "software", "fused", "sampled")
@@ -257,22 +257,13 @@ def _check_gpu_shape(n: int, tile: TileShape | None) -> None:
         raise InputError(f"GPU monitor tiles need rows <= 128 and 4 <= cols <= 128, got {tile}")
 
 
-def _epilogue_kernel(name: str):
-    import cupy
-
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
-
-    return tile_kernels(cupy.cuda.Device().id)[name]
-
-
 def _run_plain(z, bias, clamp, y) -> None:
     if not is_gpu_array(z):
         cpu_kernels.epilogue_plain(z, bias, np.float32(clamp), y)
         return
     m, n = z.shape
     _check_gpu_shape(n, None)
-    _epilogue_kernel("epilogue_plain")(epilogue_grid(m, n), (256,), (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp),
-                                                                 np.int32(1), np.int32(4), 0, 0))  # fmt: skip
+    launch_epilogue("plain", m, n, (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(1), np.int32(4), 0, 0))
 
 
 def _run_fused(z, bias, clamp, y, tile: TileShape):
@@ -283,21 +274,21 @@ def _run_fused(z, bias, clamp, y, tile: TileShape):
         row_nnz = np.empty(m, dtype=np.int32)
         cpu_kernels.epilogue_fused(z, bias, np.float32(clamp), y, tile.rows, tile.cols, tile_nnz, row_nnz)
         return tile_nnz, row_nnz
-    return _gpu_counts("epilogue_fused", z, bias, clamp, y, tile)
+    return _gpu_counts("fused", z, bias, clamp, y, tile)
 
 
-def _gpu_counts(kernel: str, z, bias, clamp, y, tile: TileShape):
+def _gpu_counts(mode: str, z, bias, clamp, y, tile: TileShape):
     import cupy
 
     m, n = z.shape
     _check_gpu_shape(n, tile)
     tm, tn = tile.grid((m, n))
-    grid = epilogue_grid(m, n)
+    chunks = epilogue_grid(m, n)[0]
     tile_nnz = cupy.empty((tm, tn), dtype=cupy.int32)
-    row_part = cupy.empty((m, grid[0]), dtype=cupy.int32)
+    row_part = cupy.empty((m, chunks), dtype=cupy.int32)
     args = (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(tile.rows), np.int32(tile.cols), tile_nnz, row_part)
-    _epilogue_kernel(kernel)(grid, (256,), args)
-    return tile_nnz, (row_part[:, 0] if grid[0] == 1 else row_part)
+    launch_epilogue(mode, m, n, args)
+    return tile_nnz, (row_part[:, 0] if chunks == 1 else row_part)
 
 
 def software_pass(y, tile: TileShape, timed: bool):
@@ -314,7 +305,7 @@ def software_pass(y, tile: TileShape, timed: bool):
 
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     start.record()
-    tile_dev, row_dev = _gpu_counts("epilogue_count", y, y, 0.0, y, tile)
+    tile_dev, row_dev = _gpu_counts("count", y, y, 0.0, y, tile)
     tile_host = cupyx.empty_pinned(tile_dev.shape, dtype=np.int32)
     row_host = cupyx.empty_pinned(row_dev.shape, dtype=np.int32)
     tile_dev.get(out=tile_host, blocking=False)
