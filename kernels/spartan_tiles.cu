@@ -7,11 +7,12 @@
 // warp owns the float4 at columns 4l .. 4l + 3 of the block's 128, warp w the 16 rows
 // 16w .. 16w + 15. A warp issues its 16 loads before anything else, so a block lives about
 // one memory round trip (grids of a few hundred blocks are latency-bound otherwise); it then
-// finishes its rows. The loads go to shared memory (cp.async, 64 KiB a block,
-// EPILOGUE_SHARED_BYTES), not registers: held in registers they took 64 of each thread's,
+// finishes its rows. Twelve of the 16 loads go to shared memory (cp.async, 48 KiB a block,
+// EPILOGUE_SHARED_BYTES), four to registers: all 16 in registers took 64 of each thread's,
 // and with the monitor's the fused kernel needed 90 and fitted 2 blocks per SM where the
-// plain one fitted 3 (VGG-16 conv5_2's 392 blocks then took 1.5 waves fused, 1 plain).
-// Staged, every mode takes 32 registers and fits 3 blocks (by shared memory).
+// plain one fitted 3 (VGG-16 conv5_2's 392 blocks then took 1.5 waves fused, 1 plain). As
+// split, every mode takes 38-46 registers and fits 4 blocks per SM (all 16 staged: 3, by
+// shared memory, and a larger monitor cost on AlexNet conv2; benchmarks/NOTES.md).
 //
 // The monitor adds little to that loop: a lane keeps its own non-zeros of rows 4q .. 4q + 3
 // as the four bytes of packed[q] (at most 4 each). After the loop, four warp reductions of
@@ -32,7 +33,8 @@
 #define EPI_ROWS 128
 #define EPI_COLS 128
 #define EPI_WARPS 8
-#define EPILOGUE_SHARED_BYTES (EPI_ROWS * EPI_COLS * 4)  // dynamic shared memory of a launch: the block's input
+#define EPI_STAGED_ROWS 12  // of a warp's 16 rows, those whose loads go to shared memory; the rest to registers
+#define EPILOGUE_SHARED_BYTES (EPI_WARPS * EPI_STAGED_ROWS * EPI_COLS * 4)  // dynamic shared memory of a launch
 
 // 16 bytes from global to shared memory without passing through registers (cp.async, sm_80
 // on; a plain copy before); cp_async_wait_all: this thread's copies have landed.
@@ -121,23 +123,32 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
     const int warp_rows = max(0, min(ROWS_PER_WARP, M - warp_row0));  // the warp's rows inside the matrix
     const int rows_here = col < N ? warp_rows : 0;                      // this lane's valid rows
 
-    // every load first (independent, so all 16 are in flight at once), into the lane's own
-    // slots in shared memory: a lane reads back only what it copied, so no barrier is needed
+    // every load first (independent, so all 16 are in flight at once): the first STAGED rows
+    // into the lane's own slots in shared memory (a lane reads back only what it copied, so
+    // no barrier is needed), the others into registers
+    constexpr int STAGED = EPI_STAGED_ROWS, HELD = ROWS_PER_WARP - STAGED;
     extern __shared__ __align__(16) float4 s_z[];  // [warp][row step][lane]
-    float4* stage = s_z + warp * ROWS_PER_WARP * 32 + lane;
+    float4* stage = s_z + warp * STAGED * 32 + lane;
+    float4 held[HELD > 0 ? HELD : 1];
 #pragma unroll
-    for (int step = 0; step < ROWS_PER_WARP; ++step)
-        if (step < rows_here) cp_async_16(&stage[step * 32], z + (size_t)(warp_row0 + step) * N + col);
+    for (int step = 0; step < ROWS_PER_WARP; ++step) {
+        const float* src = z + (size_t)(warp_row0 + step) * N + col;
+        if (step < STAGED) {
+            if (step < rows_here) cp_async_16(&stage[step * 32], src);
+        } else {
+            held[step - STAGED] = step < rows_here ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
     float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
     if (MODE != 2 && bias && rows_here) b = *reinterpret_cast<const float4*>(bias + col);
-    // then row by row: bias, ReLU, clamp, store, count (a wait per row compiled to one wait
-    // for all on sm_90: the copies arrive close together)
+    // then row by row: bias, ReLU, clamp, store, count (a wait per staged row compiled to one
+    // wait for all on sm_90: the copies arrive close together)
     cp_async_wait_all();
     unsigned packed[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int step = 0; step < ROWS_PER_WARP; ++step) {
         if (step >= rows_here) break;
-        float4 x = stage[step * 32];
+        float4 x = step < STAGED ? stage[step * 32] : held[step - STAGED];
         if (MODE != 2) {
             x.x = fminf(clamp, fmaxf(0.f, x.x + b.x));
             x.y = fminf(clamp, fmaxf(0.f, x.y + b.y));

@@ -15,9 +15,12 @@ F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
 EPILOGUE_THREADS = 256
-#: Dynamic shared memory of an epilogue block: its 128 x 128 input, staged there by cp.async
-#: (``EPILOGUE_SHARED_BYTES`` in ``kernels/spartan_tiles.cu``).
-EPILOGUE_SHARED_BYTES = EPILOGUE_ROWS * EPILOGUE_COLS * 4
+#: Rows of each warp's 16 whose input an epilogue block stages in shared memory by cp.async
+#: (``EPI_STAGED_ROWS`` in ``kernels/spartan_tiles.cu``; the other 4 go to registers), and the
+#: dynamic shared memory that takes (``EPILOGUE_SHARED_BYTES``): 8 warps x 12 rows x 128
+#: columns x 4 bytes.
+EPILOGUE_STAGED_ROWS = 12
+EPILOGUE_SHARED_BYTES = (EPILOGUE_THREADS // 32) * EPILOGUE_STAGED_ROWS * EPILOGUE_COLS * 4
 
 
 def f32_blocks_per_sm(rows: int, cols: int) -> int:
