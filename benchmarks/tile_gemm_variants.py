@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log  # noqa: E402
 from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list  # noqa: E402
-from spartan_py.sparsity.gpu_kernels import F32_BALANCED_SHAPES, F32_BLOCK_K, F32_SHAPES  # noqa: E402
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES  # noqa: E402
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width  # noqa: E402
 from spartan_py.sparsity.tiles import TileShape  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations  # noqa: E402
@@ -45,7 +45,7 @@ def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None, block
                 continue
             tag = f"{rows}" if bk == F32_BLOCK_K else f"{rows} bk{bk}"
             cases[f"tiles {tag}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
-            for steps in (min_steps or (MIN_STEPS if rows == 128 else (4,))) if block in F32_BALANCED_SHAPES else ():
+            for steps in min_steps or (MIN_STEPS if rows == 128 else (4,)):
                 cases[f"balanced {tag} min{steps}"] = (
                     lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced",
                                                                           min_steps=s)

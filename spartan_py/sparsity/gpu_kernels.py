@@ -11,9 +11,6 @@ EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 #: (BM, BN, BK) instances of the FP32 tile GEMM; BM is the tile list's row height (16 and
 #: 32 serve tile-size sweeps: smaller tiles skip more zeros but reuse each weight less).
 F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64)) + ((64, 128, 32), (64, 64, 32))
-#: The balanced kernel's instances: its cursors take 32 bytes of static shared memory beside
-#: the two buffers, so shapes whose buffers fill the 48 KiB on their own have none.
-F32_BALANCED_SHAPES = tuple(s for s in F32_SHAPES if 2 * s[2] * (s[0] + s[1]) * 4 < 48 * 1024)
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
@@ -70,7 +67,7 @@ def gemm_kernels(device_id: int) -> dict:
     import cupy
 
     names = {("fp32", *shape): "tile_gemm_f32<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
-    names |= {("fp32-balanced", *shape): "tile_gemm_f32_balanced<{}, {}, {}>".format(*shape) for shape in F32_BALANCED_SHAPES}
+    names |= {("fp32-balanced", *shape): "tile_gemm_f32_balanced<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
     names[("tf32",)] = "tile_gemm_tf32"
     module = cupy.RawModule(code=kernel_source("tile_gemm.cu"), options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
                             name_expressions=list(names.values()))  # fmt: skip
