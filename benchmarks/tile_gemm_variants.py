@@ -5,7 +5,7 @@ fewest-steps-per-block settings) and the block shapes, on the conv shapes of
 of L2 flush before each), median of the rounds. Writes ``tile-gemm-variants-<date>.json``.
 
     python3 benchmarks/tile_gemm_variants.py [--out DIR] [--quick] [--densities 0.01,0.02]
-                                             [--min-steps 1,4,16] [--block-k 16,32] [--rows 64]
+                                             [--min-steps 1,4,16]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log  # noqa: E402
 from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list  # noqa: E402
-from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES  # noqa: E402
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width  # noqa: E402
 from spartan_py.sparsity.tiles import TileShape  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations  # noqa: E402
@@ -31,25 +30,19 @@ DENSITIES = (1.0, 0.5, 0.1, 0.02)
 MIN_STEPS = (1, 2, 4, 8, 16)
 
 
-def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None, block_ks: tuple = (F32_BLOCK_K,)) -> dict:
+def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None) -> dict:
     """{name: work(i)} of every variant at one point; the balanced schedule with each of
     ``min_steps`` fewest steps per block (None: :data:`MIN_STEPS` for 128-row tiles, 4 for
-    64-row ones); each inner step of ``block_ks`` that has an instance (a name says ``bkN``
-    when N is not the default)."""
+    64-row ones)."""
     n = w.shape[1]
     cases = {"cublas": lambda i: dense_matmul(a, w, out=c)}
     for rows, tiles in tiles_by_rows.items():
-        for bk in block_ks:
-            block = (rows, fp32_block_width(n), bk)
-            if block not in F32_SHAPES:
-                continue
-            tag = f"{rows}" if bk == F32_BLOCK_K else f"{rows} bk{bk}"
-            cases[f"tiles {tag}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
-            for steps in min_steps or (MIN_STEPS if rows == 128 else (4,)):
-                cases[f"balanced {tag} min{steps}"] = (
-                    lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced",
-                                                                          min_steps=s)
-                )
+        block = (rows, fp32_block_width(n), 16)
+        cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
+        for steps in min_steps or (MIN_STEPS if rows == 128 else (4,)):
+            cases[f"balanced {rows} min{steps}"] = (
+                lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced", min_steps=s)
+            )
     return cases
 
 
@@ -65,10 +58,6 @@ def main() -> int:
     parser.add_argument("--densities", type=_floats, default=DENSITIES, help="tile densities, comma-separated")
     parser.add_argument("--min-steps", type=lambda text: tuple(int(v) for v in text.split(",")), default=None,
                         help="the balanced schedule's fewest steps per block, for both tile heights")
-    parser.add_argument("--block-k", type=lambda text: tuple(int(v) for v in text.split(",")), default=(F32_BLOCK_K,),
-                        help="inner steps (BK) to compare, comma-separated; shapes without an instance are skipped")
-    parser.add_argument("--rows", type=lambda text: tuple(int(v) for v in text.split(",")), default=(128, 64),
-                        help="tile heights (block rows) to compare, comma-separated")
     args = parser.parse_args()
     import cupy as cp
 
@@ -83,11 +72,11 @@ def main() -> int:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             a, profile = SparsityMonitor(tile=GEMM_TILE, timed=False).epilogue(pre, out=pre)
             tiles_by_rows = {}
-            for rows in args.rows:  # the monitor's counts at GEMM_TILE, coarsened to each block height
+            for rows in (128, 64):  # the monitor's counts at GEMM_TILE, coarsened to each block height
                 tile = TileShape(rows, GEMM_TILE[1])
                 tiles_by_rows[rows] = tile_list(coarsen_counts(profile.tile_nnz, profile.tile, tile), a.shape, tile)
             reference = dense_matmul(a, w)
-            cases = variants(a, w, c, tiles_by_rows, args.min_steps, args.block_k)
+            cases = variants(a, w, c, tiles_by_rows, args.min_steps)
             for name, work in cases.items():  # each variant once against cuBLAS before timing
                 c.fill(cp.nan)
                 work(0)
@@ -102,8 +91,7 @@ def main() -> int:
             log(f"{label} d={density}: {text}; best {best[1]} x{us['cublas'] / best[0]:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = write_result("tile-gemm-variants", device_name(cp), {"points": rows_out, "min_steps": args.min_steps or MIN_STEPS,
-                                                                "densities": list(args.densities),
-                                                                "block_k": list(args.block_k)}, args.out)
+                                                                "densities": list(args.densities)}, args.out)
     log(f"wrote {path}")
     return 0
 

@@ -428,19 +428,17 @@ __global__ void __launch_bounds__(256) tile_gemm_tf32(const float* __restrict__ 
 }
 
 #ifndef TILE_GEMM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
-#define TILE_GEMM_F32_INSTANCE(BM, BN, BK)                                                                                \
-    template __global__ void tile_gemm_f32<BM, BN, BK>(const float*, const float*, float*, int, int, int, const int*,       \
+#define TILE_GEMM_F32_INSTANCE(BM, BN)                                                                                    \
+    template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, const int*,       \
                                                         const int*, int);                                                  \
-    template __global__ void tile_gemm_f32_balanced<BM, BN, BK>(const float*, const float*, float*, int, int, int,          \
+    template __global__ void tile_gemm_f32_balanced<BM, BN, 16>(const float*, const float*, float*, int, int, int,          \
                                                                  const int*, const int*, int, int, int, float*, int*);
-TILE_GEMM_F32_INSTANCE(128, 128, 16)
-TILE_GEMM_F32_INSTANCE(128, 64, 16)
-TILE_GEMM_F32_INSTANCE(64, 128, 16)
-TILE_GEMM_F32_INSTANCE(64, 64, 16)
-TILE_GEMM_F32_INSTANCE(32, 128, 16)
-TILE_GEMM_F32_INSTANCE(32, 64, 16)
-TILE_GEMM_F32_INSTANCE(16, 128, 16)
-TILE_GEMM_F32_INSTANCE(16, 64, 16)
-TILE_GEMM_F32_INSTANCE(64, 128, 32)
-TILE_GEMM_F32_INSTANCE(64, 64, 32)
+TILE_GEMM_F32_INSTANCE(128, 128)
+TILE_GEMM_F32_INSTANCE(128, 64)
+TILE_GEMM_F32_INSTANCE(64, 128)
+TILE_GEMM_F32_INSTANCE(64, 64)
+TILE_GEMM_F32_INSTANCE(32, 128)
+TILE_GEMM_F32_INSTANCE(32, 64)
+TILE_GEMM_F32_INSTANCE(16, 128)
+TILE_GEMM_F32_INSTANCE(16, 64)
 #endif

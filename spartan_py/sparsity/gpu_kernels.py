@@ -10,7 +10,7 @@ from spartan_py.resources import kernel_source
 EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 #: (BM, BN, BK) instances of the FP32 tile GEMM; BM is the tile list's row height (16 and
 #: 32 serve tile-size sweeps: smaller tiles skip more zeros but reuse each weight less).
-F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64)) + ((64, 128, 32), (64, 64, 32))
+F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
