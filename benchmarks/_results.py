@@ -45,7 +45,7 @@ def cpu_name() -> str:
 
 def write_result(name: str, device: str, payload: dict, out_dir: Path | None = None) -> Path:
     """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically."""
-    from spartan_py.graph_challenge.formats import atomic_write_bytes
+    from spartan_py.files import atomic_write_bytes
 
     now = _dt.datetime.now(_dt.timezone.utc)
     record = {

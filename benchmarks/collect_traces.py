@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
-
 import spartan_py as sp  # noqa: E402
+from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
+from spartan_py.costmodel.families import GC_LAYER
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
 from spartan_py.trace import to_frame, write_trace  # noqa: E402
 
@@ -109,7 +109,7 @@ def main() -> int:
         traces.append(trace)
         write_trace(trace_path, pd.concat(traces, ignore_index=True))  # after each case: nothing lost
         replay = graph_replay_seconds(engine, inputs, max(args.repeats, 10))
-        kernels = trace[trace["kernel"] == "gpu.gc_layer"]
+        kernels = trace[trace["kernel"] == GC_LAYER]
         cases[name] = {
             "role": role, "network": network_spec, "layers": layers, "inputs": inputs_spec, "rows": rows,
             "options": options, "launches": int(len(kernels)),

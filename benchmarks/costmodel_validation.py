@@ -23,7 +23,6 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._results import RESULTS, cpu_name, write_result  # noqa: E402
-
 from spartan_py.costmodel import (  # noqa: E402
     calibrate,
     carry_over,
@@ -36,8 +35,9 @@ from spartan_py.costmodel import (  # noqa: E402
     run_error_table,
     write_calibration,
 )
+from spartan_py.costmodel.families import GC_LAYER
 from spartan_py.costmodel.machine import machine_path  # noqa: E402
-from spartan_py.costmodel.simulate import TIMED_KERNELS  # noqa: E402
+from spartan_py.costmodel.families import TIMED_FAMILIES  # noqa: E402
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.trace import read_trace  # noqa: E402
 
@@ -54,7 +54,7 @@ CALIBRATION_RUNS = (
 
 def replay_speed(trace: pd.DataFrame, machine, variants) -> dict:
     """Seconds to replay a 1920-launch trace, and a 1000-point what-if sweep."""
-    launches = trace[trace["kernel"] == "gpu.gc_layer"]
+    launches = trace[trace["kernel"] == GC_LAYER]
     big = launches.sample(n=1920, replace=True, random_state=0).reset_index(drop=True)
     start = time.perf_counter()
     predict(big, machine)
@@ -97,7 +97,7 @@ def main() -> int:
     held_out = predicted[~fitted_on]
     kernels = kernel_error_table(held_out)
     kernels_fit = kernel_error_table(predicted[fitted_on])
-    runs = run_error_table(predicted, TIMED_KERNELS)
+    runs = run_error_table(predicted, TIMED_FAMILIES)
     runs["held_out"] = ~runs["run"].isin(CALIBRATION_RUNS)
     runs["what_differs"] = runs["run"].map(lambda r: meta["cases"][r]["role"].removeprefix("holdout: ") if r not in CALIBRATION_RUNS else "fitted")
     runs["graph_replay_us"] = runs["run"].map(lambda r: meta["cases"][r]["graph_replay_median_us"])

@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._results import DEFAULT_DATA, cpu_name, write_result  # noqa: E402
-
 import spartan_py as sp  # noqa: E402
+from benchmarks._results import DEFAULT_DATA, cpu_name, write_result  # noqa: E402
 
 
 def main() -> int:

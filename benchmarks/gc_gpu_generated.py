@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._results import RESULTS, write_result  # noqa: E402
-
 import spartan_py as sp  # noqa: E402
+from benchmarks._results import RESULTS, write_result  # noqa: E402
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
 from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
 from spartan_py.timing import copy_bandwidth  # noqa: E402

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._results import DEFAULT_DATA  # noqa: E402
-
 import spartan_py as sp  # noqa: E402
+from benchmarks._results import DEFAULT_DATA  # noqa: E402
 from spartan_py.engines.gpu import GpuEngine  # noqa: E402
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved  # noqa: E402
 from benchmarks._results import RESULTS, write_result  # noqa: E402
+from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
 from spartan_py.report.tables import markdown_table  # noqa: E402
 from spartan_py.sparsity import (  # noqa: E402
     DEFAULT_TF32_GEMM_TILE,
@@ -42,6 +42,7 @@ from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid  # noqa: 
 from spartan_py.sparsity.policy import candidate_records  # noqa: E402
 from spartan_py.sparsity.tile_gemm import fp32_block_width  # noqa: E402
 from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations  # noqa: E402
+from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved  # noqa: E402
 from spartan_py.trace import to_frame, write_trace  # noqa: E402
 
 #: (layer, batch): shapes of the sweep; batches keep every GEMM above a full wave of blocks.
@@ -181,8 +182,8 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
         records += [
             *[replace(r, measured_us=layer_us - plain_us, run=f"{label}/overhead") for r in
               candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=_tile())],
-            _rec("gpu.epilogue", label, plain_us, bytes_read=out_bytes, bytes_written=out_bytes),
-            _rec("gpu.monitor_pass", label, row["count_pass_us"], bytes_read=out_bytes, monitor_mode="software"),
+            _rec(EPILOGUE, label, plain_us, bytes_read=out_bytes, bytes_written=out_bytes),
+            _rec(MONITOR_PASS, label, row["count_pass_us"], bytes_read=out_bytes, monitor_mode="software"),
         ]
         log(f"overhead {label}: fused +{extra:.2f} us (kernel), software +{software['median']:.1f} us (layer loop), "
             f"ratio {row['ratio_software_over_fused']:.0f}x, layer {layer_us:.0f} us")
@@ -442,7 +443,7 @@ def main() -> int:
     args = parser.parse_args()
     import cupy as cp
 
-    from spartan_py.engines.gpu import device_name
+    from spartan_py.engines.support.cuda import device_name
     from spartan_py.sparsity.digits import load_digits, shifted_copies, train_mlp
 
     device = device_name(cp)

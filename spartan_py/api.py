@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from spartan_py.engines import make_engine
+from spartan_py.costmodel.machine import DEFAULT_MACHINE
+from spartan_py.engines import Engine, make_engine, twin_backend
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.formats import read_truth
 from spartan_py.graph_challenge.generate import generate_inputs, generate_network
@@ -137,6 +138,7 @@ def infer(
     load_seconds: float = 0.0,
     mode: str = "measured",
     machine: str | None = None,
+    engine: Engine | None = None,
     **engine_options,
 ) -> InferenceResult:
     """Run ``network`` over ``inputs`` on ``backend`` and check against ``truth`` if given.
@@ -145,29 +147,30 @@ def infer(
     from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
     ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``, or
     ``gpu-merged-twin`` for ``backend="gpu-merged"``) and takes
-    ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default ``h100-sxm``,
+    ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default :data:`~spartan_py.costmodel.machine.DEFAULT_MACHINE`,
     optionally ``NAME+VARIANT``); the result is marked simulated and carries the predicted
-    trace.
+    trace. ``engine`` reuses an engine made by :func:`~spartan_py.engines.make_engine` for
+    ``network`` (its preparation is then not repeated; ``backend`` and the options are ignored).
     """
     if mode not in ("measured", "simulated"):
         raise InputError(f"mode must be 'measured' or 'simulated', not {mode!r}")
     if mode == "simulated":
-        twins = {"auto": "gpu-twin", "gpu": "gpu-twin", "gpu-twin": "gpu-twin", "gpu-merged": "gpu-merged-twin",
-                 "gpu-merged-twin": "gpu-merged-twin"}  # fmt: skip
-        if backend not in twins:
-            raise InputError(f"simulated mode runs a gpu kernel's twin; backend {backend!r} has no twin")
+        twin = twin_backend(backend)
         from spartan_py.costmodel.simulate import resolve_machine
 
-        machine = machine or "h100-sxm"
+        machine = machine or DEFAULT_MACHINE
         sim_machine, sim_variant = resolve_machine(machine)
-        backend = twins[backend]
+        backend = twin
     elif machine is not None:
         raise InputError("a machine is only used in simulated mode (mode='simulated')")
     inputs = resolve_inputs(inputs, network.neurons)
     if truth is not None and not isinstance(truth, np.ndarray):
         truth = read_truth(truth)
     started = time.perf_counter()
-    engine = make_engine(backend, network, **engine_options)
+    if engine is None:
+        engine = make_engine(backend, network, **engine_options)
+    elif engine.network is not network:
+        raise InputError("engine= was prepared for another network than the one given")
     prepare_seconds = time.perf_counter() - started
     output = engine.run(inputs, run_id=run_id)
     predicted_trace = None

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import BACKEND_CHOICES
 from spartan_py.errors import InputError, SpartanError
 
@@ -110,8 +111,9 @@ def _cmd_machines(args) -> int:
 
 def _cmd_simulate(args) -> int:
     from spartan_py.costmodel import kernel_error_table, run_totals
-    from spartan_py.costmodel.simulate import TIMED_KERNELS, resolve_machine
+    from spartan_py.costmodel.families import TIMED_FAMILIES
     from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
     from spartan_py.trace import read_trace, write_trace
 
     trace = read_trace(args.trace)
@@ -119,7 +121,7 @@ def _cmd_simulate(args) -> int:
     for name in args.machine:
         machine, variant = resolve_machine(name)
         predicted = predict(trace, machine, variant)
-        timed = predicted[predicted["kernel"].isin(TIMED_KERNELS)]
+        timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
         per_run = timed.groupby("run", sort=False)["predicted_us"].sum(min_count=1)
         entry = {"machine": predicted["machine"].iloc[0] if len(predicted) else name,
                  "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
@@ -127,7 +129,7 @@ def _cmd_simulate(args) -> int:
                  "notes": sorted(n for n in predicted["note"].unique() if n)}  # fmt: skip
         if trace["measured_us"].notna().any():
             entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
-            entry["error_by_run"] = run_totals(predicted, TIMED_KERNELS).to_dict(orient="records")
+            entry["error_by_run"] = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
         results.append(entry)
         if args.out:
             out = args.out if len(args.machine) == 1 else args.out.with_name(f"{args.out.stem}-{entry['machine']}{args.out.suffix}")
@@ -209,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--categories-out", help="write the categories (1-based rows) to this file")
     run.add_argument("--mode", default="measured", choices=("measured", "simulated"),
                      help="simulated: run the GPU kernel's CPU twin and take times from the cost model")
-    run.add_argument("--machine", default="h100-sxm", help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)")
+    run.add_argument("--machine", default=DEFAULT_MACHINE, help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)")
     run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress messages on stderr")

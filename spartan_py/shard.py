@@ -95,10 +95,9 @@ def _gpu_device(backend: str, index: int):
     sees (a local Dask worker's number, else the shard's ``index``); a no-op context off the GPU."""
     import contextlib
 
-    from spartan_py.engines import resolve_backend
+    from spartan_py.engines import engine_class, resolve_backend
 
-    name = resolve_backend(backend)
-    if name == "gpu-twin" or not name.startswith("gpu"):
+    if not engine_class(resolve_backend(backend)).uses_gpu:
         return contextlib.nullcontext(), None
     count = gpu_count()
     if count <= 1:

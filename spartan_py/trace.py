@@ -97,7 +97,7 @@ def to_frame(records: list[TraceRecord]) -> pd.DataFrame:
 
 def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> Path:
     """Write a trace as CSV (``.csv``) or Parquet (``.parquet``), atomically."""
-    from spartan_py.graph_challenge.formats import atomic_write_bytes
+    from spartan_py.files import atomic_write_bytes
 
     frame = records if isinstance(records, pd.DataFrame) else to_frame(records)
     path = Path(path)

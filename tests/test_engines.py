@@ -170,7 +170,7 @@ def test_gpu_tile_heights(rows_per_tile, threads):
 
 
 def test_chunk_schedule():
-    from spartan_py.engines.gpu import chunk_schedule
+    from spartan_py.engines.support.layer_plan import chunk_schedule
 
     assert chunk_schedule(120) == [1, 1, 1, 1, 2, 4, 8, 16, 32, 32, 22]
     assert chunk_schedule(3) == [1, 1, 1]

@@ -27,6 +27,7 @@ EXPECTED_FIGURES = {
     "profiling-overhead": {"monitor-overhead.png", "live-rows.png"},
     "what-if-gpus": {"what-if.png", "live-rows.png"},
     "tile-size-sweep": {"tile-sweep.png", "what-if.png"},
+    "validate-h200": {"live-rows.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
 
@@ -48,23 +49,40 @@ def _small_workload_value(key: str, value):
     return value
 
 
+def _off_the_gpu(data: dict, workload: dict) -> None:
+    """A fixed GPU kernel backend in ``data`` becomes its twin in simulated mode (Graph
+    Challenge) or the CPU (conv layers)."""
+    backend = data.get("backend")
+    if workload.get("kind") == "conv_layers":
+        if backend == "gpu":
+            data["backend"] = "cpu"
+    elif backend in ("gpu", "gpu-merged"):
+        data["backend"], data["mode"] = f"{backend}-twin", "simulated"
+
+
 def small_copy(data: dict, gpu: bool) -> dict:
-    """``data`` (an experiment file's mapping) shrunk; without a GPU, a fixed ``gpu`` backend
-    becomes the GPU kernel's twin in simulated mode (Graph Challenge) or the CPU (conv layers)."""
+    """``data`` (an experiment file's mapping) shrunk; without a GPU, a fixed GPU kernel
+    backend becomes its twin in simulated mode (Graph Challenge) or the CPU (conv layers)."""
     data = copy.deepcopy(data)
     workload = data["workload"]
     for key in list(workload):
         workload[key] = _small_workload_value(key, workload[key])
     data["repeats"] = 1
-    if not gpu and data.get("backend") == "gpu":
-        if workload.get("kind") == "conv_layers":
-            data["backend"] = "cpu"
-        else:
-            data["backend"], data["mode"] = "gpu-twin", "simulated"
-    for table in (data.get("sweep") or {}).values():
-        for key, values in table.items():
+    if not gpu:
+        _off_the_gpu(data, workload)
+    sweep = data.get("sweep") or {}
+    for kind in ("grid", "zip"):
+        for key, values in sweep.get(kind, {}).items():
             if key.startswith("workload."):
-                table[key] = [_small_workload_value(key.split(".", 1)[1], v) for v in values]
+                sweep[kind][key] = [_small_workload_value(key.split(".", 1)[1], v) for v in values]
+    for case in sweep.get("cases", []):
+        case_workload = case.get("workload", workload)
+        if "workload" in case:
+            case["workload"] = {key: _small_workload_value(key, value) for key, value in case_workload.items()}
+        if not gpu and "backend" in case:
+            _off_the_gpu(case, case_workload)
+            if case.get("mode") == "simulated" or case.get("backend") == "cpu":
+                data.pop("mode", None)
     return data
 
 

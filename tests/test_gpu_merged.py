@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
-from spartan_py.engines.gpu_merge import duplicate_groups, merge_network, merged_tile_rows
+from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
 from spartan_py.engines.reference import ReferenceEngine
 from spartan_py.errors import InputError
 from spartan_py.trace import to_frame
@@ -26,7 +26,7 @@ def test_duplicate_groups_are_exact():
 
 def test_duplicate_groups_split_a_hash_collision(monkeypatch):
     """Rows that share a bucket but differ are told apart by comparing them whole."""
-    import spartan_py.engines.gpu_merge as merge
+    import spartan_py.engines.support.column_merge as merge
 
     monkeypatch.setattr(merge, "_row_hashes", lambda inputs, weights: np.zeros(inputs.shape[0], np.uint64))
     inputs = np.array([[1, 2], [3, 4], [1, 2]])
@@ -111,7 +111,7 @@ def test_gpu_merged_matches_its_twin_exactly(options):
 
 
 def test_monitor_masks_count_each_tiles_nonzeros():
-    from spartan_py.engines.gpu_merge import monitor_masks
+    from spartan_py.engines.support.column_merge import monitor_masks
 
     rng = np.random.default_rng(1)
     groups = rng.integers(0, 64, size=1024)

@@ -17,6 +17,9 @@ from spartan_py.config import load_model, load_yaml, validate_model
 from spartan_py.errors import InputError
 from spartan_py.resources import data_folder
 
+DEFAULT_MACHINE = "h100-sxm"
+"""The machine simulated mode, the policy and the CLI use when none is named (the calibrated one)."""
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -65,14 +68,52 @@ class FamilyCalibration(_Frozen):
     fit_median_error_pct: float | None = None
 
 
+class Validation(_Frozen):
+    """How the model's predictions for a machine compared with runs measured on it."""
+
+    device: str = Field(description="the GPU measured, as the CUDA runtime names it")
+    blind: bool = Field(description="true when the calibration used saw no measurement of this machine")
+    result: str = Field(description="the committed result file with the figures, relative to the repository")
+    commit: str = Field(description="the commit whose code and model made the measurement and the prediction")
+    whole_run_error_pct: float = Field(description="the worst whole-run error (absolute, percent)")
+    per_launch_median_error_pct: float = Field(
+        description="the worst per-launch median error of a kernel family with 5 or more launches (percent)"
+    )
+
+
 class Machine(_Frozen):
-    """One described GPU."""
+    """One described GPU.
+
+    ``validation`` is present only for a machine whose predictions were checked against
+    measurements here: the others are what-if estimates (``validated`` is false).
+    """
 
     name: str
     description: str
+    device_names: list[str] = Field([], description="what the CUDA runtime calls this GPU (to match measured runs)")
+    calibration_frozen: str | None = Field(
+        None, description="the commit and traces the calibration was fitted on, once frozen (no refit after)"
+    )
+    validation: Validation | None = None
     specs: Specs
     sources: dict[str, str]
     calibration: dict[str, FamilyCalibration] = {}
+
+    @property
+    def validated(self) -> bool:
+        """Whether predictions for this machine were checked against measurements on it."""
+        return self.validation is not None
+
+    def validation_summary(self) -> str:
+        """``validated (...)`` with the error figures, or ``not validated (...)`` in words."""
+        v = self.validation
+        if v is None:
+            carried = any("carried over" in family.source for family in self.calibration.values())
+            why = "calibration carried over from another GPU" if carried else "no measurement on it"
+            return f"not validated ({why}): what-if estimates"
+        how = "blind" if v.blind else "fitted here"
+        return (f"validated ({how}, {v.device}): whole runs within {v.whole_run_error_pct:.1f}%, per-launch median "
+                f"error at most {v.per_launch_median_error_pct:.1f}% per family ({v.result})")
 
     @model_validator(mode="after")
     def _every_spec_has_a_source(self):
@@ -158,7 +199,7 @@ def apply_variant(machine: Machine, variant: Variant | None) -> Machine:
 
 def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> Path:
     """Replace the ``calibration:`` block at the end of a machine file, keeping the rest as written."""
-    from spartan_py.graph_challenge.formats import atomic_write_bytes
+    from spartan_py.files import atomic_write_bytes
 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()

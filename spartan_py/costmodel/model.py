@@ -28,45 +28,11 @@ datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
+from spartan_py.costmodel.families import FAMILIES, GC_LAYER, KernelFamily
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
-
-
-@dataclass(frozen=True)
-class KernelFamily:
-    """How a kernel uses the machine: ``unit`` is ``smem``, ``fp32``, ``tf32``, ``bf16``,
-    ``memory`` (bandwidth only), ``link`` (host copies) or ``sync``."""
-
-    unit: str
-    bytes_per_mac: float = 4.0  # for the smem unit: operand bytes loaded per multiply-add
-    monitor_pass: bool = False  # a separate counting pass, free under a hardware monitor
-
-
-#: Kernel name (or prefix ending in '.') -> family. Kernels not listed are not modelled.
-FAMILIES: dict[str, KernelFamily] = {
-    "gpu.gc_layer": KernelFamily("smem"),
-    "gpu.gc_merged": KernelFamily("smem"),
-    "gpu.expand": KernelFamily("memory"),
-    "gpu.scatter_rows": KernelFamily("memory"),
-    "gpu.monitor_pass": KernelFamily("memory", monitor_pass=True),
-    "gpu.epilogue": KernelFamily("memory"),
-    "gpu.compact": KernelFamily("memory"),
-    "gpu.list_tiles": KernelFamily("memory"),
-    "gpu.tile_gemm.fp32": KernelFamily("fp32"),
-    "gpu.tile_gemm.tf32": KernelFamily("tf32"),
-    "gpu.tile_gemm.bf16": KernelFamily("bf16"),
-    "gpu.dense_gemm.fp32": KernelFamily("fp32"),
-    "gpu.dense_gemm.tf32": KernelFamily("tf32"),
-    "gpu.csr_gemm.fp32": KernelFamily("fp32"),
-    "gpu.csr_convert": KernelFamily("memory"),
-    "gpu.copy_h2d": KernelFamily("link"),
-    "gpu.copy_d2h": KernelFamily("link"),
-    "gpu.sync": KernelFamily("sync"),
-}
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
 
@@ -114,7 +80,7 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
         frame["bytes_written"] -= frame["monitor_bytes"]
         frame["monitor_bytes"] = 0
     if variant.block_rows:
-        tiled = (frame["kernel"] == "gpu.gc_layer") & (frame["blocks"] > 0) & (frame["block_rows"] > 0)
+        tiled = (frame["kernel"] == GC_LAYER) & (frame["blocks"] > 0) & (frame["block_rows"] > 0)
         old_rows = frame.loc[tiled, "block_rows"].astype(float)
         old_blocks = frame.loc[tiled, "blocks"].astype(float)
         new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from spartan_py.costmodel.families import TIMED_FAMILIES
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
 from spartan_py.costmodel.model import predict
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, to_frame
-
-#: Kernels whose times a replay adds up: the Graph Challenge layer kernels and the dense-layer
-#: kernels (the policy's candidates). Copies, syncs and the software monitor's pass are
-#: reported apart.
-TIMED_KERNELS = ("gpu.gc_layer", "gpu.gc_merged", "gpu.expand", "gpu.scatter_rows", "gpu.dense_gemm.fp32", "gpu.dense_gemm.tf32", "gpu.tile_gemm.fp32", "gpu.tile_gemm.tf32",
-                 "gpu.list_tiles", "gpu.compact", "gpu.csr_convert", "gpu.csr_gemm.fp32")  # fmt: skip
 
 
 def resolve_machine(name: str, variant: str | None = None) -> tuple[Machine, Variant | None]:
@@ -40,7 +35,7 @@ def simulate_trace(
     predicted = predict(frame, machine, variant)
     label = predicted["machine"].iloc[0] if len(predicted) else machine.name
     predicted["device"] = f"simulated:{label}"
-    timed = predicted[predicted["kernel"].isin(TIMED_KERNELS)]
+    timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
     missing = timed["predicted_us"].isna()
     if missing.any():
         reason = timed.loc[missing, "note"].iloc[0]

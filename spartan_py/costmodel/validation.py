@@ -40,7 +40,7 @@ def plot_measured_vs_predicted(predicted: pd.DataFrame, path: str | Path, *, tit
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from spartan_py.graph_challenge.formats import atomic_write_bytes
+    from spartan_py.files import atomic_write_bytes
 
     frame = predicted[predicted["measured_us"].notna() & predicted["predicted_us"].notna() & (predicted["measured_us"] > 0)]
     figure, axes = plt.subplots(figsize=(5.5, 5))

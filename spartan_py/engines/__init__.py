@@ -17,10 +17,10 @@ BACKENDS: dict[str, str] = {
     "gpu-twin": "spartan_py.engines.gpu_twin:GpuTwinEngine",
     "gpu-merged": "spartan_py.engines.gpu_merged:GpuMergedEngine",
     "gpu-merged-twin": "spartan_py.engines.gpu_merged_twin:GpuMergedTwinEngine",
-    "gpu-cusparse-spgemm": "spartan_py.engines.gpu_baselines:CusparseSpgemmEngine",
-    "gpu-cusparse-spmm": "spartan_py.engines.gpu_baselines:CusparseSpmmEngine",
-    "gpu-cublas-dense": "spartan_py.engines.gpu_baselines:CublasDenseEngine",
-    "gpu-dense-compact": "spartan_py.engines.gpu_baselines:DenseCompactEngine",
+    "gpu-cusparse-spgemm": "spartan_py.engines.baselines:CusparseSpgemmEngine",
+    "gpu-cusparse-spmm": "spartan_py.engines.baselines:CusparseSpmmEngine",
+    "gpu-cublas-dense": "spartan_py.engines.baselines:CublasDenseEngine",
+    "gpu-dense-compact": "spartan_py.engines.baselines:DenseCompactEngine",
 }
 BACKEND_CHOICES = ("auto", *BACKENDS)
 
@@ -55,6 +55,19 @@ def resolve_backend(name: str) -> str:
     return "gpu" if unavailable_reason("gpu") is None else "cpu"
 
 
+def twin_backend(name: str) -> str:
+    """The CPU twin that simulated mode runs for backend ``name`` (``auto``: the ``gpu`` kernel's).
+
+    Raises :class:`InputError` for a backend without one.
+    """
+    twin = engine_class("gpu" if name == "auto" else name).cpu_twin
+    if twin is None:
+        with_twins = sorted(n for n in BACKENDS if engine_class(n).cpu_twin is not None)
+        raise InputError(f"simulated mode runs a GPU kernel's CPU twin; backend {name!r} has no twin "
+                         f"(backends with one: auto, {', '.join(with_twins)})")
+    return twin
+
+
 def make_engine(name: str, network: Network, **options) -> Engine:
     """A ready engine for ``network``; raises :class:`BackendUnavailableError` with the reason.
 
@@ -62,7 +75,7 @@ def make_engine(name: str, network: Network, **options) -> Engine:
     as many distinct weight columns as outputs (RadiX-Net networks have 1/16), else ``gpu``.
     """
     if name == "auto" and resolve_backend(name) == "gpu" and "threads" not in options:
-        from spartan_py.engines.gpu_merge import first_layer_merge_factor
+        from spartan_py.engines.support.column_merge import first_layer_merge_factor
 
         name = "gpu-merged" if network.layers and first_layer_merge_factor(network) >= 2 else "gpu"
     name = resolve_backend(name)
@@ -73,4 +86,14 @@ def make_engine(name: str, network: Network, **options) -> Engine:
     return cls(network, **options)
 
 
-__all__ = ["BACKENDS", "BACKEND_CHOICES", "Engine", "EngineOutput", "make_engine", "resolve_backend", "unavailable_reason"]
+__all__ = [
+    "BACKENDS",
+    "BACKEND_CHOICES",
+    "Engine",
+    "EngineOutput",
+    "engine_class",
+    "make_engine",
+    "resolve_backend",
+    "twin_backend",
+    "unavailable_reason",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -38,7 +39,18 @@ class Engine(ABC):
     transfers), so that :meth:`run` times inference alone.
     """
 
-    name: str = "?"
+    name: ClassVar[str] = "?"
+    #: The backend that computes this one's results on the CPU with the same trace records,
+    #: timed by the cost model in simulated mode (None: no twin).
+    cpu_twin: ClassVar[str | None] = None
+    #: Whether the constructor takes the Graph Challenge kernels' options (``monitor``,
+    #: ``compact_every``, ``rows_per_tile``).
+    takes_kernel_options: ClassVar[bool] = False
+    #: Whether it runs on a GPU (so that a sharded run puts each shard on one).
+    uses_gpu: ClassVar[bool] = False
+    #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost
+    #: model replays; empty for backends the model does not describe.
+    trace_families: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, network: Network):
         self.network = network

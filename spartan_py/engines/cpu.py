@@ -8,8 +8,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines import cpu_kernels
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.support import cpu_kernels
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu_plan import (
+from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
+from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, EventTimer, device_name, download_rows, import_cupy
+from spartan_py.engines.support.gpu_base import GpuEngineBase
+from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
@@ -28,41 +30,11 @@ from spartan_py.engines.gpu_plan import (
     launch_monitored,
     launch_records,
     plan_layer,
-    transfer_records,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
-
-def import_cupy():
-    """CuPy, whichever wheel provides it; BackendUnavailableError when absent or GPU-less."""
-    try:
-        import cupy
-    except ImportError as exc:
-        raise BackendUnavailableError(f"CuPy is not installed ({exc}); install spartan-py[gpu] or [gpu-cuda13]") from None
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise BackendUnavailableError("no CUDA device is visible")
-    except cupy.cuda.runtime.CUDARuntimeError as exc:
-        raise BackendUnavailableError(f"no usable CUDA device: {exc}") from None
-    return cupy
-
-
-def cupy_unavailable_reason() -> str | None:
-    """Why CuPy cannot drive a GPU here, or None when it can."""
-    try:
-        import_cupy()
-    except BackendUnavailableError as exc:
-        return str(exc)
-    return None
-
-
-def device_name(cupy) -> str:
-    """Name of the current CUDA device, e.g. 'NVIDIA H100 80GB HBM3'."""
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,105 +57,14 @@ class _DeviceLayer:
     weight: object | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
 
 
-class LaunchedEngine(Engine):
-    """What the CuPy-driven Graph Challenge engines share: timing a batch's launches with
-    CUDA events (or a CUDA graph replay) and running inputs batch by batch. A subclass
-    provides ``upload``, ``_launch_layers(batch, events)``, ``_event_count``, ``_records``,
-    ``_bytes_per_row``, the attributes ``cp``, ``_device``, ``chunks``, ``rows_per_tile`` and
-    ``max_batch_rows``, and the batch's ``final_rows``."""
-
-    cp = None
-    use_graph = True
-
-    @classmethod
-    def unavailable_reason(cls) -> str | None:
-        return cupy_unavailable_reason()
-
-    @property
-    def device(self) -> str:
-        return self._device
-
-    def _bytes_per_row(self) -> int:
-        """Device bytes a batch's buffers take per input row."""
-        raise NotImplementedError
-
-    def _batch_rows(self, rows: int) -> int:
-        """Rows per batch: what the batch's buffers can hold in half the free memory."""
-        free, _ = self.cp.cuda.runtime.memGetInfo()
-        fit = max(self.rows_per_tile, int(0.5 * free) // self._bytes_per_row())
-        if self.max_batch_rows:
-            fit = min(fit, self.max_batch_rows)
-        return min(rows, fit) if rows else 1
-
-    def _event_count(self) -> int:
-        """CUDA events ``_launch_layers`` records: one before each launch and one at the end."""
-        return len(self.chunks) + 1
-
-    def run_device(self, batch, *, per_layer_times: bool = False) -> float:
-        """Run all layers on an uploaded batch; return the seconds measured by CUDA events.
-
-        ``per_layer_times`` records an event between launches (times stored on the batch)
-        instead of replaying the whole inference as one CUDA graph (or when the engine
-        does not use graphs).
-        """
-        cp = self.cp
-        stream = batch.stream
-        if per_layer_times or not self.use_graph:
-            events = [cp.cuda.Event() for _ in range(self._event_count())]
-            with stream:
-                self._launch_layers(batch, events)
-            events[-1].synchronize()
-            batch.layer_seconds = [cp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(events, events[1:])]
-            return cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3
-        if batch.graph is None:
-            with stream:
-                stream.begin_capture()
-                self._launch_layers(batch)
-                batch.graph = stream.end_capture()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        batch.graph.launch(stream)
-        stop.record(stream)
-        stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop) / 1e3
-
-    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
-        network = self.network
-        inputs = sp.csr_matrix(inputs, dtype=np.float32)
-        rows = inputs.shape[0]
-        batch_rows = self._batch_rows(rows)
-        live_total = np.zeros(network.layers, dtype=np.int64)
-        nnz_total = np.zeros(network.layers, dtype=np.int64)
-        trace: list[TraceRecord] = []
-        live_parts, value_parts = [], []
-        seconds = 0.0
-        for first in range(0, rows, batch_rows):
-            part = inputs[first : first + batch_rows]
-            batch = self.upload(part)
-            seconds += self.run_device(batch, per_layer_times=True)
-            counts = batch.counts.get()
-            nnz = batch.nnz_counts.get()
-            ids, values, download_seconds = batch.final_rows(self)
-            live_total += counts[1:]
-            nnz_total += nnz[1:].astype(np.int64)
-            live_parts.append(ids + first)
-            value_parts.append(values)
-            trace += self._records(batch, counts, nnz, part.nnz, run_id)
-            trace += transfer_records(
-                part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
-                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
-            )  # fmt: skip
-            del batch
-        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
-        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
-        final = live_rows_matrix(live_rows, values, rows)
-        return EngineOutput(live_rows, final, live_total.tolist(), nnz_total.tolist(), seconds, self.device, trace)
-
-
-class GpuEngine(LaunchedEngine):
+class GpuEngine(GpuEngineBase):
     """Fused layer kernel with on-device compaction and a fused per-tile sparsity monitor."""
 
     name = "gpu"
+    cpu_twin = "gpu-twin"
+    takes_kernel_options = True
+    uses_gpu = True
+    trace_families = (GC_LAYER, MONITOR_PASS, COPY_H2D, COPY_D2H, SYNC)
 
     def __init__(
         self,
@@ -274,11 +155,11 @@ class GpuEngine(LaunchedEngine):
             first = start == 0
             args = (
                 src.values, src.ids,
-                batch.csr_ptr if first else _NULL, batch.csr_idx if first else _NULL, batch.csr_val if first else _NULL,
+                batch.csr_ptr if first else NULL_POINTER, batch.csr_idx if first else NULL_POINTER, batch.csr_val if first else NULL_POINTER,
                 dst.values, dst.ids,
                 pointers["index"], pointers["weight"], pointers["uniform"], pointers["k"],
                 batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
-                *((batch.tile_nnz, batch.row_nnz) if launch_monitored(self.monitor, chunk, self.monitor_every) else (_NULL, _NULL)),
+                *((batch.tile_nnz, batch.row_nnz) if launch_monitored(self.monitor, chunk, self.monitor_every) else (NULL_POINTER, NULL_POINTER)),
                 batch.tile_layers,
                 np.float32(network.bias), np.float32(network.clamp),
             )  # fmt: skip
@@ -289,7 +170,7 @@ class GpuEngine(LaunchedEngine):
         if events is not None:
             events[-1].record()
 
-    def _monitor_pass(self, batch: "DeviceBatch", dst: "_Buffers", layer: int) -> None:
+    def _monitor_pass(self, batch: "DeviceBatch", dst: "Buffers", layer: int) -> None:
         """The software monitor after a launch: read the live-row count, count the layer's
         output per 32-column tile in a separate pass, copy the counts to the host."""
         from spartan_py.sparsity.monitor import software_pass
@@ -314,35 +195,6 @@ class GpuEngine(LaunchedEngine):
         )
 
 
-_NULL = np.uint64(0)  # a null device pointer for optional kernel arguments
-
-
-class _EventTimer:
-    """CUDA events around the copies in a ``with`` block on the current stream; ``seconds``
-    after it. Copies from or to pageable host memory return when done, so the block's end
-    event follows them."""
-
-    def __init__(self, cupy):
-        self._start, self._stop = cupy.cuda.Event(), cupy.cuda.Event()
-        self._cupy = cupy
-        self.seconds = float("nan")
-
-    def __enter__(self) -> "_EventTimer":
-        self._start.record()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.record()
-        self._stop.synchronize()
-        self.seconds = self._cupy.cuda.get_elapsed_time(self._start, self._stop) / 1e3
-
-
-@dataclass
-class _Buffers:
-    values: object
-    ids: object
-
-
 class DeviceBatch:
     """A batch of input rows on the device with its work buffers and counters.
 
@@ -357,11 +209,11 @@ class DeviceBatch:
         capacity = max(rows, 1)
         try:
             host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            with _EventTimer(cp) as upload:
+            with EventTimer(cp) as upload:
                 self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
             self.upload_seconds = upload.seconds
             self.buffers = [
-                _Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
+                Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
             self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
@@ -390,17 +242,3 @@ class DeviceBatch:
         alive = int(self.counts[engine.network.layers].get())
         final = self.buffers[len(engine.chunks) % 2]
         return download_rows(engine.cp, final.ids, final.values, alive, engine.network.neurons)
-
-
-def download_rows(cp, ids, values, alive: int, n: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """The first ``alive`` ids and n-wide value rows into pinned host memory, sorted by id,
-    with the seconds of the copies alone (CUDA events)."""
-    import cupyx
-
-    host_ids = cupyx.empty_pinned((alive,), dtype=np.int32)
-    host_values = cupyx.empty_pinned((alive, n), dtype=np.float32)
-    with _EventTimer(cp) as timer:
-        ids[:alive].get(out=host_ids)
-        values[: alive * n].reshape(alive, n).get(out=host_values)
-    order = np.argsort(host_ids, kind="stable")
-    return host_ids[order], host_values[order], timer.seconds

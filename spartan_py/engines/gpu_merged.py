@@ -1,12 +1,12 @@
 """The merged-column GPU engine: ``kernels/gc_merged.cu`` driven by CuPy (backend ``gpu-merged``).
 
-Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.gpu_merge`):
+Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.support.column_merge`):
 the official RadiX-Net layers need 1/16 to 1/20 of the multiply-adds and rows 1/16 as wide.
 Same schedule as the rows kernel (:mod:`spartan_py.engines.gpu`): chunks of layers per
 launch with the tile kept in shared memory, live-row compaction after each launch, sizes on
 the device, one host synchronisation at the end; then the final live rows are expanded back
 to ``neurons`` columns on the device (timed). Weights that exceed the device memory budget
-stream from pinned host memory (:class:`~spartan_py.engines.gpu_weights.LayerStore`).
+stream from pinned host memory (:class:`~spartan_py.engines.support.weight_store.LayerStore`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,14 @@ import functools
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.gpu import _NULL, LaunchedEngine, _Buffers, _EventTimer, device_name, download_rows, import_cupy
-from spartan_py.engines.gpu_merge import (
+from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, EXPAND, GC_MERGED, SCATTER_ROWS, SYNC
+from spartan_py.engines.support.column_merge import (
     MERGED_THREADS as THREADS,
+)
+from spartan_py.engines.support.column_merge import (
     MERGED_TILE_ROWS as TILE_ROWS,
+)
+from spartan_py.engines.support.column_merge import (
     MergedNetwork,
     merge_network,
     merged_launch_records,
@@ -27,8 +31,10 @@ from spartan_py.engines.gpu_merge import (
     monitor_masks,
     stage_words,
 )
-from spartan_py.engines.gpu_plan import chunk_schedule, gc_monitor_mode, launch_monitored
-from spartan_py.engines.gpu_weights import LayerStore
+from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, EventTimer, device_name, download_rows, import_cupy
+from spartan_py.engines.support.gpu_base import GpuEngineBase
+from spartan_py.engines.support.layer_plan import chunk_schedule, gc_monitor_mode, launch_monitored
+from spartan_py.engines.support.weight_store import LayerStore
 from spartan_py.errors import DeviceMemoryError, InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
@@ -50,10 +56,14 @@ def _merged_kernels(device_id: int):
     return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
 
 
-class GpuMergedEngine(LaunchedEngine):
+class GpuMergedEngine(GpuEngineBase):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
     name = "gpu-merged"
+    cpu_twin = "gpu-merged-twin"
+    takes_kernel_options = True
+    uses_gpu = True
+    trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
 
     def __init__(
         self,
@@ -150,13 +160,13 @@ class GpuMergedEngine(LaunchedEngine):
             kernel, shared = (self.first_kernel, self.first_shared_bytes) if first else (self.kernel, self.shared_bytes)
             monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
             args = (
-                *((batch.csr_ptr, batch.csr_idx, batch.csr_val) if first else (_NULL, _NULL, _NULL)),
-                batch.dense if first and batch.dense is not None else _NULL,
+                *((batch.csr_ptr, batch.csr_idx, batch.csr_val) if first else (NULL_POINTER, NULL_POINTER, NULL_POINTER)),
+                batch.dense if first and batch.dense is not None else NULL_POINTER,
                 src.values, src.ids, dst.values, dst.ids,
                 pointers["index"], pointers["weight"], self._tables["uniform"], self._tables["k"], self._tables["width"],
                 pointers["sizes"], pointers["groups"],
                 batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
-                *((batch.tile_nnz, batch.row_nnz) if monitored else (_NULL, _NULL)),
+                *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
                 batch.tile_layers, pointers["masks"], self._tables["levels"],
                 np.int32(network.neurons), np.int32(self.stride), np.int32(self.stage_words),
                 np.float32(network.bias), np.float32(network.clamp),
@@ -202,12 +212,12 @@ class MergedBatch:
         capacity = max(rows, 1)
         try:
             host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            with _EventTimer(cp) as upload:
+            with EventTimer(cp) as upload:
                 self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
             self.upload_seconds = upload.seconds
             self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
             self.buffers = [
-                _Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
+                Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
             ]
             self.expanded = cp.empty(capacity * n, dtype=cp.float32)
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)

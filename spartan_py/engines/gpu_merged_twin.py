@@ -14,9 +14,16 @@ import numba
 import numpy as np
 from numba import prange
 
-from spartan_py.engines.gpu_merge import MERGED_THREADS, merge_network, merged_launch_records, merged_tile_rows, stage_words
-from spartan_py.engines.gpu_plan import gc_monitor_mode
-from spartan_py.engines.gpu_twin import TwinEngine
+from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.engines.support.column_merge import (
+    MERGED_THREADS,
+    merge_network,
+    merged_launch_records,
+    merged_tile_rows,
+    stage_words,
+)
+from spartan_py.engines.support.layer_plan import gc_monitor_mode
+from spartan_py.engines.support.twin_base import TwinEngine
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 
@@ -50,6 +57,9 @@ class GpuMergedTwinEngine(TwinEngine):
     """The merged GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-merged-twin"
+    cpu_twin = "gpu-merged-twin"
+    takes_kernel_options = True
+    trace_families = GpuMergedEngine.trace_families
 
     def __init__(
         self,

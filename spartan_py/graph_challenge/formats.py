@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +22,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError
+from spartan_py.files import atomic_write_bytes
 
 TRIPLE_HINT = "expected three numbers 'row<TAB>col<TAB>value' with 1-based integer row and col"
 
@@ -196,23 +196,6 @@ def read_truth(path: str | os.PathLike) -> np.ndarray:
             )
         indices.append(value)
     return np.asarray(indices, dtype=np.int64)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> Path:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from spartan_py.costmodel.families import FAMILIES, GC_LAYER
 from spartan_py.errors import InputError
-from spartan_py.graph_challenge.formats import atomic_write_bytes
+from spartan_py.files import atomic_write_bytes
 from spartan_py.report import figures
 from spartan_py.report.published import published_rates
 from spartan_py.report.tables import html_table, markdown_table
@@ -40,7 +41,7 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
     for point in points:
         if point["status"] != "ok" or point["summary"]["simulated"] or not point["config"]["machines"]:
             continue
-        frame = traces[(traces["point"] == point["id"]) & traces["kernel"].str.startswith("gpu.")]
+        frame = traces[(traces["point"] == point["id"]) & traces["kernel"].isin(list(FAMILIES))]
         if frame.empty or frame["measured_us"].isna().all():
             continue
         machine, variant = resolve_machine(point["config"]["machines"][0])
@@ -79,7 +80,7 @@ def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
 def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
     if traces.empty:
         return pd.DataFrame()
-    tiled = traces[(traces["kernel"] == "gpu.gc_layer") & (traces["executed_macs"] > 0)]
+    tiled = traces[(traces["kernel"] == GC_LAYER) & (traces["executed_macs"] > 0)]
     if tiled.empty:
         return pd.DataFrame()
     workloads = {p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if is_graph_challenge(p)}

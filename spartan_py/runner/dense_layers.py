@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
 from spartan_py.runner.schema import Experiment
 from spartan_py.trace import TraceRecord, to_frame
@@ -38,7 +39,7 @@ def _device(backend: str):
         import cupy
     except ImportError as exc:
         raise InputError("backend gpu needs CuPy (pip install -e '.[gpu-cuda13]' or '.[gpu]')") from exc
-    from spartan_py.engines.gpu import device_name
+    from spartan_py.engines.support.cuda import device_name
 
     return cupy, device_name(cupy)
 
@@ -160,6 +161,10 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         own = {"dense": [row["dense_us"]], "tile_sparse": [row["tile_list_us"], row["tile_sparse_us"]]}
         if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
             chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
+    if config.trace == "all" and clock is not None and xp is not np:
+        from spartan_py.runner.conv_trace import every_kernel_records
+
+        chosen_records = every_kernel_records(a, w, counted, policy, clock, tiles)
     row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
     row["speedup_tile_sparse_with_list"] = row["dense_us"] / (row["tile_sparse_us"] + row["tile_list_us"])
     row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
@@ -172,7 +177,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
 
     simulated = config.mode == "simulated"
     xp, device = _device("cpu" if simulated else config.backend)
-    machine = config.machines[0] if config.machines else "h100-sxm"
+    machine = config.machines[0] if config.machines else DEFAULT_MACHINE
     policy = KernelPolicy(machine, precision=config.precision, tile=config.tile)
     clock = None if simulated else _Clock(xp, config.repeats)
     started = time.perf_counter()

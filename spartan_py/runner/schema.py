@@ -33,7 +33,10 @@ Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 #: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
 CONV_BACKENDS = ("auto", "cpu", "gpu")
 #: Fields only one workload kind takes (each kind refuses the other's).
-KIND_FIELDS = {"graph_challenge": ("rows_per_tile", "compact_every"), "conv_layers": ("tile", "policy", "precision")}
+KIND_FIELDS = {
+    "graph_challenge": ("rows_per_tile", "compact_every"),
+    "conv_layers": ("tile", "policy", "precision", "trace"),
+}
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
 POLICIES = ("adaptive", "dense", "tile_sparse", "row_compact", "csr")
 
@@ -62,6 +65,12 @@ class GraphChallengeWorkload(_Frozen):
     inputs: str = Field("generated:6000", description="an input-rows file, or generated:ROWS[:SEED]")
     rows: PositiveInt | None = Field(None, description="input rows (default: the file's largest row index)")
     truth: str | None = Field(None, description="truth categories file to check against")
+
+    def short_label(self) -> str:
+        """``network x layers, rows from inputs`` in a few words, for point labels."""
+        network = Path(self.network).name if "/" in self.network else self.network
+        inputs = Path(self.inputs).name if "/" in self.inputs else self.inputs
+        return f"{network} x {self.layers or 'all'} layers, {self.rows or 'all'} rows of {inputs}"
 
     @field_validator("network")
     @classmethod
@@ -94,6 +103,10 @@ class ConvLayersWorkload(_Frozen):
     density: float = Field(0.3, gt=0, le=1, description="fraction of non-zero input activations")
     cluster_px: float = Field(2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)")
     seed: int = Field(0, description="seed of the maps and weights")
+
+    def short_label(self) -> str:
+        """The layers and the activation density in a few words, for point labels."""
+        return f"{len(self.layers)} conv layers, batch {self.batch}, density {self.density:g}"
 
     @field_validator("layers")
     @classmethod
@@ -136,10 +149,13 @@ def _kind(info: ValidationInfo) -> str | None:
 
 
 class Sweep(_Frozen):
-    """``grid``: every combination of its lists; ``zip``: its lists element by element."""
+    """``grid``: every combination of its lists; ``zip``: its lists element by element;
+    ``cases``: a list of mappings, each a set of fields taken together (points that differ in
+    which fields they set, such as workloads of two kinds). Points = grid x zip x cases."""
 
     grid: dict[str, list] = {}
     zip: dict[str, list] = {}
+    cases: list[dict] = []
 
     @model_validator(mode="after")
     def _lists(self):
@@ -153,6 +169,9 @@ class Sweep(_Frozen):
         both = set(self.grid) & set(self.zip)
         if both:
             raise ValueError(f"fields swept in both grid and zip: {', '.join(sorted(both))}")
+        in_cases = {key for case in self.cases for key in case} & (set(self.grid) | set(self.zip))
+        if in_cases:
+            raise ValueError(f"fields set in both cases and grid or zip: {', '.join(sorted(in_cases))}")
         return self
 
 
@@ -198,6 +217,11 @@ class Experiment(_Frozen):
     policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
         "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed")
     precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
+    trace: Literal["chosen", "all"] = Field(
+        "chosen",
+        description="conv_layers: which launches the point's trace records: the policy's choice, or every "
+        "candidate's launches timed one by one (for the cost model's calibration and validation; GPU only)",
+    )
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
     executor: ExecutorConfig = ExecutorConfig()
@@ -251,13 +275,12 @@ class Experiment(_Frozen):
         if self.workload.kind == "conv_layers":
             if self.mode == "simulated" and self.backend == "gpu":
                 raise ValueError("mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu")
-        elif self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin", "gpu-merged", "gpu-merged-twin"):
-            raise ValueError(f"mode: simulated runs the gpu kernel's twin; backend {self.backend!r} has none")
-        return self
-        wrong = [name for name in ("tile", "policy", "precision") if name in self.model_fields_set]
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)}: options of conv_layers workloads; the Graph Challenge kernel "
-                             "takes rows_per_tile and compact_every")  # fmt: skip
-        if self.mode == "simulated" and self.backend not in ("auto", "gpu", "gpu-twin"):
-            raise ValueError(f"mode: simulated runs the gpu kernel's twin; backend {self.backend!r} has none")
+        elif self.mode == "simulated":
+            from spartan_py.engines import twin_backend
+            from spartan_py.errors import InputError
+
+            try:
+                twin_backend(self.backend)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
         return self

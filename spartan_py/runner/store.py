@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from spartan_py.graph_challenge.formats import atomic_write_bytes
+from spartan_py.files import atomic_write_bytes
 
 
 def write_json(path: Path, payload: dict) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pydantic
 
-from spartan_py.config.validate import ConfigError, models_in, describe_error, validate_model
+from spartan_py.config.validate import ConfigError, describe_error, models_in, validate_model
 from spartan_py.config.yaml_marks import MarkedYaml, load_yaml
 from spartan_py.runner.schema import Experiment
 
@@ -48,6 +48,9 @@ def point_label(point: Experiment, keys: list[str]) -> str:
             value = getattr(value, part)
         if value is None:
             continue
+        if isinstance(value, pydantic.BaseModel) and hasattr(value, "short_label"):
+            parts.append(value.short_label())
+            continue
         if isinstance(value, str) and "/" in value:
             value = Path(value).name
         parts.append(f"{key.removeprefix('workload.')}={value}")
@@ -75,46 +78,50 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
     sweep = experiment.sweep
     grid = sweep.grid if sweep else {}
     zipped = sweep.zip if sweep else {}
+    cases = sweep.cases if sweep else []
     known = _field_paths(Experiment)
     problems = []
-    for kind, table in (("grid", grid), ("zip", zipped)):
-        for key in table:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                hint = f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
-                line = marked.line_of(("sweep", kind, key))
-                problems.append(f"line {line}, sweep.{kind}: unknown field `{key}`{hint}")
+    swept = [(("sweep", kind, key), f"sweep.{kind}", key) for kind, table in (("grid", grid), ("zip", zipped)) for key in table]
+    swept += [(("sweep", "cases", number, key), f"sweep.cases[{number}]", key) for number, case in enumerate(cases) for key in case]
+    for where, what, key in swept:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
+            problems.append(f"line {marked.line_of(where)}, {what}: unknown field `{key}`{hint}")
     if problems:
         raise ConfigError(problems, path=marked.path)
     base = {k: v for k, v in copy.deepcopy(marked.data).items() if k != "sweep"}
     zip_rows = list(zip(*zipped.values())) if zipped else [()]
     grid_rows = list(itertools.product(*grid.values())) if grid else [()]
     points, seen = [], set()
-    for grid_values in grid_rows:
-        for zip_values in zip_rows:
-            values = dict(zip(grid, grid_values)) | dict(zip(zipped, zip_values))
-            data = copy.deepcopy(base)
-            for key, value in values.items():
-                _set(data, key, value)
-            try:
-                point = Experiment.model_validate(data, context=context)
-            except pydantic.ValidationError as exc:
-                for error in exc.errors():
-                    swept = ".".join(str(p) for p in error["loc"])
-                    kind = "grid" if swept in grid else "zip" if swept in zipped else None
-                    root = ("sweep", kind, swept) if kind else ()
-                    message = describe_error(error, Experiment, marked, ())
-                    line = marked.line_of(root) if kind else None
-                    prefix = f"line {line}, sweep value {values[swept]!r}: " if kind else f"point {values}: "
-                    problems.append(prefix + message.split(", ", 1)[-1] if kind else prefix + message)
-                continue
-            key = json.dumps(point.model_dump(mode="json", exclude={"executor"}), sort_keys=True)
-            digest = hashlib.sha1(key.encode()).hexdigest()[:10]
-            if digest in seen:
-                continue
-            seen.add(digest)
-            label = point_label(point, list(values)) or experiment.name
-            points.append(Point(digest, label, values, point))
+    for grid_values, zip_values, (number, case) in itertools.product(grid_rows, zip_rows, enumerate(cases or [{}])):
+        values = dict(zip(grid, grid_values)) | dict(zip(zipped, zip_values)) | case
+        data = copy.deepcopy(base)
+        for key, value in values.items():
+            _set(data, key, value)
+        try:
+            point = Experiment.model_validate(data, context=context)
+        except pydantic.ValidationError as exc:
+            for error in exc.errors():
+                swept = ".".join(str(p) for p in error["loc"])
+                if swept in grid or swept in zipped:
+                    root: tuple = ("sweep", "grid" if swept in grid else "zip", swept)
+                elif swept in case:
+                    root = ("sweep", "cases", number, swept)
+                else:
+                    problems.append(f"point {values}: " + describe_error(error, Experiment, marked, ()))
+                    continue
+                message = describe_error(error, Experiment, marked, ())
+                line = marked.line_of(root)
+                problems.append(f"line {line}, sweep value {values[swept]!r}: " + message.split(", ", 1)[-1])
+            continue
+        key = json.dumps(point.model_dump(mode="json", exclude={"executor"}), sort_keys=True)
+        digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+        if digest in seen:
+            continue
+        seen.add(digest)
+        label = point_label(point, list(values)) or experiment.name
+        points.append(Point(digest, label, values, point))
     if problems:
         raise ConfigError(sorted(set(problems)), path=marked.path)
     return points

@@ -34,10 +34,12 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, LIST_TILES, dense_gemm, tile_gemm
+from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
-from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, f32_block_threads, f32_blocks_per_sm
+from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.tile_gemm import (
     PRECISIONS,
     default_gemm_tile,
@@ -81,7 +83,7 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
     gemm = dict(common, cols=n, useful_macs=nnz * n)
     rowblocks = -(-m // 128) * -(-n // 128)
     if kernel == "dense":
-        return [TraceRecord(kernel=f"gpu.dense_gemm.{precision}", rows_in=m, rows_out=m, executed_macs=m * k * n,
+        return [TraceRecord(kernel=dense_gemm(precision), rows_in=m, rows_out=m, executed_macs=m * k * n,
                             bytes_read=4 * (m * k + k * n), bytes_written=4 * m * n, blocks=rowblocks, block_rows=128,
                             block_threads=256, **gemm)]  # fmt: skip
     if kernel == "tile_sparse":
@@ -90,10 +92,10 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
         balanced = precision == "fp32" and resident_blocks > 0 and fp32_schedule(tm, -(-n // bn), resident_blocks) == "balanced"
         blocks = tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn) if balanced else tm * -(-n // bn)
         tiles = tm * tn  # counts read twice (per-row counts, then the list), the list written
-        return [TraceRecord(kernel="gpu.list_tiles", variant="row-scan", bytes_read=8 * tiles + 4 * tm,
+        return [TraceRecord(kernel=LIST_TILES, variant="row-scan", bytes_read=8 * tiles + 4 * tm,
                             bytes_written=12 * tiles_active + 8 * (tm + 1),
                             tiles_total=tm * tn, tiles_active=tiles_active, **common),
-                TraceRecord(kernel=f"gpu.tile_gemm.{precision}", variant="balanced" if balanced else "", rows_in=m, rows_out=m, tiles_total=tm * tn,
+                TraceRecord(kernel=tile_gemm(precision), variant="balanced" if balanced else "", rows_in=m, rows_out=m, tiles_total=tm * tn,
                             tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
                             executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
                             bytes_written=4 * m * n, blocks=blocks, block_rows=tile.rows,
@@ -102,17 +104,17 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
         live_blocks = -(-live_rows // 128) * -(-n // 128)
-        return [TraceRecord(kernel="gpu.compact", variant="rows", rows_in=m, rows_out=live_rows,
+        return [TraceRecord(kernel=COMPACT, variant="rows", rows_in=m, rows_out=live_rows,
                             bytes_read=4 * live_rows * k, bytes_written=4 * live_rows * k, **common),
-                TraceRecord(kernel=f"gpu.dense_gemm.{precision}", rows_in=live_rows, rows_out=live_rows,
+                TraceRecord(kernel=dense_gemm(precision), rows_in=live_rows, rows_out=live_rows,
                             executed_macs=live_rows * k * n, bytes_read=4 * (live_rows * k + k * n),
                             bytes_written=4 * live_rows * n, blocks=live_blocks, block_rows=128, block_threads=256, **gemm),
-                TraceRecord(kernel="gpu.compact", variant="expand_rows", rows_in=live_rows, rows_out=m,
+                TraceRecord(kernel=COMPACT, variant="expand_rows", rows_in=live_rows, rows_out=m,
                             bytes_read=4 * live_rows * n, bytes_written=4 * m * n, **common)]  # fmt: skip
     if kernel == "csr":
-        return [TraceRecord(kernel="gpu.csr_convert", rows_in=m, bytes_read=4 * m * k,
+        return [TraceRecord(kernel=CSR_CONVERT, rows_in=m, bytes_read=4 * m * k,
                             bytes_written=8 * nnz + 4 * (m + 1), **common),
-                TraceRecord(kernel="gpu.csr_gemm.fp32", rows_in=m, rows_out=m, nnz_in=nnz, executed_macs=nnz * n,
+                TraceRecord(kernel=CSR_GEMM_FP32, rows_in=m, rows_out=m, nnz_in=nnz, executed_macs=nnz * n,
                             bytes_read=8 * nnz + 4 * k * n, bytes_written=4 * m * n, **gemm)]  # fmt: skip
     raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
 
@@ -147,7 +149,7 @@ class KernelPolicy:
     list and the host's decision adding time), and 0.75 x 1.37 stays under the 5% allowed
     over cuBLAS (``benchmarks/NOTES.md``)."""
 
-    def __init__(self, machine: str = "h100-sxm", *, precision: str = "fp32", kernels=KERNEL_CHOICES,
+    def __init__(self, machine: str = DEFAULT_MACHINE, *, precision: str = "fp32", kernels=KERNEL_CHOICES,
                  tile=None, margin: float = 0.25):
         from spartan_py.costmodel.simulate import resolve_machine
 

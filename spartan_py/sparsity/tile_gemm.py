@@ -156,7 +156,14 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default."""
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, F32_SHAPES, TF32_BLOCK, f32_block_threads, gemm_kernels, resident_grid
+    from spartan_py.sparsity.gpu_kernels import (
+        F32_BLOCK_K,
+        F32_SHAPES,
+        TF32_BLOCK,
+        f32_block_threads,
+        gemm_kernels,
+        resident_grid,
+    )
 
     m, k = a.shape
     n = w.shape[1]

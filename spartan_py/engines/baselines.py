@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.gpu import cupy_unavailable_reason, device_name, import_cupy
+from spartan_py.engines.support.cuda import cupy_unavailable_reason, device_name, import_cupy
 from spartan_py.errors import DeviceMemoryError
 from spartan_py.trace import TraceRecord
 
@@ -39,6 +39,7 @@ class _CupyBaseline(Engine):
     """Shared set-up and timing; subclasses define the per-layer step."""
 
     kernel_name = "?"
+    uses_gpu = True
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.bank_schedule import BANKS, conflict_free_ell
-from spartan_py.engines.gpu_plan import LayerPlan, gc_monitor_mode, launch_monitored
+from spartan_py.costmodel.families import EXPAND, GC_MERGED, SCATTER_ROWS
+from spartan_py.engines.support.bank_schedule import BANKS, conflict_free_ell
+from spartan_py.engines.support.layer_plan import LayerPlan, gc_monitor_mode, launch_monitored
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
@@ -277,7 +278,7 @@ def merged_launch_records(
 ) -> list[TraceRecord]:
     """One trace record per launch of ``gpu.gc_merged`` over a batch, then the expansion of
     the final rows (``gpu.expand``); with too-wide inputs, first their scatter to dense rows
-    (``gpu.scatter_rows``). Arguments as :func:`~spartan_py.engines.gpu_plan.launch_records`.
+    (``gpu.scatter_rows``). Arguments as :func:`~spartan_py.engines.support.layer_plan.launch_records`.
 
     ``executed_macs`` counts the merged multiply-adds done (tiles x rows x width x steps);
     ``useful_macs`` the original network's (one per non-zero input and outgoing edge), so
@@ -293,7 +294,7 @@ def merged_launch_records(
     seconds = list(launch_seconds or [])
     if not first_from_tile:
         rows = int(counts[0])
-        records.append(TraceRecord(run=run_id, layer=0, kernel="gpu.scatter_rows", variant="dense-inputs", rows_in=rows,
+        records.append(TraceRecord(run=run_id, layer=0, kernel=SCATTER_ROWS, variant="dense-inputs", rows_in=rows,
                                    rows_out=rows, cols=n, nnz_in=input_nnz, nnz_out=input_nnz,
                                    bytes_read=input_nnz * 8 + (rows + 1) * 4, bytes_written=rows * n * 4 + input_nnz * 4,
                                    device=device))  # fmt: skip
@@ -320,7 +321,7 @@ def merged_launch_records(
         shared = tile * (2 * (stride + 32) + stride // 32 + ((n + 32) if start == 0 and first_from_tile else 0)) * 4 + stage_bytes
         records.append(
             TraceRecord(
-                run=run_id, layer=start + 1, kernel="gpu.gc_merged",
+                run=run_id, layer=start + 1, kernel=GC_MERGED,
                 variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
                 rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=entering[0], nnz_out=int(nnz[stop]),
                 tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
@@ -333,7 +334,7 @@ def merged_launch_records(
         )  # fmt: skip
         start = stop
     final = int(counts[len(layers)])
-    records.append(TraceRecord(run=run_id, layer=len(layers), kernel="gpu.expand", variant="final-rows", rows_in=final,
+    records.append(TraceRecord(run=run_id, layer=len(layers), kernel=EXPAND, variant="final-rows", rows_in=final,
                                rows_out=final, cols=n, bytes_read=final * layers[-1].width * 4 + n * 4,
                                bytes_written=final * n * 4,
                                measured_us=seconds[len(chunks)] * 1e6 if len(seconds) > len(chunks) else float("nan"),

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.bank_schedule import conflict_free_ell
+from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
+from spartan_py.engines.support.bank_schedule import conflict_free_ell
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord
 
@@ -162,7 +163,7 @@ def launch_records(
         useful = sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers))
         records.append(
             TraceRecord(
-                run=run_id, layer=start + 1, kernel="gpu.gc_layer",
+                run=run_id, layer=start + 1, kernel=GC_LAYER,
                 variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
                 rows_in=rows_in, rows_out=rows_out, cols=n,
                 nnz_in=entering[0], nnz_out=int(nnz[stop]),
@@ -182,13 +183,13 @@ def launch_records(
         )  # fmt: skip
         if mode == "software":
             records += [
-                TraceRecord(run=run_id, layer=stop, kernel="gpu.monitor_pass", variant="count-1x32", rows_in=rows_out,
+                TraceRecord(run=run_id, layer=stop, kernel=MONITOR_PASS, variant="count-1x32", rows_in=rows_out,
                             cols=n, tile_rows=1, tile_cols=32, bytes_read=rows_out * n * 4, bytes_written=count_bytes,
                             monitor_mode="software", monitor_bytes=count_bytes, device=device),
-                TraceRecord(run=run_id, layer=stop, kernel="gpu.copy_d2h", variant="monitor-counts", rows_in=rows_out,
+                TraceRecord(run=run_id, layer=stop, kernel=COPY_D2H, variant="monitor-counts", rows_in=rows_out,
                             bytes_read=count_bytes, bytes_written=count_bytes, monitor_mode="software",
                             monitor_bytes=count_bytes, device=device),
-                TraceRecord(run=run_id, layer=stop, kernel="gpu.sync", variant="monitor", host_syncs=2,
+                TraceRecord(run=run_id, layer=stop, kernel=SYNC, variant="monitor", host_syncs=2,
                             monitor_mode="software", device=device),
             ]  # fmt: skip
         start = stop
@@ -213,10 +214,10 @@ def transfer_records(
     down = final_rows * (neurons * 4 + 4)
     h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
     return [
-        TraceRecord(run=run_id, layer=0, kernel="gpu.copy_h2d", variant="input-csr", rows_in=input_rows, rows_out=input_rows,
+        TraceRecord(run=run_id, layer=0, kernel=COPY_H2D, variant="input-csr", rows_in=input_rows, rows_out=input_rows,
                     cols=neurons, nnz_in=input_nnz, nnz_out=input_nnz, bytes_read=up, bytes_written=up,
                     measured_us=h2d * 1e6, device=device),
-        TraceRecord(run=run_id, layer=layers, kernel="gpu.sync", variant="stream", host_syncs=1, device=device),
-        TraceRecord(run=run_id, layer=layers, kernel="gpu.copy_d2h", variant="live-rows", rows_in=final_rows, rows_out=final_rows,
+        TraceRecord(run=run_id, layer=layers, kernel=SYNC, variant="stream", host_syncs=1, device=device),
+        TraceRecord(run=run_id, layer=layers, kernel=COPY_D2H, variant="live-rows", rows_in=final_rows, rows_out=final_rows,
                     cols=neurons, bytes_read=down, bytes_written=down, measured_us=d2h * 1e6, device=device),
     ]  # fmt: skip

@@ -1,0 +1,90 @@
+"""Kernel family names and how the cost model treats each family.
+
+Every trace record's ``kernel`` is one of these names. The engines import the names from
+here, so that a family is spelt in one place; :data:`FAMILIES` says which unit bounds
+each one (see :mod:`spartan_py.costmodel.model`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GC_LAYER = "gpu.gc_layer"
+"""The rows kernel of the ``gpu`` backend (``kernels/gc_layer.cu``): a chunk of layers per launch."""
+GC_MERGED = "gpu.gc_merged"
+"""The merged-column kernel of ``gpu-merged`` (``kernels/gc_merged.cu``)."""
+SCATTER_ROWS = "gpu.scatter_rows"
+"""``gpu-merged``'s first step: the CSR input rows scattered into dense rows."""
+EXPAND = "gpu.expand"
+"""``gpu-merged``'s last step: the final live rows expanded back to all neurons."""
+MONITOR_PASS = "gpu.monitor_pass"
+"""The software monitor's separate counting pass."""
+EPILOGUE = "gpu.epilogue"
+"""Bias, ReLU and clamp over a GEMM's output, with the fused monitor or without."""
+COMPACT = "gpu.compact"
+"""Row compaction (gather of live rows) and its inverse."""
+LIST_TILES = "gpu.list_tiles"
+"""The list of non-zero tiles from the monitor's counts."""
+CSR_CONVERT = "gpu.csr_convert"
+"""Dense to CSR conversion (cuSPARSE)."""
+CSR_GEMM_FP32 = "gpu.csr_gemm.fp32"
+"""CSR times dense (cuSPARSE SpMM)."""
+COPY_H2D = "gpu.copy_h2d"
+"""A host-to-device copy."""
+COPY_D2H = "gpu.copy_d2h"
+"""A device-to-host copy."""
+SYNC = "gpu.sync"
+"""A host synchronisation with the device."""
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""GEMM precisions a family name may end in."""
+
+
+def dense_gemm(precision: str) -> str:
+    """The cuBLAS GEMM family at ``precision`` (``fp32``, ``tf32``)."""
+    return f"gpu.dense_gemm.{precision}"
+
+
+def tile_gemm(precision: str) -> str:
+    """The tile-sparse GEMM family at ``precision`` (``fp32``, ``tf32``, ``bf16``)."""
+    return f"gpu.tile_gemm.{precision}"
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """How a kernel uses the machine: ``unit`` is ``smem``, ``fp32``, ``tf32``, ``bf16``,
+    ``memory`` (bandwidth only), ``link`` (host copies) or ``sync``."""
+
+    unit: str
+    bytes_per_mac: float = 4.0  # for the smem unit: operand bytes loaded per multiply-add
+    monitor_pass: bool = False  # a separate counting pass, free under a hardware monitor
+
+
+FAMILIES: dict[str, KernelFamily] = {
+    GC_LAYER: KernelFamily("smem"),
+    GC_MERGED: KernelFamily("smem"),
+    EXPAND: KernelFamily("memory"),
+    SCATTER_ROWS: KernelFamily("memory"),
+    MONITOR_PASS: KernelFamily("memory", monitor_pass=True),
+    EPILOGUE: KernelFamily("memory"),
+    COMPACT: KernelFamily("memory"),
+    LIST_TILES: KernelFamily("memory"),
+    tile_gemm("fp32"): KernelFamily("fp32"),
+    tile_gemm("tf32"): KernelFamily("tf32"),
+    tile_gemm("bf16"): KernelFamily("bf16"),
+    dense_gemm("fp32"): KernelFamily("fp32"),
+    dense_gemm("tf32"): KernelFamily("tf32"),
+    CSR_GEMM_FP32: KernelFamily("fp32"),
+    CSR_CONVERT: KernelFamily("memory"),
+    COPY_H2D: KernelFamily("link"),
+    COPY_D2H: KernelFamily("link"),
+    SYNC: KernelFamily("sync"),
+}
+"""Kernel name -> family. Kernels not listed (CPU kernels, the stock-library baselines'
+whole-run records) are not modelled."""
+
+TIMED_FAMILIES = (
+    GC_LAYER, GC_MERGED, EXPAND, SCATTER_ROWS, dense_gemm("fp32"), dense_gemm("tf32"), tile_gemm("fp32"),
+    tile_gemm("tf32"), LIST_TILES, COMPACT, CSR_CONVERT, CSR_GEMM_FP32,
+)
+"""Families whose times a replay adds up: the Graph Challenge layer kernels and the dense-layer
+kernels (the policy's candidates). Copies, syncs and the software monitor's pass are reported apart."""

@@ -1,0 +1,99 @@
+"""The base of the CPU twins of the GPU kernels (``gpu-twin``, ``gpu-merged-twin``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
+from spartan_py.engines.support.layer_plan import chunk_schedule, transfer_records
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord
+
+
+class TwinEngine(Engine):
+    """What the CPU twins of the GPU kernels share: the launch schedule, the batch loop and the
+    layer loop with compaction (rows kept in input order). A subclass provides
+    ``_compute_layer``, ``_tile_rows``, ``_final_values`` and ``_launch_records``."""
+
+    def __init__(self, network: Network, *, monitor: str, monitor_every: int, max_batch_rows: int | None,
+                 compact_every: str | int, device: str):  # fmt: skip
+        super().__init__(network)
+        self.monitor = monitor
+        self.monitor_every = max(int(monitor_every), 1)
+        self.max_batch_rows = max_batch_rows
+        self.chunks = chunk_schedule(network.layers, compact_every)
+        self._device = device
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _compute_layer(self, layer: int, rows: np.ndarray, bias, clamp, row_nnz: np.ndarray) -> np.ndarray:
+        """Layer ``layer``'s outputs of ``rows`` (each row's non-zeros into ``row_nnz``)."""
+        raise NotImplementedError
+
+    def _tile_rows(self, launch_start: int) -> int:
+        """Rows per tile of the launch that starts at layer ``launch_start``."""
+        raise NotImplementedError
+
+    def _final_values(self, rows: np.ndarray) -> np.ndarray:
+        """The last layer's live rows as n-wide activations."""
+        return rows
+
+    def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id) -> list[TraceRecord]:
+        """One batch's launch records."""
+        raise NotImplementedError
+
+    def _run_batch(self, inputs: sp.csr_matrix):
+        network = self.network
+        rows = np.ascontiguousarray(inputs.toarray(), dtype=np.float32)
+        ids = np.arange(rows.shape[0])
+        counts = np.zeros(network.layers + 1, np.int64)
+        nnz = np.zeros(network.layers + 1, np.int64)
+        counts[0], nnz[0] = rows.shape[0], inputs.nnz
+        bias, clamp = np.float32(network.bias), np.float32(network.clamp)
+        tile_layers = np.zeros(network.layers, np.int64)
+        starts = set(np.cumsum([0] + self.chunks[:-1]).tolist())
+        entering, tile = ids, 1
+        for layer in range(network.layers):
+            if layer in starts:  # the GPU compacts here; the twin keeps rows in input order
+                entering, tile = ids, self._tile_rows(layer)
+            tile_layers[layer] = np.unique(np.searchsorted(entering, ids) // tile).size
+            row_nnz = np.zeros(rows.shape[0], np.int64)
+            rows = self._compute_layer(layer, rows, bias, clamp, row_nnz)
+            live = row_nnz > 0
+            counts[layer + 1], nnz[layer + 1] = int(live.sum()), int(row_nnz.sum())
+            rows, ids = np.ascontiguousarray(rows[live]), ids[live]  # dead rows stay zero: dropping them changes no count
+        return ids, self._final_values(rows), counts, nnz, tile_layers
+
+    def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
+        network = self.network
+        inputs = sp.csr_matrix(inputs, dtype=np.float32)
+        total = inputs.shape[0]
+        batch_rows = min(total, self.max_batch_rows or total) or 1
+        live_total = np.zeros(network.layers, np.int64)
+        nnz_total = np.zeros(network.layers, np.int64)
+        trace: list[TraceRecord] = []
+        live_parts, value_parts = [], []
+        start = time.perf_counter()
+        for first in range(0, total, batch_rows):
+            part = inputs[first : first + batch_rows]
+            ids, values, counts, nnz, tile_layers = self._run_batch(part)
+            live_total += counts[1:]
+            nnz_total += nnz[1:]
+            live_parts.append(ids + first)
+            value_parts.append(values)
+            trace += self._launch_records(counts, nnz, part.nnz, tile_layers, run_id)
+            trace += transfer_records(
+                part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
+            )
+        seconds = time.perf_counter() - start
+        live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
+        values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
+        return EngineOutput(
+            live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
+            seconds, self.device, trace, simulated=True,
+        )  # fmt: skip

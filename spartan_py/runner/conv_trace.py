@@ -1,0 +1,87 @@
+"""Every candidate kernel of a ``conv_layers`` layer, timed launch by launch (``trace: all``).
+
+The cost model is calibrated and validated on single launches, so this times each launch
+of each candidate on its own (CUDA events, warm-up, L2 flush; the median of ``repeats``)
+and attaches the time to that launch's trace record: the dense cuBLAS GEMM, the tile list
+and the tile-sparse GEMM, the row compaction's gather, GEMM and expansion, the CSR
+conversion and cuSPARSE SpMM (FP32 only), and the epilogue without the monitor, with the
+fused monitor, and the software monitor's separate counting pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
+from spartan_py.trace import TraceRecord
+
+#: Tile densities at or under which the CSR candidate is timed (cuSPARSE is hopeless above).
+CSR_MAX_DENSITY = 0.3
+
+
+def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecord]:
+    """Timed records of every candidate's launches for ``a @ w`` (CuPy arrays).
+
+    ``counted`` is the layer's monitor profile, ``tiles`` its tile list at the policy's
+    tile, ``clock(work)`` the median microseconds of ``work()``.
+    """
+    import cupy as cp
+
+    from spartan_py.sparsity import compact_rows, dense_matmul, tile_list, tile_sparse_matmul
+    from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
+    from spartan_py.sparsity.policy import candidate_records
+
+    m, k = a.shape
+    n = w.shape[1]
+    precision = policy.precision
+    nnz, active, live = policy.profile_counts(counted)
+    common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=policy.tile, precision=precision,
+                  resident_blocks=policy.resident_blocks(n))
+    out = cp.empty((m, n), dtype=cp.float32)
+    records: list[TraceRecord] = []
+
+    def timed(record: TraceRecord, work) -> None:
+        records.append(replace(record, measured_us=clock(work)))
+
+    (dense,) = candidate_records("dense", m, k, n, **common)
+    timed(dense, lambda: dense_matmul(a, w, precision=precision, out=out))
+    listing, tiled = candidate_records("tile_sparse", m, k, n, **common)
+    timed(listing, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
+    timed(tiled, lambda: tile_sparse_matmul(a, w, tiles, precision=precision, out=out))
+    gather, live_gemm, expand = candidate_records("row_compact", m, k, n, **common)
+    packed = compact_rows(a, counted.row_nnz)
+    timed(gather, lambda: compact_rows(a, counted.row_nnz))
+    if packed.live:
+        part = dense_matmul(packed.values, w, precision=precision)
+        timed(live_gemm, lambda: dense_matmul(packed.values, w, precision=precision, out=part))
+
+        def scatter() -> None:
+            out.fill(0)
+            out[packed.ids] = part
+
+        timed(expand, scatter)
+    if precision == "fp32" and counted.tile_density <= CSR_MAX_DENSITY:
+        import cupyx.scipy.sparse as sparse
+
+        convert, spmm = candidate_records("csr", m, k, n, **common)
+        timed(convert, lambda: sparse.csr_matrix(a))
+        csr = sparse.csr_matrix(a)
+        timed(spmm, lambda: csr @ w)
+    z = dense_matmul(a, w, precision=precision)
+    y = cp.empty_like(z)
+    out_bytes = 4 * m * n
+    tiles_out = int(np.prod(policy.tile.grid((m, n))))
+    monitor_bytes = 4 * tiles_out + 4 * m
+    base = TraceRecord(run="", layer=0, kernel=EPILOGUE, rows_in=m, rows_out=m, cols=n, bytes_read=out_bytes,
+                       bytes_written=out_bytes, device="policy")
+    plain = SparsityMonitor(tile=policy.tile, mode="off", timed=False)
+    fused = SparsityMonitor(tile=policy.tile, mode="fused", timed=False)
+    timed(replace(base, variant="plain", monitor_mode="off"), lambda: plain.epilogue(z, out=y))
+    timed(replace(base, variant="fused", monitor_mode="fused", bytes_written=out_bytes + monitor_bytes,
+                  monitor_bytes=monitor_bytes), lambda: fused.epilogue(z, out=y))
+    count_pass = replace(base, kernel=MONITOR_PASS, variant="count", monitor_mode="software", bytes_written=monitor_bytes,
+                         monitor_bytes=monitor_bytes)
+    timed(count_pass, lambda: software_pass(y, policy.tile, timed=False))
+    return records
