@@ -13,6 +13,7 @@ and ``monitor_bytes``.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import io
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -96,7 +97,7 @@ def to_frame(records: list[TraceRecord]) -> pd.DataFrame:
 
 
 def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> Path:
-    """Write a trace as CSV (``.csv``) or Parquet (``.parquet``), atomically."""
+    """Write a trace as CSV (``.csv``, or gzipped ``.csv.gz``) or Parquet (``.parquet``), atomically."""
     from spartan_py.files import atomic_write_bytes
 
     frame = records if isinstance(records, pd.DataFrame) else to_frame(records)
@@ -106,7 +107,8 @@ def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> 
         frame.to_parquet(buffer, index=False)
         return atomic_write_bytes(path, buffer.getvalue())
     text = f"# spartan_py trace schema {TRACE_SCHEMA_VERSION}\n" + frame.to_csv(index=False)
-    return atomic_write_bytes(path, text.encode())
+    data = gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode()
+    return atomic_write_bytes(path, data)
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
@@ -117,7 +119,8 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     if path.suffix == ".parquet":
         frame = pd.read_parquet(path)
     else:
-        with path.open(encoding="utf-8") as handle:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as handle:
             first = handle.readline()
         if first.startswith("# spartan_py trace schema "):
             version = first.rsplit(" ", 1)[-1].strip()

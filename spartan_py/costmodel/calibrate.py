@@ -14,6 +14,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from spartan_py.costmodel.machine import FamilyCalibration, Machine
+from spartan_py.costmodel.families import calibration_key, instance_of
 from spartan_py.costmodel.model import family_of, predict
 from spartan_py.errors import InputError
 
@@ -22,7 +23,7 @@ _FREE = {
     "kernel": {"launch_us": (0.0, 50.0, 3.0), "compute_efficiency": (0.005, 1.0, 0.3),
                "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0),
                "weight_load_cost": (0.0, 16.0, 0.5), "saturating_warps": (1.0, 64.0, 4.0)},
-    "memory": {"launch_us": (0.0, 50.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
+    "memory": {"launch_us": (0.0, 500.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
 }  # fmt: skip
 _FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0,
@@ -46,38 +47,56 @@ def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
     return float(np.median(np.abs(predicted.to_numpy(float) - measured.to_numpy(float)) / measured.to_numpy(float)) * 100)
 
 
+#: Records an instance of a per-instance family needs to get its own fit.
+MIN_INSTANCE_RECORDS = 5
+
+
+def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: str) -> FamilyCalibration:
+    """Least-squares parameters of ``key`` (a family or one of its instances) on ``rows``."""
+    free = _free_parameters(kernel)
+    assert free is not None
+    names = list(free)
+    lower = np.array([free[n][0] for n in names])
+    upper = np.array([free[n][1] for n in names])
+    start = np.array([free[n][2] for n in names])
+    target = np.log(rows["measured_us"].to_numpy(float))
+
+    def residuals(x):
+        trial = _with_family(machine, key, dict(zip(names, x)), source, len(rows))
+        return np.log(predict(rows, trial)["predicted_us"].to_numpy(float)) - target
+
+    solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
+    values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
+    trial = _with_family(machine, key, values, source, len(rows))
+    error = median_abs_error_pct(predict(rows, trial)["predicted_us"], rows["measured_us"])
+    return trial.calibration[key].model_copy(update={"fit_median_error_pct": round(error, 2)})
+
+
 def calibrate(trace: pd.DataFrame, machine: Machine, *, source: str) -> Machine:
     """The machine with every kernel family that has measured records in ``trace`` refitted.
 
-    ``source`` says which traces these are (it is stored with each fitted family).
+    A per-instance family (:attr:`~spartan_py.costmodel.families.KernelFamily.per_instance`)
+    gets one fit over all its records (used for instances not seen) and one per compiled
+    instance with at least :data:`MIN_INSTANCE_RECORDS` records. ``source`` says which
+    traces these are (it is stored with each fit).
     """
     measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
-    fitted = machine
     families = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
     if not families:
         raise InputError("no measured records of a modelled GPU kernel to calibrate on")
+    calibration = dict(machine.calibration)
     for kernel in families:
         rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
-        free = _free_parameters(kernel)
-        names = list(free)
-        lower = np.array([free[n][0] for n in names])
-        upper = np.array([free[n][1] for n in names])
-        start = np.array([free[n][2] for n in names])
-        target = np.log(rows["measured_us"].to_numpy(float))
-
-        def residuals(x, rows=rows, kernel=kernel, names=names, target=target):
-            trial = _with_family(machine, kernel, dict(zip(names, x)), source, len(rows))
-            return np.log(predict(rows, trial)["predicted_us"].to_numpy(float)) - target
-
-        solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
-        values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
-        trial = _with_family(fitted, kernel, values, source, len(rows))
-        error = median_abs_error_pct(predict(rows, trial)["predicted_us"], rows["measured_us"])
-        fitted = trial.model_copy(update={"calibration": {
-            **trial.calibration,
-            kernel: trial.calibration[kernel].model_copy(update={"fit_median_error_pct": round(error, 2)}),
-        }})  # fmt: skip
-    return fitted
+        # the family's earlier per-instance fits would shadow the family-wide fit
+        calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
+        base = machine.model_copy(update={"calibration": calibration})
+        calibration[kernel] = _fit(base, kernel, kernel, rows, source)
+        instances = pd.Series([instance_of(kernel, v) for v in rows["variant"]], index=rows.index)
+        for instance, group in rows.groupby(instances):
+            if instance and len(group) >= MIN_INSTANCE_RECORDS:
+                key = calibration_key(kernel, instance)
+                calibration[key] = _fit(base, key, kernel, group.reset_index(drop=True), source)
+    return machine.model_copy(update={"calibration": calibration})
 
 
 def carry_over(calibrated: Machine, target: Machine) -> Machine:

@@ -57,16 +57,33 @@ class KernelFamily:
     unit: str
     bytes_per_mac: float = 4.0  # for the smem unit: operand bytes loaded per multiply-add
     monitor_pass: bool = False  # a separate counting pass, free under a hardware monitor
+    #: whether its compiled instances (the variant's first part, e.g. ``R1xC16``: rows per tile
+    #: and columns per thread) are calibrated apart: each has its own registers and occupancy
+    per_instance: bool = False
+
+
+def instance_of(kernel: str, variant: str) -> str:
+    """The compiled instance a record of ``kernel`` ran (``R16xC1``), or ``""`` when the
+    family is calibrated as one."""
+    family = FAMILIES.get(kernel)
+    if family is None or not family.per_instance or not variant:
+        return ""
+    return variant.split("-", 1)[0]
+
+
+def calibration_key(kernel: str, instance: str = "") -> str:
+    """The key of a family's (or one instance's) parameters in a machine's ``calibration``."""
+    return f"{kernel}/{instance}" if instance else kernel
 
 
 FAMILIES: dict[str, KernelFamily] = {
-    GC_LAYER: KernelFamily("smem"),
-    GC_MERGED: KernelFamily("smem"),
+    GC_LAYER: KernelFamily("smem", per_instance=True),
+    GC_MERGED: KernelFamily("smem", per_instance=True),
     EXPAND: KernelFamily("memory"),
     SCATTER_ROWS: KernelFamily("memory"),
     MONITOR_PASS: KernelFamily("memory", monitor_pass=True),
     EPILOGUE: KernelFamily("memory"),
-    COMPACT: KernelFamily("memory"),
+    COMPACT: KernelFamily("memory", per_instance=True),
     LIST_TILES: KernelFamily("memory"),
     tile_gemm("fp32"): KernelFamily("fp32"),
     tile_gemm("tf32"): KernelFamily("tf32"),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import FAMILIES, GC_LAYER, KernelFamily
+from spartan_py.costmodel.families import FAMILIES, GC_LAYER, KernelFamily, calibration_key, instance_of
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
@@ -46,9 +46,11 @@ def family_of(kernel: str) -> KernelFamily | None:
     return FAMILIES.get(kernel)
 
 
-def family_parameters(machine: Machine, kernel: str) -> tuple[FamilyCalibration, bool]:
-    """(parameters, calibrated?) of a kernel family on a machine."""
-    fitted = machine.calibration.get(kernel)
+def family_parameters(machine: Machine, kernel: str, instance: str = "") -> tuple[FamilyCalibration, bool]:
+    """(parameters, calibrated?) of a kernel family (or of one compiled instance of it, when
+    the machine has that instance's own fit) on a machine."""
+    fitted = machine.calibration.get(calibration_key(kernel, instance)) if instance else None
+    fitted = fitted or machine.calibration.get(kernel)
     if fitted is not None:
         return fitted, True
     default = FamilyCalibration(
@@ -141,7 +143,7 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
             "waves": waves, "blocks_per_sm": per_sm, "bound": bound, "note": note}  # fmt: skip
 
 
-def _predict_family(rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None) -> dict:
+def _predict_family(rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None, instance: str = "") -> dict:
     family = family_of(kernel)
     n = len(rows)
     empty = {"predicted_us": np.full(n, np.nan), "launch_us": np.full(n, np.nan), "compute_us": np.full(n, np.nan),
@@ -149,7 +151,7 @@ def _predict_family(rows: pd.DataFrame, machine: Machine, kernel: str, variant: 
              "bound": np.full(n, "", dtype=object), "calibrated": np.zeros(n, bool)}  # fmt: skip
     if family is None:
         return {**empty, "note": np.full(n, f"no cost model for kernel {kernel}", dtype=object)}
-    params, calibrated = family_parameters(machine, kernel)
+    params, calibrated = family_parameters(machine, kernel, instance)
     result = {**empty, "calibrated": np.full(n, calibrated), "note": np.full(n, "", dtype=object)}
     if family.monitor_pass and variant is not None and variant.hardware_monitor:
         zero = np.zeros(n)
@@ -177,8 +179,9 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
     machine = apply_variant(machine, variant)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
-    for kernel, rows in frame.groupby("kernel", sort=False):
-        values = _predict_family(rows, machine, kernel, variant)
+    instances = [instance_of(k, v) for k, v in zip(frame["kernel"], frame["variant"])]
+    for (kernel, instance), rows in frame.groupby([frame["kernel"], pd.Series(instances, index=frame.index)], sort=False):
+        values = _predict_family(rows, machine, kernel, variant, instance)
         for name in PREDICTION_COLUMNS:
             columns[name][rows.index.to_numpy()] = values[name]
     out = frame.copy()

@@ -17,7 +17,7 @@ import numpy as np
 from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
 from spartan_py.trace import TraceRecord
 
-#: Tile densities at or under which the CSR candidate is timed (cuSPARSE is hopeless above).
+#: Densities at or under which the CSR candidate is timed (cuSPARSE is hopeless above).
 CSR_MAX_DENSITY = 0.3
 
 
@@ -62,7 +62,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
             out[packed.ids] = part
 
         timed(expand, scatter)
-    if precision == "fp32" and counted.tile_density <= CSR_MAX_DENSITY:
+    if precision == "fp32" and counted.density <= CSR_MAX_DENSITY:
         import cupyx.scipy.sparse as sparse
 
         convert, spmm = candidate_records("csr", m, k, n, **common)

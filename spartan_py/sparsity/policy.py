@@ -81,11 +81,11 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
     ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
     common = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
     gemm = dict(common, cols=n, useful_macs=nnz * n)
-    rowblocks = -(-m // 128) * -(-n // 128)
+    # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
+    # geometry, so the model spreads the work over every SM with no partial last wave
     if kernel == "dense":
         return [TraceRecord(kernel=dense_gemm(precision), rows_in=m, rows_out=m, executed_macs=m * k * n,
-                            bytes_read=4 * (m * k + k * n), bytes_written=4 * m * n, blocks=rowblocks, block_rows=128,
-                            block_threads=256, **gemm)]  # fmt: skip
+                            bytes_read=4 * (m * k + k * n), bytes_written=4 * m * n, **gemm)]  # fmt: skip
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
@@ -103,12 +103,11 @@ def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_ac
                             resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn) if precision == "fp32" else 1,  # tf32: 162 registers a thread
                             **gemm)]  # fmt: skip
     if kernel == "row_compact":
-        live_blocks = -(-live_rows // 128) * -(-n // 128)
         return [TraceRecord(kernel=COMPACT, variant="rows", rows_in=m, rows_out=live_rows,
                             bytes_read=4 * live_rows * k, bytes_written=4 * live_rows * k, **common),
                 TraceRecord(kernel=dense_gemm(precision), rows_in=live_rows, rows_out=live_rows,
                             executed_macs=live_rows * k * n, bytes_read=4 * (live_rows * k + k * n),
-                            bytes_written=4 * live_rows * n, blocks=live_blocks, block_rows=128, block_threads=256, **gemm),
+                            bytes_written=4 * live_rows * n, **gemm),
                 TraceRecord(kernel=COMPACT, variant="expand_rows", rows_in=live_rows, rows_out=m,
                             bytes_read=4 * live_rows * n, bytes_written=4 * m * n, **common)]  # fmt: skip
     if kernel == "csr":

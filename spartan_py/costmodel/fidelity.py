@@ -1,0 +1,130 @@
+"""How well the cost model predicts measured runs, on the machine it was fitted on and on
+others: per-family and whole-run errors, blind predictions written before a measurement,
+and the measured speed-up between two GPUs next to the predicted one.
+
+A *run folder* is what ``spartan run`` wrote (``points/*.trace.csv``); its measured GPU
+traces are gathered by :func:`run_traces`, one row per launch with the point's label in
+``point``. A *whole run* is a point: its modelled kernel launches (:data:`WHOLE_RUN_FAMILIES`)
+summed, measured against predicted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from spartan_py.costmodel.families import EPILOGUE, FAMILIES, MONITOR_PASS, TIMED_FAMILIES
+from spartan_py.costmodel.machine import Machine
+from spartan_py.costmodel.model import predict
+from spartan_py.errors import InputError
+from spartan_py.trace import read_trace
+
+WHOLE_RUN_FAMILIES = (*TIMED_FAMILIES, EPILOGUE, MONITOR_PASS)
+"""The families a whole run's time sums: the layer kernels and every dense-layer kernel
+(copies and host syncs are reported as families of their own)."""
+MIN_FAMILY_LAUNCHES = 5
+"""Families with fewer measured launches are listed but not held to the per-launch bar."""
+
+
+def run_traces(run_dir: str | Path) -> pd.DataFrame:
+    """Every measured GPU launch of a ``spartan run`` folder, with ``point`` (the point's label)."""
+    points = Path(run_dir) / "points"
+    frames = []
+    for path in sorted(points.glob("*.json")):
+        record = json.loads(path.read_text())
+        trace_path = points / f"{path.stem}.trace.csv"
+        if record.get("status") != "ok" or not trace_path.is_file():
+            continue
+        trace = read_trace(trace_path)
+        trace = trace[trace["kernel"].isin(list(FAMILIES)) & trace["measured_us"].notna() & (trace["measured_us"] > 0)]
+        frames.append(trace.assign(point=record["label"]))
+    if not frames:
+        raise InputError(f"no measured GPU launches in {points}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def with_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+    """``predicted`` with ``error_pct`` = (predicted - measured) / measured, in percent."""
+    frame = predicted[predicted["predicted_us"].notna()].copy()
+    frame["error_pct"] = 100 * (frame["predicted_us"] - frame["measured_us"]) / frame["measured_us"]
+    return frame
+
+
+def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Per family: launches, median and 90th-percentile absolute per-launch error (percent)."""
+    frame = with_errors(predicted)
+    error = frame["error_pct"].abs().groupby(frame["kernel"])
+    table = pd.DataFrame({"launches": error.size(), "median_pct": error.median(), "p90_pct": error.quantile(0.9),
+                          "bias_pct": frame["error_pct"].groupby(frame["kernel"]).median()})
+    return table.reset_index().rename(columns={"kernel": "family"})
+
+
+def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Per point: the measured and predicted sums of its :data:`WHOLE_RUN_FAMILIES` launches and the error."""
+    frame = with_errors(predicted)
+    frame = frame[frame["kernel"].isin(WHOLE_RUN_FAMILIES)]
+    grouped = frame.groupby("point", sort=False)
+    table = pd.DataFrame({"launches": grouped.size(), "measured_us": grouped["measured_us"].sum(),
+                          "predicted_us": grouped["predicted_us"].sum()})
+    table["error_pct"] = 100 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]
+    return table.reset_index()
+
+
+def summary(predicted: pd.DataFrame) -> dict:
+    """The two figures a machine's validation states: the worst whole-run error and the worst
+    per-launch median error of a family with :data:`MIN_FAMILY_LAUNCHES` or more launches."""
+    families = family_errors(predicted)
+    held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
+    runs = whole_run_errors(predicted)
+    return {"whole_run_error_pct": float(runs["error_pct"].abs().max()),
+            "per_launch_median_error_pct": float(held["median_pct"].max())}
+
+
+def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
+    """Blind predictions of ``trace``'s launches on ``machine``: per point, per family the
+    launch count and the predicted per-launch and whole-run microseconds, in launch order."""
+    predicted = predict(trace, machine)
+    predicted = predicted[predicted["kernel"].isin(list(FAMILIES))]
+    runs = {}
+    for point, rows in predicted.groupby("point", sort=False):
+        families = {}
+        for kernel, group in rows.groupby("kernel", sort=False):
+            families[kernel] = {"launches": int(len(group)), "predicted_us": [round(float(v), 4) for v in group["predicted_us"]]}
+        whole = rows[rows["kernel"].isin(WHOLE_RUN_FAMILIES)]["predicted_us"].sum()
+        runs[str(point)] = {"families": families, "whole_run_predicted_us": round(float(whole), 3)}
+    return {"machine": machine.name, "runs": runs}
+
+
+def attach_predictions(trace: pd.DataFrame, blind: dict) -> pd.DataFrame:
+    """``trace`` (measured) with ``predicted_us`` from a committed :func:`predictions` file,
+    matched by point, family and launch order; launches it has no prediction for are dropped."""
+    parts = []
+    for (point, kernel), group in trace.groupby(["point", "kernel"], sort=False):
+        values = blind["runs"].get(str(point), {}).get("families", {}).get(kernel, {}).get("predicted_us")
+        if values is None:
+            continue
+        if len(values) != len(group):
+            raise InputError(f"{point}: {kernel} launched {len(group)} times here, {len(values)} in the predictions")
+        parts.append(group.assign(predicted_us=np.asarray(values, dtype=float)))
+    if not parts:
+        raise InputError("no launch of this trace has a prediction in the predictions file")
+    return pd.concat(parts, ignore_index=True)
+
+
+def speedups(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
+    """Per family: measured time on the first machine over the second (the speed-up of the
+    second), next to the same ratio of the predictions; both traces predicted already."""
+    def sums(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame[frame["predicted_us"].notna()]
+        return frame.groupby("kernel")[["measured_us", "predicted_us"]].sum()
+
+    a, b = sums(first), sums(second)
+    both = a.join(b, lsuffix="_first", rsuffix="_second", how="inner")
+    table = pd.DataFrame({
+        "measured_speedup": both["measured_us_first"] / both["measured_us_second"],
+        "predicted_speedup": both["predicted_us_first"] / both["predicted_us_second"],
+    })
+    return table.reset_index().rename(columns={"kernel": "family"})
