@@ -4,8 +4,10 @@ and the measured speed-up between two GPUs next to the predicted one.
 
 A *run folder* is what ``spartan run`` wrote (``points/*.trace.csv``); its measured GPU
 traces are gathered by :func:`run_traces`, one row per launch with the point's label in
-``point``. A *whole run* is a point: its modelled kernel launches (:data:`WHOLE_RUN_FAMILIES`)
-summed, measured against predicted.
+``point``. A *whole run* is what one would time as a whole: a Graph Challenge point's
+inference (its layer-kernel launches, :data:`WHOLE_RUN_FAMILIES`), or, in a dense-layer
+point, one kernel family over all the point's layers (cuBLAS FP32 over the 13 layers at
+density 0.05, say); measured against predicted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import EPILOGUE, FAMILIES, MONITOR_PASS, TIMED_FAMILIES
+from spartan_py.costmodel.families import (
+    EPILOGUE,
+    EXPAND,
+    FAMILIES,
+    GC_LAYER,
+    GC_MERGED,
+    MONITOR_PASS,
+    SCATTER_ROWS,
+    TIMED_FAMILIES,
+)
 from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import predict
 from spartan_py.errors import InputError
@@ -25,6 +36,8 @@ from spartan_py.trace import read_trace
 WHOLE_RUN_FAMILIES = (*TIMED_FAMILIES, EPILOGUE, MONITOR_PASS)
 """The families a whole run's time sums: the layer kernels and every dense-layer kernel
 (copies and host syncs are reported as families of their own)."""
+GC_FAMILIES = (GC_LAYER, GC_MERGED, SCATTER_ROWS, EXPAND)
+"""The Graph Challenge engines' timed launches: a point with them is one whole run."""
 MIN_FAMILY_LAUNCHES = 5
 """Families with fewer measured launches are listed but not held to the per-launch bar."""
 
@@ -62,11 +75,19 @@ def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index().rename(columns={"kernel": "family"})
 
 
+def run_names(frame: pd.DataFrame) -> pd.Series:
+    """The whole run each launch belongs to: its point, or ``point / family`` in a point
+    without a Graph Challenge layer kernel (a dense-layer point)."""
+    layer_points = set(frame.loc[frame["kernel"].isin(GC_FAMILIES), "point"])
+    return frame["point"].where(frame["point"].isin(layer_points), frame["point"] + " / " + frame["kernel"])
+
+
 def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
-    """Per point: the measured and predicted sums of its :data:`WHOLE_RUN_FAMILIES` launches and the error."""
+    """Per whole run (:func:`run_names`): the measured and predicted sums of its
+    :data:`WHOLE_RUN_FAMILIES` launches and the error."""
     frame = with_errors(predicted)
     frame = frame[frame["kernel"].isin(WHOLE_RUN_FAMILIES)]
-    grouped = frame.groupby("point", sort=False)
+    grouped = frame.groupby(run_names(frame).rename("run"), sort=False)
     table = pd.DataFrame({"launches": grouped.size(), "measured_us": grouped["measured_us"].sum(),
                           "predicted_us": grouped["predicted_us"].sum()})
     table["error_pct"] = 100 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]

@@ -1,0 +1,128 @@
+"""The cost model's fidelity on the H100 and on a GPU it has never seen (the H200).
+
+Three steps, each run from the repository root on this (CPU) machine, over the run folders
+that ``spartan run experiments/validate-h200.yaml`` wrote on each GPU:
+
+    python benchmarks/fidelity.py calibrate RUN_H100   # fit the H100 on part of its run, report the rest, freeze
+    python benchmarks/fidelity.py predict RUN_H100     # the H200's launches predicted before any H200 run
+    python benchmarks/fidelity.py compare RUN_H100 RUN_H200 --predictions FILE   # blind error, speed-ups, reverse fit
+
+``calibrate`` fits every family on the points not matched by ``--holdout`` and reports the
+held-out points' errors, stores the fit in ``sim/h100-sxm.yaml`` (named there as frozen),
+carries it over to ``sim/h200-sxm.yaml`` (``carry_over``: efficiencies kept, per-step
+overheads scaled by clock) and keeps the H100 trace in ``benchmarks/results/fidelity/``.
+``predict`` writes the H200 predictions, to be committed before the H200 is measured.
+``compare`` writes the summary the docs cite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from benchmarks._results import RESULTS, ROOT, commit, write_result
+from spartan_py.costmodel import calibrate, carry_over, load_machine, predict, write_calibration
+from spartan_py.costmodel.fidelity import (
+    attach_predictions,
+    family_errors,
+    predictions,
+    run_traces,
+    speedups,
+    summary,
+    whole_run_errors,
+)
+from spartan_py.files import atomic_write_bytes
+from spartan_py.trace import read_trace, write_trace
+
+OUT = RESULTS / "fidelity"
+#: Points held out of the H100 fit: a layer count and an activation density the fit never sees.
+HOLDOUT = r"1024 x 480|density 0.2"
+
+
+def _tables(predicted) -> dict:
+    return {"families": family_errors(predicted).round(3).to_dict(orient="records"),
+            "whole_runs": whole_run_errors(predicted).round(3).to_dict(orient="records"),
+            "summary": summary(predicted)}
+
+
+def _set_header(path: Path, key: str, value: str) -> None:
+    """Set a top-level ``key: value`` line of a machine file (before ``specs:``)."""
+    lines = path.read_text().splitlines()
+    line = f"{key}: {json.dumps(value)}"
+    lines = [x for x in lines if not x.startswith(f"{key}:")]
+    lines.insert(next(i for i, x in enumerate(lines) if x.startswith("specs:")), line)
+    atomic_write_bytes(path, ("\n".join(lines) + "\n").encode())
+
+
+def cmd_calibrate(args) -> dict:
+    trace = run_traces(args.run)
+    device = str(trace["device"].iloc[0])
+    OUT.mkdir(parents=True, exist_ok=True)
+    kept = OUT / "validate-h100.trace.csv.gz"
+    write_trace(kept, trace.drop(columns="point").assign(run=trace["point"]))
+    held = trace["point"].str.contains(args.holdout)
+    fit_points, held_points = sorted(trace.loc[~held, "point"].unique()), sorted(trace.loc[held, "point"].unique())
+    source = f"fit on {kept.relative_to(ROOT)} ({len(fit_points)} points; {device}; commit {args.measured_commit})"
+    h100 = calibrate(trace[~held], load_machine("h100-sxm"), source=source)
+    sim = ROOT / "sim"
+    write_calibration(sim / "h100-sxm.yaml", h100.calibration)
+    _set_header(sim / "h100-sxm.yaml", "calibration_frozen",
+                f"frozen at commit {commit()}: {source}; not refitted since")
+    h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
+    write_calibration(sim / "h200-sxm.yaml", h200.calibration)
+    return {"fit_points": fit_points, "held_out_points": held_points, "holdout_pattern": args.holdout,
+            "trace": str(kept.relative_to(ROOT)), "fit": _tables(predict(trace[~held], h100)),
+            "held_out": _tables(predict(trace[held], h100))}
+
+
+def cmd_predict(args) -> dict:
+    trace = read_trace(OUT / "validate-h100.trace.csv.gz")
+    trace = trace.assign(point=trace["run"])
+    machine = load_machine(args.machine)
+    blind = predictions(trace, machine)
+    return {"model_commit": commit(), "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz",
+            "calibration_frozen": load_machine("h100-sxm").calibration_frozen, **blind}
+
+
+def cmd_compare(args) -> dict:
+    h100 = read_trace(OUT / "validate-h100.trace.csv.gz")
+    h100 = h100.assign(point=h100["run"])
+    h200 = run_traces(args.run_h200)
+    write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
+    blind = json.loads(Path(args.predictions).read_text())
+    blind_frame = attach_predictions(h200, blind)
+    now = predict(h200, load_machine("h200-sxm"))
+    on_h100 = predict(h100, load_machine("h100-sxm"))
+    reverse_fit = calibrate(h200, load_machine("h200-sxm"), source="reverse check: fit on the H200 run")
+    reverse = predict(h100, carry_over(reverse_fit, load_machine("h100-sxm")))
+    return {"predictions": str(args.predictions), "h200_device": str(h200["device"].iloc[0]),
+            "h200_blind": _tables(blind_frame), "h200_current_model": _tables(now),
+            "h100_all_points": _tables(on_h100),
+            "speedup_h100_to_h200": speedups(on_h100, now).round(3).to_dict(orient="records"),
+            "reverse_fit_h200_predict_h100": _tables(reverse)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    cal = sub.add_parser("calibrate")
+    cal.add_argument("run", type=Path)
+    cal.add_argument("--holdout", default=HOLDOUT)
+    cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
+    pre = sub.add_parser("predict")
+    pre.add_argument("--machine", default="h200-sxm")
+    cmp_ = sub.add_parser("compare")
+    cmp_.add_argument("run_h200", type=Path)
+    cmp_.add_argument("--predictions", type=Path, required=True)
+    args = parser.parse_args()
+    payload = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare}[args.command](args)
+    name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}[args.command]
+    path = write_result(name, "cpu (replays measured traces)", payload, OUT)
+    print(path.relative_to(ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
