@@ -47,8 +47,8 @@ def _tables(predicted) -> dict:
             "summary": summary(predicted)}
 
 
-def _set_header(path: Path, key: str, value: str) -> None:
-    """Set a top-level ``key: value`` line of a machine file (before ``specs:``)."""
+def _set_header(path: Path, key: str, value) -> None:
+    """Set a top-level ``key: value`` line of a machine file (before ``specs:``; JSON is YAML)."""
     lines = path.read_text().splitlines()
     line = f"{key}: {json.dumps(value)}"
     lines = [x for x in lines if not x.startswith(f"{key}:")]
@@ -68,11 +68,12 @@ def cmd_calibrate(args) -> dict:
     h100 = calibrate(trace[~held], load_machine("h100-sxm"), source=source)
     sim = ROOT / "sim"
     write_calibration(sim / "h100-sxm.yaml", h100.calibration)
+    head = commit().removesuffix("+dirty")
     _set_header(sim / "h100-sxm.yaml", "calibration_frozen",
-                f"frozen at commit {commit()}: {source}; not refitted since")
+                f"{source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}; not refitted since")
     h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
     write_calibration(sim / "h200-sxm.yaml", h200.calibration)
-    return {"fit_points": fit_points, "held_out_points": held_points, "holdout_pattern": args.holdout,
+    return {"device": device, "fit_points": fit_points, "held_out_points": held_points, "holdout_pattern": args.holdout,
             "trace": str(kept.relative_to(ROOT)), "fit": _tables(predict(trace[~held], h100)),
             "held_out": _tables(predict(trace[held], h100))}
 
@@ -82,7 +83,10 @@ def cmd_predict(args) -> dict:
     trace = trace.assign(point=trace["run"])
     machine = load_machine(args.machine)
     blind = predictions(trace, machine)
-    return {"model_commit": commit(), "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz",
+    return {"model": f"sim/{machine.name}.yaml as committed with this file: datasheet specs, calibration carried "
+                     "over from the frozen sim/h100-sxm.yaml", "code_commit": commit().removesuffix("+dirty"),
+            "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz (the launches the H100 ran; "
+                            "the H200 runs the same points)",
             "calibration_frozen": load_machine("h100-sxm").calibration_frozen, **blind}
 
 
@@ -120,6 +124,15 @@ def main() -> int:
     payload = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare}[args.command](args)
     name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}[args.command]
     path = write_result(name, "cpu (replays measured traces)", payload, OUT)
+    if args.command in ("calibrate", "compare"):  # the machine file states its validation
+        machine, tables, blind = {"calibrate": ("h100-sxm", payload.get("held_out"), False),
+                                  "compare": ("h200-sxm", payload.get("h200_blind"), True)}[args.command]
+        device = payload.get("device") or payload.get("h200_device")
+        _set_header(ROOT / "sim" / f"{machine}.yaml", "validation", {
+            "device": device, "blind": blind, "result": str(path.relative_to(ROOT)),
+            "commit": commit().removesuffix("+dirty"),
+            "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
+            "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2)})
     print(path.relative_to(ROOT))
     return 0
 

@@ -106,17 +106,21 @@ def summary(predicted: pd.DataFrame) -> dict:
 
 def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
     """Blind predictions of ``trace``'s launches on ``machine``: per point, per family the
-    launch count and the predicted per-launch and whole-run microseconds, in launch order."""
+    launch count and the predicted microseconds of each launch, in launch order; and per
+    whole run (:func:`run_names`) the predicted total."""
     predicted = predict(trace, machine)
     predicted = predicted[predicted["kernel"].isin(list(FAMILIES))]
-    runs = {}
+    points = {}
     for point, rows in predicted.groupby("point", sort=False):
-        families = {}
-        for kernel, group in rows.groupby("kernel", sort=False):
-            families[kernel] = {"launches": int(len(group)), "predicted_us": [round(float(v), 4) for v in group["predicted_us"]]}
-        whole = rows[rows["kernel"].isin(WHOLE_RUN_FAMILIES)]["predicted_us"].sum()
-        runs[str(point)] = {"families": families, "whole_run_predicted_us": round(float(whole), 3)}
-    return {"machine": machine.name, "runs": runs}
+        points[str(point)] = {"families": {
+            kernel: {"launches": int(len(group)), "predicted_us": [round(float(v), 4) for v in group["predicted_us"]]}
+            for kernel, group in rows.groupby("kernel", sort=False)
+        }}
+    timed = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
+    whole = timed.groupby(run_names(timed), sort=False)["predicted_us"].agg(["size", "sum"])
+    runs = {str(name): {"launches": int(row["size"]), "predicted_us": round(float(row["sum"]), 3)}
+            for name, row in whole.iterrows()}
+    return {"machine": machine.name, "runs": points, "whole_runs": runs}
 
 
 def attach_predictions(trace: pd.DataFrame, blind: dict) -> pd.DataFrame:
