@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from benchmarks._results import RESULTS, ROOT, commit, write_result
 from spartan_py.costmodel import calibrate, carry_over, load_machine, predict, write_calibration
 from spartan_py.costmodel.fidelity import (
-    attach_predictions,
+    HOLDOUT_POINTS,
+    compare,
     family_errors,
     predictions,
     run_traces,
-    speedups,
     summary,
     whole_run_errors,
 )
@@ -37,8 +36,6 @@ from spartan_py.files import atomic_write_bytes
 from spartan_py.trace import read_trace, write_trace
 
 OUT = RESULTS / "fidelity"
-#: Points held out of the H100 fit: a layer count and an activation density the fit never sees.
-HOLDOUT = r"1024 x 480|density 0.2"
 
 
 def _tables(predicted) -> dict:
@@ -96,16 +93,15 @@ def cmd_compare(args) -> dict:
     h200 = run_traces(args.run_h200)
     write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
     blind = json.loads(Path(args.predictions).read_text())
-    blind_frame = attach_predictions(h200, blind)
+    tables = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
     now = predict(h200, load_machine("h200-sxm"))
-    on_h100 = predict(h100, load_machine("h100-sxm"))
-    reverse_fit = calibrate(h200, load_machine("h200-sxm"), source="reverse check: fit on the H200 run")
-    reverse = predict(h100, carry_over(reverse_fit, load_machine("h100-sxm")))
+    reverse = tables.pop("reverse_whole_runs")
     return {"predictions": str(args.predictions), "h200_device": str(h200["device"].iloc[0]),
-            "h200_blind": _tables(blind_frame), "h200_current_model": _tables(now),
-            "h100_all_points": _tables(on_h100),
-            "speedup_h100_to_h200": speedups(on_h100, now).round(3).to_dict(orient="records"),
-            "reverse_fit_h200_predict_h100": _tables(reverse)}
+            "h200_trace": "benchmarks/results/fidelity/validate-h200.trace.csv.gz",
+            "h200_blind": _tables(tables.pop("blind_predicted")), "h200_current_model": _tables(now),
+            "h100_all_points": _tables(predict(h100, load_machine("h100-sxm"))),
+            "reverse_whole_runs": reverse.round(3).to_dict(orient="records"),
+            **{name: table.round(3).to_dict(orient="records") for name, table in tables.items()}}
 
 
 def main() -> int:
@@ -113,7 +109,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     cal = sub.add_parser("calibrate")
     cal.add_argument("run", type=Path)
-    cal.add_argument("--holdout", default=HOLDOUT)
+    cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
     pre = sub.add_parser("predict")
     pre.add_argument("--machine", default="h200-sxm")

@@ -190,7 +190,7 @@ def _cmd_run(args) -> int:
 def _cmd_report(args) -> int:
     from spartan_py.report import write_report
 
-    html_path, md_path = write_report(args.dir)
+    html_path, md_path = write_report(args.dir, against=args.against, predictions=args.predictions)
     print(f"report: {html_path} and {md_path}")
     return 0
 
@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write report.html and report.md for a run folder")
     report.add_argument("dir", help="a folder written by `spartan run`")
+    report.add_argument("--against", help="the same experiment's run folder from the GPU the cost model was fitted on: "
+                        "adds the cross-machine fidelity tables")
+    report.add_argument("--predictions", help="with --against: the blind predictions file written before this run")
     report.set_defaults(handler=_cmd_report)
     return parser
 

@@ -153,3 +153,50 @@ def speedups(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
         "predicted_speedup": both["predicted_us_first"] / both["predicted_us_second"],
     })
     return table.reset_index().rename(columns={"kernel": "family"})
+
+
+HOLDOUT_POINTS = r"1024 x 480|density 0.2"
+"""The validation experiment's points the H100 fit left out (a layer count and an
+activation density it never saw): the H100's held-out error is measured on them."""
+
+
+def _side_by_side(tables: dict[str, pd.DataFrame], key: str, columns: list[str]) -> pd.DataFrame:
+    """One table from several with the same ``key``: each one's ``columns`` prefixed by its name."""
+    merged: pd.DataFrame | None = None
+    for name, table in tables.items():
+        part = table.set_index(key)[columns].add_prefix(f"{name} ")
+        merged = part if merged is None else merged.join(part, how="outer")
+    assert merged is not None
+    return merged.reset_index()
+
+
+def compare(first: pd.DataFrame, second: pd.DataFrame, first_machine: Machine, second_machine: Machine,
+            blind: dict | None = None, holdout: str = HOLDOUT_POINTS) -> dict[str, pd.DataFrame]:
+    """The cross-machine tables: ``first`` (measured on the machine the model was fitted on,
+    ``holdout`` naming its held-out points) and ``second`` (measured on another, ``blind``
+    its committed :func:`predictions`, made before it was measured).
+
+    Returns ``families`` (launches and median / p90 per-launch error: first machine held
+    out, second blind, second with the current model), ``whole_runs`` (the same per run),
+    ``speedups`` (measured and predicted, first over second) and ``reverse`` (fit on the
+    second machine, carried over to predict the first).
+    """
+    from spartan_py.costmodel.calibrate import calibrate, carry_over
+
+    on_first = predict(first, first_machine)
+    held = on_first[on_first["point"].str.contains(holdout)]
+    now = predict(second, second_machine)
+    blind_frame = attach_predictions(second, blind) if blind is not None else now
+    reverse_fit = calibrate(second, second_machine, source=f"reverse check: fit on {second_machine.name}")
+    reverse = predict(first, carry_over(reverse_fit, first_machine))
+    a, b = first_machine.name, second_machine.name
+    family_columns = ["launches", "median_pct", "p90_pct"]
+    families = _side_by_side({f"{a} held out": family_errors(held), f"{b} blind": family_errors(blind_frame),
+                              f"{b} now": family_errors(now)}, "family", family_columns)
+    runs = _side_by_side({a: whole_run_errors(on_first), f"{b} blind": whole_run_errors(blind_frame),
+                          f"{b} now": whole_run_errors(now)}, "run", ["error_pct"])
+    runs.insert(1, f"{a} role", np.where(runs["run"].str.contains(holdout), "held out", "fitted"))
+    reverse_table = _side_by_side({f"{a} from {b} fit": family_errors(reverse)}, "family", family_columns)
+    return {"families": families, "whole_runs": runs, "speedups": speedups(on_first, now),
+            "reverse_families": reverse_table, "reverse_whole_runs": whole_run_errors(reverse),
+            "blind_predicted": blind_frame}

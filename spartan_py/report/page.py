@@ -30,8 +30,20 @@ def _traces(out: Path, points: list[dict]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _machine_for(point: dict) -> str:
+    """The point's listed machine that describes the GPU it ran on (its first otherwise)."""
+    from spartan_py.costmodel.simulate import resolve_machine
+
+    names = point["config"]["machines"]
+    for name in names:
+        if point["summary"]["device"] in resolve_machine(name)[0].device_names:
+            return name
+    return names[0]
+
+
 def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
-    """Per launch, for points measured on a GPU: the first listed machine's prediction."""
+    """Per launch, for points measured on a GPU: the prediction of the listed machine that
+    describes that GPU (``device_names``), else of the first listed."""
     from spartan_py.costmodel.model import predict
     from spartan_py.costmodel.simulate import resolve_machine
 
@@ -44,7 +56,7 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
         frame = traces[(traces["point"] == point["id"]) & traces["kernel"].isin(list(FAMILIES))]
         if frame.empty or frame["measured_us"].isna().all():
             continue
-        machine, variant = resolve_machine(point["config"]["machines"][0])
+        machine, variant = resolve_machine(_machine_for(point))
         predicted = predict(frame.drop(columns=["label", "point"]), machine, variant)
         predicted["label"] = f"{point['label']} on {machine.name}"
         parts.append(predicted)
@@ -96,8 +108,46 @@ DENSE_LAYER_COLUMNS = ["label", "layer", "timed_on", "M", "K", "N", "tile", "den
                        "kernel", "chosen_us", "speedup_chosen"]  # fmt: skip
 
 
-def write_report(out: str | Path) -> tuple[Path, Path]:
-    """Write ``report.html`` (figures embedded) and ``report.md`` (+ PNG files) into ``out``."""
+def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list, dict]:
+    """Sections and figures comparing this run with the same experiment measured on the GPU
+    the model was fitted on (``against``), and with blind ``predictions`` made before it."""
+    from spartan_py.costmodel.fidelity import compare, run_traces
+    from spartan_py.costmodel.simulate import resolve_machine
+
+    def machine_of(trace: pd.DataFrame):
+        device = str(trace["device"].iloc[0])
+        from spartan_py.costmodel import load_machine, machine_names
+
+        for name in machine_names():
+            if device in load_machine(name).device_names:
+                return resolve_machine(name)[0]
+        raise InputError(f"no machine in sim/ names the device {device!r} in its device_names")
+
+    here, there = run_traces(out), run_traces(against)
+    blind = json.loads(Path(predictions).read_text()) if predictions else None
+    tables = compare(there, here, machine_of(there), machine_of(here), blind)
+    blind_frame = tables.pop("blind_predicted").assign(label=lambda f: f["kernel"])
+    a, b = machine_of(there).name, machine_of(here).name
+    sections = [
+        (f"Cost model per family: {a} held out, {b} blind (predicted before it was measured), {b} with the model now",
+         tables["families"]),
+        (f"Whole runs: model error on {a} and on {b} (percent)", tables["whole_runs"]),
+        (f"Speed-up {a} -> {b} per family: measured and predicted", tables["speedups"]),
+        (f"Reverse: fitted on {b}, carried over to predict {a}", tables["reverse_families"]),
+    ]
+    figure = figures.model_error(blind_frame)
+    pictures = {"fidelity-blind.png": (f"{b}: blind prediction vs measurement per launch", figure)} if figure else {}
+    return sections, pictures
+
+
+def write_report(out: str | Path, *, against: str | Path | None = None,
+                 predictions: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` (figures embedded) and ``report.md`` (+ PNG files) into ``out``.
+
+    ``against``: the same experiment's run folder from the GPU the cost model was fitted
+    on; the report then adds the cross-machine fidelity tables (with ``predictions``, the
+    blind predictions file written before this run) and a blind-prediction scatter.
+    """
     out = Path(out)
     if not (out / "points").is_dir():
         raise InputError("not a run folder (no points/ inside); run `spartan run FILE --out DIR` first", path=out)
@@ -127,6 +177,10 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
                            figures.tile_sweep(dense_layers)),
     }
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
+    fidelity_sections: list = []
+    if against is not None:
+        fidelity_sections, fidelity_pictures = _fidelity(out, Path(against), Path(predictions) if predictions else None)
+        pictures |= fidelity_pictures
     for name, (_, png) in pictures.items():
         atomic_write_bytes(out / name, png)
     summary = pd.DataFrame([{
@@ -149,6 +203,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         from spartan_py.costmodel.validation import kernel_error_table
 
         sections.append(("Cost model error on this run's measured launches", kernel_error_table(model)))
+    sections += fidelity_sections
     if not overhead.empty:
         sections.append(("Profiling overhead by monitor mode (vs none)", overhead))
     if not utilization.empty:
