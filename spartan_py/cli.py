@@ -96,16 +96,22 @@ def _cmd_machines(args) -> int:
         carried = [k for k, v in machine.calibration.items() if v.records == 0]
         rows.append({"name": name, "description": machine.description, "sm_count": specs.sm_count,
                      "memory_bandwidth_gb_s": specs.memory_bandwidth_gb_s, "fp32_tflops": specs.fp32_tflops,
-                     "calibrated": fitted, "carried_over": carried})  # fmt: skip
-    variants = {v.name: v.description for v in load_variants().values()}
+                     "calibrated": fitted, "carried_over": carried, "validated": machine.validated,
+                     "validation": machine.validation.model_dump() if machine.validation else None,
+                     "status": machine.validation_summary()})  # fmt: skip
+    variants = {v.name: f"{v.description} ({v.status()})" for v in load_variants().values()}
     if args.json:
         print(json.dumps({"machines": rows, "variants": variants}))
         return 0
     for row in rows:
-        status = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
+        calibration = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
+        validated = "VALIDATED" if row["validated"] else "not validated"
         print(f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
-              f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {status:<13} {row['description']}")  # fmt: skip
-    print("variants (MACHINE+VARIANT): " + ", ".join(variants))
+              f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {calibration:<13} {validated:<13} {row['description']}")
+        print(f"{'':<12} {row['status']}")
+    print("variants (MACHINE+VARIANT):")
+    for name, text in variants.items():
+        print(f"  {name}: {text}")
     return 0
 
 
@@ -113,7 +119,7 @@ def _cmd_simulate(args) -> int:
     from spartan_py.costmodel import kernel_error_table, run_totals
     from spartan_py.costmodel.families import TIMED_FAMILIES
     from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import resolve_machine
+    from spartan_py.costmodel.simulate import resolve_machine, trust
     from spartan_py.trace import read_trace, write_trace
 
     trace = read_trace(args.trace)
@@ -123,7 +129,7 @@ def _cmd_simulate(args) -> int:
         predicted = predict(trace, machine, variant)
         timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
         per_run = timed.groupby("run", sort=False)["predicted_us"].sum(min_count=1)
-        entry = {"machine": predicted["machine"].iloc[0] if len(predicted) else name,
+        entry = {"machine": predicted["machine"].iloc[0] if len(predicted) else name, "trust": trust(name),
                  "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
                  "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
                  "notes": sorted(n for n in predicted["note"].unique() if n)}  # fmt: skip
@@ -138,7 +144,7 @@ def _cmd_simulate(args) -> int:
         print(json.dumps(results, default=float))
         return 0
     for entry in results:
-        print(f"{entry['machine']}:")
+        print(f"{entry['machine']}: {entry['trust']}")
         for run, us in entry["predicted_us_by_run"].items():
             print(f"  run {run or '(unnamed)'}: {'cannot run' if us is None else f'{us / 1e3:.3f} ms'} (kernel launches)")
         for note in entry["notes"]:

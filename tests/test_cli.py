@@ -141,4 +141,8 @@ def test_machines_lists_every_file():
     listed = json.loads(run.stdout)
     names = {m["name"] for m in listed["machines"]}
     assert {"h100-sxm", "a100-sxm", "v100-sxm2", "a40", "t4", "rtx-a6000", "rtx-2080-ti"} <= names
-    assert "hw-monitor" in listed["variants"]
+    assert "hw-monitor" in listed["variants"] and "does not exist" in listed["variants"]["hw-monitor"]
+    validated = {m["name"]: m["validated"] for m in listed["machines"]}
+    assert validated["h100-sxm"] and validated["h200-sxm"] and not validated["a100-sxm"]
+    text = spartan("machines")
+    assert "VALIDATED" in text.stdout and "not validated" in text.stdout and "what-if estimates" in text.stdout

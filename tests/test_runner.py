@@ -207,3 +207,25 @@ def test_fields_of_the_other_workload_kind_are_refused(tmp_path):
         load_experiment(path)
     assert "line 4, field `tile`" in str(info.value) and "line 5, field `precision`" in str(info.value)
     assert "conv_layers workloads" in str(info.value)
+
+
+def test_sweep_cases_mix_workload_kinds(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "name: c\nworkload: {network: generated:1024, inputs: generated:10, layers: 2}\nsweep:\n"
+        "  grid: {repeats: [1, 2]}\n  cases:\n    - {backend: cpu}\n"
+        "    - {backend: cpu, workload: {kind: conv_layers, layers: [alexnet/conv2], batch: 1}, trace: all}\n"
+    )
+    experiment, points = load_experiment(path)
+    assert len(points) == 4
+    assert sorted(p.experiment.workload.kind for p in points) == ["conv_layers"] * 2 + ["graph_challenge"] * 2
+    assert any("1 conv layers" in p.label for p in points)
+    path.write_text(path.read_text().replace("trace: all}", "trace: all, tile: [7, 7, 7]}"))
+    with pytest.raises(ConfigError, match=r"line 7"):
+        load_experiment(path)
+    path.write_text(path.read_text().replace("tile: [7, 7, 7]", "bakend: gpu"))
+    with pytest.raises(ConfigError, match=r"sweep.cases\[1\]: unknown field `bakend`; did you mean `backend`"):
+        load_experiment(path)
+    path.write_text(path.read_text().replace("grid: {repeats: [1, 2]}", "grid: {backend: [cpu, reference]}"))
+    with pytest.raises(ConfigError, match="both cases and grid"):
+        load_experiment(path)

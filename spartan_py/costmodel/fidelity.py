@@ -147,7 +147,7 @@ def speedups(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
         return frame.groupby("kernel")[["measured_us", "predicted_us"]].sum()
 
     a, b = sums(first), sums(second)
-    both = a.join(b, lsuffix="_first", rsuffix="_second", how="inner")
+    both = a.merge(b, left_index=True, right_index=True, suffixes=("_first", "_second"))
     table = pd.DataFrame({
         "measured_speedup": both["measured_us_first"] / both["measured_us_second"],
         "predicted_speedup": both["predicted_us_first"] / both["predicted_us_second"],

@@ -140,6 +140,12 @@ class Variant(_Frozen):
     block_rows: PositiveInt | None = Field(None, description="replay tiled kernels with this many rows per work item")
     spec_scale: dict[str, PositiveFloat] = Field({}, description="spec multipliers, e.g. memory_bandwidth_gb_s: 2")
 
+    def status(self) -> str:
+        """What its figures are: a model of hardware nobody measured, or a what-if change."""
+        if self.hardware_monitor:
+            return "a model of hardware that does not exist: predictions only, never measured"
+        return "a what-if change to the replayed records or specs, never measured"
+
 
 class _VariantFile(_Frozen):
     variants: list[Variant]

@@ -27,6 +27,14 @@ def resolve_machine(name: str, variant: str | None = None) -> tuple[Machine, Var
     return machine, variants[variant]
 
 
+def trust(name: str) -> str:
+    """How far to trust predictions for ``name`` (``MACHINE`` or ``MACHINE+VARIANT``): the
+    machine's validation (measured here, with its errors, or not) and what a variant is."""
+    machine, variant = resolve_machine(name)
+    text = machine.validation_summary()
+    return text if variant is None else f"{text}; {variant.name}: {variant.status()}"
+
+
 def simulate_trace(
     records: list[TraceRecord] | pd.DataFrame, machine: Machine, variant: Variant | None = None
 ) -> tuple[float, pd.DataFrame]:

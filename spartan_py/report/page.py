@@ -198,7 +198,7 @@ def write_report(out: str | Path, *, against: str | Path | None = None,
     sections = [("Points", summary.drop(columns=empty))]
     if not simulated.empty:
         sections.append(("What if (predicted seconds of the kernel launches)",
-                         simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "note"]]))  # fmt: skip
+                         simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "trust", "note"]]))  # fmt: skip
     if not model.empty:
         from spartan_py.costmodel.validation import kernel_error_table
 

@@ -115,6 +115,16 @@ def dense_layer_table(points: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _trust(machine: str) -> str:
+    from spartan_py.costmodel.simulate import trust
+    from spartan_py.errors import InputError
+
+    try:
+        return trust(machine)
+    except InputError as exc:  # a run folder from a checkout with other machine files
+        return f"unknown here: {exc}"
+
+
 def simulated_table(points: list[dict]) -> pd.DataFrame:
     """One row per point and simulated machine: predicted seconds beside the point's own time."""
     rows = []
@@ -122,7 +132,7 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
         if point["status"] != "ok":
             continue
         for machine, predicted in point.get("machines", {}).items():
-            rows.append({"point": point["id"], "label": point["label"], "machine": machine,
+            rows.append({"point": point["id"], "label": point["label"], "machine": machine, "trust": _trust(machine),
                          "predicted_seconds": predicted["seconds"], "note": predicted.get("note", ""),
                          "own_seconds": point["summary"]["seconds"], "own_device": point["summary"]["device"],
                          "own_simulated": point["summary"]["simulated"],
