@@ -201,10 +201,17 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from spartan_py import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``spartan`` command."""
     parser = argparse.ArgumentParser(prog="spartan", description="Activation-sparsity studies on GPUs.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    parser.add_argument("--version", action="version", version=f"spartan {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("infer", help="Sparse DNN Graph Challenge inference")

@@ -7,6 +7,7 @@ field path, what was expected, and for an unknown key the closest known one.
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import TypeVar
@@ -50,11 +51,22 @@ def _known_keys(model: type[pydantic.BaseModel], location: tuple) -> list[str]:
             if info is not None:
                 following += models_in(info.annotation)
         candidates = following or candidates
-    keys: list[str] = []
+    keys: dict[str, None] = {}  # ordered and each once (a union's models share fields)
     for candidate in candidates:
         for name, info in candidate.model_fields.items():
-            keys.append(info.alias or name)
-    return keys
+            keys[info.alias or name] = None
+    return list(keys)
+
+
+def _expected_values(text: str) -> list[str]:
+    """The quoted choices of a pydantic "expected" text (``'a', 'b' or 'c'``)."""
+    return re.findall(r"'([^']*)'", text)
+
+
+def _did_you_mean(given, choices: list[str]) -> str:
+    """``; did you mean 'x'?`` for the choice closest to ``given``, or nothing."""
+    close = difflib.get_close_matches(str(given), choices, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _data_location(location: tuple, data) -> tuple:
@@ -99,6 +111,15 @@ def describe_error(error: dict, model: type[pydantic.BaseModel], marked: MarkedY
         return message
     if kind == "missing":
         return f"{where}missing field `{field}`"
+    if kind == "literal_error":
+        choices = _expected_values(error.get("ctx", {}).get("expected", ""))
+        given = error.get("input")
+        return f"{where}field `{field}`: {given!r} is not one of {', '.join(choices)}{_did_you_mean(given, choices)}"
+    if kind == "union_tag_invalid":  # a tagged union (the workload kinds): the tag names the model
+        ctx = error.get("ctx", {})
+        choices = _expected_values(ctx.get("expected_tags", ""))
+        given = ctx.get("tag")
+        return f"{where}field `{field}`: kind {given!r} is not one of {', '.join(choices)}{_did_you_mean(given, choices)}"
     given = error.get("input")
     shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
     if len(shown) > 60:

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from spartan_py.costmodel.machine import FamilyCalibration, Machine
 from spartan_py.costmodel.families import calibration_key, instance_of
+from spartan_py.costmodel.machine import FamilyCalibration, Machine
 from spartan_py.costmodel.model import family_of, predict
 from spartan_py.errors import InputError
 

@@ -135,8 +135,7 @@ def _workload_kind(value) -> str:
 #: The ``workload`` field: the kind names the model (a file without ``kind`` is a Graph Challenge one).
 Workload = Annotated[
     Annotated[GraphChallengeWorkload, Tag("graph_challenge")] | Annotated[ConvLayersWorkload, Tag("conv_layers")],
-    Discriminator(_workload_kind, custom_error_type="workload_kind",
-                  custom_error_message="workload.kind must be graph_challenge or conv_layers"),
+    Discriminator(_workload_kind),
 ]  # fmt: skip
 #: Location parts pydantic adds for the workload's tag; error messages leave them out.
 WORKLOAD_TAGS = ("graph_challenge", "conv_layers")

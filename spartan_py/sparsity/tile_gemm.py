@@ -36,6 +36,7 @@ import numpy as np
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
+from spartan_py.sparsity.compaction import CompactTiles
 from spartan_py.sparsity.tiles import TileList, TileShape
 
 PRECISIONS = ("fp32", "tf32")
@@ -98,14 +99,19 @@ def _check_operands(a, w, precision: str):
     return a, w
 
 
-def tile_sparse_matmul(a, w, tiles: TileList | None = None, *, precision: str = "fp32", schedule: str | None = None,
-                       out=None):
+def tile_sparse_matmul(a, w, tiles: TileList | CompactTiles | None = None, *, precision: str = "fp32",
+                       schedule: str | None = None, out=None):
     """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
-    at :func:`default_gemm_tile` when None); ``A`` must be zero outside them. ``schedule``:
+    at :func:`default_gemm_tile` when None); ``A`` must be zero outside them. ``tiles`` may
+    be a :class:`TileList` or what :func:`~spartan_py.sparsity.compact_tiles` returns. ``schedule``:
     one of :data:`SCHEDULES` (None: :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for
     ``tf32``)."""
     a, w = _check_operands(a, w, precision)
     schedule = _check_schedule(schedule, precision)
+    if isinstance(tiles, CompactTiles):
+        tiles = tiles.tiles
+    elif tiles is not None and not isinstance(tiles, TileList):
+        raise InputError(f"tiles must be a TileList, a CompactTiles or None, not {type(tiles).__name__}")
     if tiles is None:
         from spartan_py.sparsity.compaction import tile_list
         from spartan_py.sparsity.tiles import tile_counts
