@@ -39,9 +39,11 @@ OUT = RESULTS / "fidelity"
 
 
 def _tables(predicted) -> dict:
-    return {"families": family_errors(predicted).round(3).to_dict(orient="records"),
-            "whole_runs": whole_run_errors(predicted).round(3).to_dict(orient="records"),
-            "summary": summary(predicted)}
+    return {
+        "families": family_errors(predicted).round(3).to_dict(orient="records"),
+        "whole_runs": whole_run_errors(predicted).round(3).to_dict(orient="records"),
+        "summary": summary(predicted),
+    }
 
 
 def _set_header(path: Path, key: str, value) -> None:
@@ -66,13 +68,22 @@ def cmd_calibrate(args) -> dict:
     sim = ROOT / "sim"
     write_calibration(sim / "h100-sxm.yaml", h100.calibration)
     head = commit().removesuffix("+dirty")
-    _set_header(sim / "h100-sxm.yaml", "calibration_frozen",
-                f"{source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}; not refitted since")
+    _set_header(
+        sim / "h100-sxm.yaml",
+        "calibration_frozen",
+        f"{source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}; not refitted since",
+    )
     h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
     write_calibration(sim / "h200-sxm.yaml", h200.calibration)
-    return {"device": device, "fit_points": fit_points, "held_out_points": held_points, "holdout_pattern": args.holdout,
-            "trace": str(kept.relative_to(ROOT)), "fit": _tables(predict(trace[~held], h100)),
-            "held_out": _tables(predict(trace[held], h100))}
+    return {
+        "device": device,
+        "fit_points": fit_points,
+        "held_out_points": held_points,
+        "holdout_pattern": args.holdout,
+        "trace": str(kept.relative_to(ROOT)),
+        "fit": _tables(predict(trace[~held], h100)),
+        "held_out": _tables(predict(trace[held], h100)),
+    }
 
 
 def cmd_predict(args) -> dict:
@@ -80,11 +91,15 @@ def cmd_predict(args) -> dict:
     trace = trace.assign(point=trace["run"])
     machine = load_machine(args.machine)
     blind = predictions(trace, machine)
-    return {"model": f"sim/{machine.name}.yaml as committed with this file: datasheet specs, calibration carried "
-                     "over from the frozen sim/h100-sxm.yaml", "code_commit": commit().removesuffix("+dirty"),
-            "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz (the launches the H100 ran; "
-                            "the H200 runs the same points)",
-            "calibration_frozen": load_machine("h100-sxm").calibration_frozen, **blind}
+    return {
+        "model": f"sim/{machine.name}.yaml as committed with this file: datasheet specs, calibration carried "
+        "over from the frozen sim/h100-sxm.yaml",
+        "code_commit": commit().removesuffix("+dirty"),
+        "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz (the launches the H100 ran; "
+        "the H200 runs the same points)",
+        "calibration_frozen": load_machine("h100-sxm").calibration_frozen,
+        **blind,
+    }
 
 
 def cmd_compare(args) -> dict:
@@ -96,12 +111,16 @@ def cmd_compare(args) -> dict:
     tables = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
     now = predict(h200, load_machine("h200-sxm"))
     reverse = tables.pop("reverse_whole_runs")
-    return {"predictions": str(args.predictions), "h200_device": str(h200["device"].iloc[0]),
-            "h200_trace": "benchmarks/results/fidelity/validate-h200.trace.csv.gz",
-            "h200_blind": _tables(tables.pop("blind_predicted")), "h200_current_model": _tables(now),
-            "h100_all_points": _tables(predict(h100, load_machine("h100-sxm"))),
-            "reverse_whole_runs": reverse.round(3).to_dict(orient="records"),
-            **{name: table.round(3).to_dict(orient="records") for name, table in tables.items()}}
+    return {
+        "predictions": str(args.predictions),
+        "h200_device": str(h200["device"].iloc[0]),
+        "h200_trace": "benchmarks/results/fidelity/validate-h200.trace.csv.gz",
+        "h200_blind": _tables(tables.pop("blind_predicted")),
+        "h200_current_model": _tables(now),
+        "h100_all_points": _tables(predict(h100, load_machine("h100-sxm"))),
+        "reverse_whole_runs": reverse.round(3).to_dict(orient="records"),
+        **{name: table.round(3).to_dict(orient="records") for name, table in tables.items()},
+    }
 
 
 def main() -> int:
@@ -121,14 +140,23 @@ def main() -> int:
     name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}[args.command]
     path = write_result(name, "cpu (replays measured traces)", payload, OUT)
     if args.command in ("calibrate", "compare"):  # the machine file states its validation
-        machine, tables, blind = {"calibrate": ("h100-sxm", payload.get("held_out"), False),
-                                  "compare": ("h200-sxm", payload.get("h200_blind"), True)}[args.command]
+        machine, tables, blind = {
+            "calibrate": ("h100-sxm", payload.get("held_out"), False),
+            "compare": ("h200-sxm", payload.get("h200_blind"), True),
+        }[args.command]
         device = payload.get("device") or payload.get("h200_device")
-        _set_header(ROOT / "sim" / f"{machine}.yaml", "validation", {
-            "device": device, "blind": blind, "result": str(path.relative_to(ROOT)),
-            "commit": commit().removesuffix("+dirty"),
-            "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
-            "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2)})
+        _set_header(
+            ROOT / "sim" / f"{machine}.yaml",
+            "validation",
+            {
+                "device": device,
+                "blind": blind,
+                "result": str(path.relative_to(ROOT)),
+                "commit": commit().removesuffix("+dirty"),
+                "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
+                "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2),
+            },
+        )
     print(path.relative_to(ROOT))
     return 0
 

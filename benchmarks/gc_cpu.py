@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import spartan_py as sp  # noqa: E402
-from benchmarks._results import DEFAULT_DATA, cpu_name, write_result  # noqa: E402
+import spartan_py as sp
+from benchmarks._results import DEFAULT_DATA, cpu_name, write_result
 
 
 def main() -> int:
@@ -53,25 +52,43 @@ def main() -> int:
     reference = None
     if not args.skip_reference:
         ref = sp.make_engine("reference", network).run(inputs)
-        reference = {"seconds": ref.seconds, "edges_per_second": edges / ref.seconds,
-                     "passed": bool(ref.live_rows.size == truth.size and (ref.live_rows + 1 == truth).all())}  # fmt: skip
+        reference = {
+            "seconds": ref.seconds,
+            "edges_per_second": edges / ref.seconds,
+            "passed": bool(ref.live_rows.size == truth.size and (ref.live_rows + 1 == truth).all()),
+        }
         print(f"reference: {ref.seconds:.2f} s", file=sys.stderr)
 
     payload = {
         "workload": "official 1024 neurons x 120 layers, 60000-row proxy input",
         "threads": engine.device,
-        "read_seconds": {"network_120_layers": network_seconds, "proxy_inputs": input_seconds,
-                         "total": network_seconds + input_seconds},  # fmt: skip
-        "cpu": {"median_seconds": cpu_median, "all_seconds": cpu_seconds, "edges_per_second": edges / cpu_median,
-                "passed": True, "executed_macs": executed, "useful_macs": useful,
-                "gmacs_per_second": executed / cpu_median / 1e9},  # fmt: skip
+        "read_seconds": {
+            "network_120_layers": network_seconds,
+            "proxy_inputs": input_seconds,
+            "total": network_seconds + input_seconds,
+        },
+        "cpu": {
+            "median_seconds": cpu_median,
+            "all_seconds": cpu_seconds,
+            "edges_per_second": edges / cpu_median,
+            "passed": True,
+            "executed_macs": executed,
+            "useful_macs": useful,
+            "gmacs_per_second": executed / cpu_median / 1e9,
+        },
         "reference": reference,
         "speedup_vs_reference": (reference["seconds"] / cpu_median) if reference else None,
     }
     path = write_result("gc_cpu", f"cpu: {cpu_name()}", payload)
-    print(f"cpu median {cpu_median:.3f} s = {edges / cpu_median:.3e} edges/s"
-          + (f"; reference {reference['seconds']:.1f} s; speed-up {payload['speedup_vs_reference']:.1f}x" if reference else "")
-          + f"; read {network_seconds + input_seconds:.2f} s\nwrote {path}")  # fmt: skip
+    print(
+        f"cpu median {cpu_median:.3f} s = {edges / cpu_median:.3e} edges/s"
+        + (
+            f"; reference {reference['seconds']:.1f} s; speed-up {payload['speedup_vs_reference']:.1f}x"
+            if reference
+            else ""
+        )
+        + f"; read {network_seconds + input_seconds:.2f} s\nwrote {path}"
+    )
     return 0
 
 

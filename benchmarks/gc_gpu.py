@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import spartan_py as sp  # noqa: E402
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
-from spartan_py.engines.gpu import GpuEngine  # noqa: E402
-from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
-from spartan_py.timing import copy_bandwidth  # noqa: E402
+import spartan_py as sp
+from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from spartan_py.engines.gpu import GpuEngine
+from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.timing import copy_bandwidth
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
 
@@ -33,7 +32,9 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def floor_seconds(trace, live_in: list[int], engine, bandwidth: float, smem_loads_per_s: float, fma_per_s: float) -> dict:
+def floor_seconds(
+    trace, live_in: list[int], engine, bandwidth: float, smem_loads_per_s: float, fma_per_s: float
+) -> dict:
     """Lower bounds. ``macs``: every live row entering a layer times that layer's weights
     (for the merged engine: times the merged layer's steps x columns, the work it must do).
     ``fma_s``: macs at the FP32 FMA rate. ``smem_s``: one 4-byte shared-memory operand per
@@ -46,8 +47,13 @@ def floor_seconds(trace, live_in: list[int], engine, bandwidth: float, smem_load
     else:
         per_row = [weights.nnz for weights in engine.network.weights]
     macs = sum(rows * work for rows, work in zip(live_in, per_row))
-    return {"bytes": moved, "macs": macs, "memory_s": moved / bandwidth, "smem_s": macs / smem_loads_per_s,
-            "fma_s": macs / fma_per_s}
+    return {
+        "bytes": moved,
+        "macs": macs,
+        "memory_s": moved / bandwidth,
+        "smem_s": macs / smem_loads_per_s,
+        "fma_s": macs / fma_per_s,
+    }
 
 
 def time_ours(engine, inputs, repeats: int) -> tuple[list[float], object]:
@@ -91,12 +97,17 @@ def main() -> int:
 
     start = time.perf_counter()
     cpu_out = sp.make_engine("cpu", network).run(inputs)
-    log(f"cpu oracle: {cpu_out.seconds:.2f} s, {cpu_out.live_rows.size} categories ({time.perf_counter() - start:.1f} s)")
+    log(
+        f"cpu oracle: {cpu_out.seconds:.2f} s, {cpu_out.live_rows.size} categories "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
 
     engine = GpuEngine(network)
     device = engine.device
     props = cp.cuda.runtime.getDeviceProperties(0)
-    log(f"device {device}: {engine.sm_count} SMs, rows kernel {engine.kernel.num_regs} registers, grid {engine._grid()}")
+    log(
+        f"device {device}: {engine.sm_count} SMs, rows kernel {engine.kernel.num_regs} registers, grid {engine._grid()}"
+    )
 
     # measured ceilings: device-to-device copy (read + write bytes) and the fused kernel's floor
     bandwidth = copy_bandwidth()
@@ -107,12 +118,15 @@ def main() -> int:
     variants = {}
     best = None
     cases = (
-        ("rows", GpuEngine, {}), ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
-        ("merged", GpuMergedEngine, {}), ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
+        ("rows", GpuEngine, {}),
+        ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
+        ("merged", GpuMergedEngine, {}),
+        ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
         ("merged-R32", GpuMergedEngine, {"rows_per_tile": 32}),
-        ("merged-streamed", GpuMergedEngine, {"stream": True}), ("merged-monitor-off", GpuMergedEngine, {"monitor": False}),
+        ("merged-streamed", GpuMergedEngine, {"stream": True}),
+        ("merged-monitor-off", GpuMergedEngine, {"monitor": False}),
         ("rows-monitor-off", GpuEngine, {"monitor": False}),
-    )  # fmt: skip
+    )
     for label, kind, options in cases:
         if options.pop("stream", False):  # a budget of 3/4 of the weights: they stream from pinned host memory
             options["weight_budget_bytes"] = GpuMergedEngine(network).weights.total_bytes * 3 // 4
@@ -125,21 +139,39 @@ def main() -> int:
         trace = variant._records(batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, "proxy")
         floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)
-        result.update({
-            "engine": variant.name, "options": options, "median_seconds": median, "p10_seconds": float(np.percentile(times, 10)),
-            "p90_seconds": float(np.percentile(times, 90)), "repeats": len(times), "edges_per_second": edges / median,
-            "timing": "CUDA graph replay, events" if variant.use_graph else "launches (streamed weights), events", "per_layer_events_total_seconds": sum(batch.layer_seconds),
-            "launch_seconds": batch.layer_seconds, "layers_per_launch": variant.chunks, "floor": floors,
-            "gap_vs_smem_floor": median / floors["smem_s"], "gap_vs_memory_floor": median / floors["memory_s"],
-            "gap_vs_fma_floor": median / floors["fma_s"],
-        })  # fmt: skip
+        result.update(
+            {
+                "engine": variant.name,
+                "options": options,
+                "median_seconds": median,
+                "p10_seconds": float(np.percentile(times, 10)),
+                "p90_seconds": float(np.percentile(times, 90)),
+                "repeats": len(times),
+                "edges_per_second": edges / median,
+                "timing": "CUDA graph replay, events" if variant.use_graph else "launches (streamed weights), events",
+                "per_layer_events_total_seconds": sum(batch.layer_seconds),
+                "launch_seconds": batch.layer_seconds,
+                "layers_per_launch": variant.chunks,
+                "floor": floors,
+                "gap_vs_smem_floor": median / floors["smem_s"],
+                "gap_vs_memory_floor": median / floors["memory_s"],
+                "gap_vs_fma_floor": median / floors["fma_s"],
+            }
+        )
         variants[label] = result
-        log(f"{label}: median {median * 1e3:.3f} ms ({edges / median:.3e} edges/s), truth {result['passed_truth']}, "
+        log(
+            f"{label}: median {median * 1e3:.3f} ms ({edges / median:.3e} edges/s), truth {result['passed_truth']}, "
             f"poison {result['poison_left']}, max diff vs cpu {result.get('max_abs_diff_vs_cpu')}; per-layer sum "
             f"{sum(batch.layer_seconds) * 1e3:.3f} ms; launches (layers: us) "
-            f"{[(n, round(x * 1e6)) for n, x in zip(variant.chunks, batch.layer_seconds)][:12]}; floors: memory {floors['memory_s'] * 1e3:.3f} ms, "
-            f"smem {floors['smem_s'] * 1e3:.3f} ms, fma {floors['fma_s'] * 1e3:.3f} ms")  # fmt: skip
-        if result["passed_truth"] and result["poison_left"] == 0 and (best is None or median < variants[best]["median_seconds"]):
+            f"{[(n, round(x * 1e6)) for n, x in zip(variant.chunks, batch.layer_seconds)][:12]}; "
+            f"floors: memory {floors['memory_s'] * 1e3:.3f} ms, "
+            f"smem {floors['smem_s'] * 1e3:.3f} ms, fma {floors['fma_s'] * 1e3:.3f} ms"
+        )
+        if (
+            result["passed_truth"]
+            and result["poison_left"] == 0
+            and (best is None or median < variants[best]["median_seconds"])
+        ):
             best = label
         del batch, variant
     payload["variants"] = variants
@@ -159,8 +191,11 @@ def main() -> int:
             runs = [base.run(inputs) for _ in range(args.baseline_repeats)]
             out = runs[-1]
             secs = statistics.median(r.seconds for r in runs)
-            baselines[name] = {"median_seconds": secs, "edges_per_second": edges / secs,
-                               "passed_truth": bool(np.array_equal(out.live_rows + 1, truth))}  # fmt: skip
+            baselines[name] = {
+                "median_seconds": secs,
+                "edges_per_second": edges / secs,
+                "passed_truth": bool(np.array_equal(out.live_rows + 1, truth)),
+            }
             log(f"{name}: {secs * 1e3:.2f} ms, truth {baselines[name]['passed_truth']}")
             del base
         except Exception as exc:  # a baseline that cannot run is reported, not fatal
@@ -170,12 +205,16 @@ def main() -> int:
     payload["baselines"] = baselines
     fastest = min((b["median_seconds"] for b in baselines.values() if "median_seconds" in b), default=None)
     payload["speedup_vs_fastest_baseline"] = fastest / median if fastest else None
-    payload["rows_kernel_speedup_vs_fastest_baseline"] = fastest / variants[rows_best]["median_seconds"] if fastest else None
+    payload["rows_kernel_speedup_vs_fastest_baseline"] = (
+        fastest / variants[rows_best]["median_seconds"] if fastest else None
+    )
 
     path = write_result("gc_gpu", device, payload, args.out)
     log(f"wrote {path}")
-    print(f"RESULT ours {median * 1e3:.3f} ms; fastest baseline {fastest * 1e3 if fastest else float('nan'):.2f} ms; "
-          f"speed-up {payload['speedup_vs_fastest_baseline'] or float('nan'):.1f}x; truth {ours['passed_truth']}")  # fmt: skip
+    print(
+        f"RESULT ours {median * 1e3:.3f} ms; fastest baseline {fastest * 1e3 if fastest else float('nan'):.2f} ms; "
+        f"speed-up {payload['speedup_vs_fastest_baseline'] or float('nan'):.1f}x; truth {ours['passed_truth']}"
+    )
     return 0 if ours["passed_truth"] and ours["poison_left"] == 0 else 1
 
 

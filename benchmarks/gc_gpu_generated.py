@@ -23,17 +23,27 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import spartan_py as sp  # noqa: E402
-from benchmarks._results import RESULTS, write_result  # noqa: E402
-from spartan_py.engines.gpu import GpuEngine  # noqa: E402
-from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
-from spartan_py.timing import copy_bandwidth  # noqa: E402
+import spartan_py as sp
+from benchmarks._results import RESULTS, write_result
+from spartan_py.engines.gpu import GpuEngine
+from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.timing import copy_bandwidth
 
-DEFAULT_CASES = ",".join([
-    "1024x120x60000", "1024x480x60000", "1024x1920x60000", "4096x120x60000", "4096x480x60000", "4096x1920x60000",
-    "16384x120x20000", "16384x480x20000", "16384x1920x20000", "65536x120x6000", "65536x1920x6000",
-])  # fmt: skip
+DEFAULT_CASES = ",".join(
+    [
+        "1024x120x60000",
+        "1024x480x60000",
+        "1024x1920x60000",
+        "4096x120x60000",
+        "4096x480x60000",
+        "4096x1920x60000",
+        "16384x120x20000",
+        "16384x480x20000",
+        "16384x1920x20000",
+        "65536x120x6000",
+        "65536x1920x6000",
+    ]
+)
 #: Cases the rows kernel also runs (its per-layer planning is serial; bigger ones take minutes).
 ROWS_KERNEL_CASES = ("1024x120x60000", "1024x480x60000", "4096x120x60000", "16384x120x20000")
 
@@ -81,33 +91,63 @@ def main() -> int:
         secs = statistics.median(got["times"])
         counts = got["counts"]
         live_in = counts[:-1]
-        merged_macs = int(sum(int(r) * layer.plan.steps * layer.width for r, layer in zip(live_in, engine.merged.layers)))
+        merged_macs = int(
+            sum(int(r) * layer.plan.steps * layer.width for r, layer in zip(live_in, engine.merged.layers))
+        )
         moved = sum(r.bytes_read + r.bytes_written for r in got["trace"] if "copy" not in r.kernel)
         entry = {
-            "case": case, "neurons": neurons, "layers": layers, "rows": rows, "engine": "gpu-merged",
-            "median_seconds": secs, "min_seconds": min(got["times"]), "repeats": len(got["times"]),
-            "edges_per_second": edges / secs, "categories": int(counts[-1]), "live_fraction_end": int(counts[-1]) / rows,
+            "case": case,
+            "neurons": neurons,
+            "layers": layers,
+            "rows": rows,
+            "engine": "gpu-merged",
+            "median_seconds": secs,
+            "min_seconds": min(got["times"]),
+            "repeats": len(got["times"]),
+            "edges_per_second": edges / secs,
+            "categories": int(counts[-1]),
+            "live_fraction_end": int(counts[-1]) / rows,
             "live_fraction_range": [float(counts[1:].min()) / rows, float(counts[1:].max()) / rows],
-            "row_layers": int(live_in.sum()), "merge_factor": engine.merged.factor, "poison_left": got["poison"],
-            "floor": {"bytes": moved, "memory_s": moved / bandwidth, "merged_macs": merged_macs, "smem_s": merged_macs / smem_rate},
-            "weights_bytes": engine.weights.total_bytes, "weights_streamed": engine.weights.streamed,
+            "row_layers": int(live_in.sum()),
+            "merge_factor": engine.merged.factor,
+            "poison_left": got["poison"],
+            "floor": {
+                "bytes": moved,
+                "memory_s": moved / bandwidth,
+                "merged_macs": merged_macs,
+                "smem_s": merged_macs / smem_rate,
+            },
+            "weights_bytes": engine.weights.total_bytes,
+            "weights_streamed": engine.weights.streamed,
             "setup_seconds": setup,
-        }  # fmt: skip
+        }
         entry["gap_vs_memory_floor"] = secs / entry["floor"]["memory_s"]
         entry["gap_vs_smem_floor"] = secs / entry["floor"]["smem_s"]
         ok &= got["poison"] == 0
-        log(f"{case}: merged {secs * 1e3:.2f} ms ({entry['edges_per_second']:.3e} edges/s), categories {entry['categories']}, "
+        log(
+            f"{case}: merged {secs * 1e3:.2f} ms ({entry['edges_per_second']:.3e} edges/s), "
+            f"categories {entry['categories']}, "
             f"live {entry['live_fraction_range'][0]:.2%}-{entry['live_fraction_range'][1]:.2%}, floors memory "
-            f"{entry['floor']['memory_s'] * 1e3:.3f} ms / smem {entry['floor']['smem_s'] * 1e3:.3f} ms, set-up {setup:.0f} s")  # fmt: skip
+            f"{entry['floor']['memory_s'] * 1e3:.3f} ms / smem {entry['floor']['smem_s'] * 1e3:.3f} ms, "
+            f"set-up {setup:.0f} s"
+        )
         if case in args.streamed.split(","):
             budget = args.stream_budget_mib << 20
             streamed = GpuMergedEngine(network, weight_budget_bytes=budget, merged=engine.merged)
             s_got = run_engine(streamed, inputs, max(2, args.repeats // 2))
             same = bool(np.array_equal(s_got["ids"], got["ids"]))
-            entry["streamed"] = {"budget_bytes": budget, "median_seconds": statistics.median(s_got["times"]),
-                                 "same_categories": same, "poison_left": s_got["poison"], "streamed": streamed.weights.streamed}  # fmt: skip
+            entry["streamed"] = {
+                "budget_bytes": budget,
+                "median_seconds": statistics.median(s_got["times"]),
+                "same_categories": same,
+                "poison_left": s_got["poison"],
+                "streamed": streamed.weights.streamed,
+            }
             ok &= same and s_got["poison"] == 0 and streamed.weights.streamed
-            log(f"  streamed under {args.stream_budget_mib} MiB: {entry['streamed']['median_seconds'] * 1e3:.2f} ms, same categories {same}")
+            log(
+                f"  streamed under {args.stream_budget_mib} MiB: "
+                f"{entry['streamed']['median_seconds'] * 1e3:.2f} ms, same categories {same}"
+            )
             del streamed, s_got
         merged_ids = got["ids"]
         del engine, got
@@ -116,15 +156,24 @@ def main() -> int:
             rows_engine = GpuEngine(network)
             r_got = run_engine(rows_engine, inputs, args.repeats)
             r_secs = statistics.median(r_got["times"])
-            entry["rows_kernel"] = {"median_seconds": r_secs, "edges_per_second": edges / r_secs, "categories": int(r_got["counts"][-1]),
-                                    "same_categories_as_merged": bool(np.array_equal(r_got["ids"], merged_ids))}  # fmt: skip
+            entry["rows_kernel"] = {
+                "median_seconds": r_secs,
+                "edges_per_second": edges / r_secs,
+                "categories": int(r_got["counts"][-1]),
+                "same_categories_as_merged": bool(np.array_equal(r_got["ids"], merged_ids)),
+            }
             ok &= entry["rows_kernel"]["same_categories_as_merged"] and r_got["poison"] == 0
-            log(f"  rows kernel {r_secs * 1e3:.2f} ms ({edges / r_secs:.3e} edges/s), categories {int(r_got['counts'][-1])}")
+            log(
+                f"  rows kernel {r_secs * 1e3:.2f} ms ({edges / r_secs:.3e} edges/s), "
+                f"categories {int(r_got['counts'][-1])}"
+            )
             del rows_engine, r_got
             cp.get_default_memory_pool().free_all_blocks()
         results.append(entry)
         print(json.dumps(entry), flush=True)  # each case as it finishes, should a later one not
-    path = write_result("gc_gpu_generated", device, {"cases": results, "copy_bandwidth_bytes_per_s": bandwidth}, args.out)
+    path = write_result(
+        "gc_gpu_generated", device, {"cases": results, "copy_bandwidth_bytes_per_s": bandwidth}, args.out
+    )
     log(f"wrote {path}")
     return 0 if ok else 1
 

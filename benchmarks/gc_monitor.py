@@ -26,12 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import spartan_py as sp  # noqa: E402
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result  # noqa: E402
-from spartan_py.engines.gpu import GpuEngine  # noqa: E402
-from spartan_py.engines.gpu_merged import GpuMergedEngine  # noqa: E402
-from spartan_py.timing import paired_difference  # noqa: E402
+import spartan_py as sp
+from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from spartan_py.engines.gpu import GpuEngine
+from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.timing import paired_difference
 
 #: name -> (engine class, options); "<kernel>/<schedule>/<mode>"
 ENGINES = {
@@ -56,8 +55,12 @@ def cost(times: dict[str, list[float]], name: str, baseline: str) -> dict:
     differences) and as a percentage of the baseline's median."""
     diff = paired_difference(times[name], times[baseline])
     base = float(np.median(times[baseline]))
-    return {"extra_seconds": diff["median"], "extra_p10_p90_seconds": [diff["p10"], diff["p90"]],
-            "baseline_seconds": base, "extra_pct": 100 * diff["median"] / base}  # fmt: skip
+    return {
+        "extra_seconds": diff["median"],
+        "extra_p10_p90_seconds": [diff["p10"], diff["p90"]],
+        "baseline_seconds": base,
+        "extra_pct": 100 * diff["median"] / base,
+    }
 
 
 def main() -> int:
@@ -98,22 +101,34 @@ def main() -> int:
     fused_default = costs["gpu/default/fused"]["extra_seconds"]
     ratios = {
         "software_over_fused_one_layer_per_launch": software_one / fused_one if fused_one > 0 else float("inf"),
-        "software_vs_default_off_over_fused_default": (costs["gpu/one-layer/software_vs_default_off"]["extra_seconds"] / fused_default
-                                                       if fused_default > 0 else float("inf")),
-    }  # fmt: skip
+        "software_vs_default_off_over_fused_default": (
+            costs["gpu/one-layer/software_vs_default_off"]["extra_seconds"] / fused_default
+            if fused_default > 0
+            else float("inf")
+        ),
+    }
     for name, c in costs.items():
-        log(f"{name}: +{c['extra_seconds'] * 1e6:.1f} us ({c['extra_pct']:+.2f} %) over {c['baseline_seconds'] * 1e3:.3f} ms")
+        log(
+            f"{name}: +{c['extra_seconds'] * 1e6:.1f} us ({c['extra_pct']:+.2f} %) "
+            f"over {c['baseline_seconds'] * 1e3:.3f} ms"
+        )
     log(f"ratios: {ratios}")
     payload = {
         "workload": "official 1024 neurons x 120 layers, 60000-row proxy input",
-        "rounds": args.rounds, "median_seconds": {name: float(np.median(t)) for name, t in times.items()},
-        "passed_truth": passed, "costs": costs, "ratios": ratios, "times_seconds": times,
-    }  # fmt: skip
+        "rounds": args.rounds,
+        "median_seconds": {name: float(np.median(t)) for name, t in times.items()},
+        "passed_truth": passed,
+        "costs": costs,
+        "ratios": ratios,
+        "times_seconds": times,
+    }
     device = engines["gpu/default/off"].device
     path = write_result("gc_monitor", device, payload, args.out)
     log(f"wrote {path}")
     fused_pct = {k: round(costs[f"{k}/default/fused"]["extra_pct"], 2) for k in ("gpu", "gpu-merged")}
-    print(f"RESULT fused monitor {fused_pct} %; software/fused {ratios['software_over_fused_one_layer_per_launch']:.0f}x")
+    print(
+        f"RESULT fused monitor {fused_pct} %; software/fused {ratios['software_over_fused_one_layer_per_launch']:.0f}x"
+    )
     return 0 if all(passed.values()) else 1
 
 

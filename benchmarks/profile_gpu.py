@@ -1,18 +1,16 @@
 """Run the GPU engine once per kernel variant on the proxy input, for a profiler to watch.
 
-    ncu --kernel-name regex:gc_ --launch-skip S --launch-count C python benchmarks/profile_gpu.py [--data DIR]
+ncu --kernel-name regex:gc_ --launch-skip S --launch-count C python benchmarks/profile_gpu.py [--data DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import spartan_py as sp  # noqa: E402
-from benchmarks._results import DEFAULT_DATA  # noqa: E402
-from spartan_py.engines.gpu import GpuEngine  # noqa: E402
+import spartan_py as sp
+from benchmarks._results import DEFAULT_DATA
+from spartan_py.engines.gpu import GpuEngine
 
 
 def main() -> int:

@@ -17,12 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, write_result
 from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
-from spartan_py.report.tables import markdown_table  # noqa: E402
-from spartan_py.sparsity import (  # noqa: E402
+from spartan_py.report.tables import markdown_table
+from spartan_py.sparsity import (
     DEFAULT_TF32_GEMM_TILE,
     KernelPolicy,
     SparsityMonitor,
@@ -38,16 +36,23 @@ from spartan_py.sparsity import (  # noqa: E402
     tile_sparse_matmul,
     tile_utilization,
 )
-from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid  # noqa: E402
-from spartan_py.sparsity.policy import candidate_records  # noqa: E402
-from spartan_py.sparsity.tile_gemm import fp32_block_width  # noqa: E402
-from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations  # noqa: E402
-from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved  # noqa: E402
-from spartan_py.trace import to_frame, write_trace  # noqa: E402
+from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid
+from spartan_py.sparsity.policy import candidate_records
+from spartan_py.sparsity.tile_gemm import fp32_block_width
+from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
+from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
+from spartan_py.trace import to_frame, write_trace
 
 #: (layer, batch): shapes of the sweep; batches keep every GEMM above a full wave of blocks.
-CONV_CASES = (("alexnet/conv2", 128), ("alexnet/conv4", 128), ("vgg16/conv3_2", 16), ("vgg16/conv5_2", 64),
-              ("resnet18/conv2_x", 64), ("resnet18/conv4_x", 64), ("resnet18/conv5_x", 128))  # fmt: skip
+CONV_CASES = (
+    ("alexnet/conv2", 128),
+    ("alexnet/conv4", 128),
+    ("vgg16/conv3_2", 16),
+    ("vgg16/conv5_2", 64),
+    ("resnet18/conv2_x", 64),
+    ("resnet18/conv4_x", 64),
+    ("resnet18/conv5_x", 128),
+)
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 GEMM_TILE = (64, 32)  # DEFAULT_GEMM_TILE, the policy's tile
 SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
@@ -91,8 +96,14 @@ def check_against_cpu(cp) -> list[dict]:
         err = matmul_error(c_gpu, y, w)
         diff = float(np.abs(c_gpu.get() - c_cpu).max() / np.abs(c_cpu).max())
         assert diff < (1e-5 if precision == "fp32" else 2e-3), (precision, tile, diff)
-        rows.append({"check": f"tile GEMM {precision} {tile}", "result": f"max rel diff to CPU {diff:.1e}",
-                     "max_rel_error_vs_fp64": err["max_rel"], "rms_rel_error_vs_fp64": err["rms_rel"]})  # fmt: skip
+        rows.append(
+            {
+                "check": f"tile GEMM {precision} {tile}",
+                "result": f"max rel diff to CPU {diff:.1e}",
+                "max_rel_error_vs_fp64": err["max_rel"],
+                "rms_rel_error_vs_fp64": err["rms_rel"],
+            }
+        )
     policy = KernelPolicy()
     _, profile = SparsityMonitor(tile=GEMM_TILE).epilogue(cp.asarray(z), out=y_dev.copy())
     decision = policy.choose(profile, 192)
@@ -144,21 +155,29 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
         m, k, n = conv_layer(label).gemm_shape(batch)
         a = cp.asarray(tiled_preactivations(m, k, 0.5, tile=GEMM_TILE, seed=2, xp=cp).clip(0, None))
         rng = np.random.default_rng(3)
-        weights = [cp.asarray((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)) for _ in range(OVERHEAD_BUFFERS)]
+        weights = [
+            cp.asarray((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)) for _ in range(OVERHEAD_BUFFERS)
+        ]
         zs = [dense_matmul(a, w) for w in weights]  # real pre-activations, about half of them negative
         ys = [cp.empty_like(z) for z in zs]
         bias = cp.asarray(rng.standard_normal(n).astype(np.float32) * 0.1)
-        kernel_cases = {"plain": _epilogue_launcher(cp, "plain", zs, ys, bias, (1, 4)),
-                        "count_pass": _epilogue_launcher(cp, "count", ys, ys, bias, (32, 32))}  # fmt: skip
+        kernel_cases = {
+            "plain": _epilogue_launcher(cp, "plain", zs, ys, bias, (1, 4)),
+            "count_pass": _epilogue_launcher(cp, "count", ys, ys, bias, (32, 32)),
+        }
         for tile in OVERHEAD_TILES:
             kernel_cases[f"fused_{tile[0]}x{tile[1]}"] = _epilogue_launcher(cp, "fused", zs, ys, bias, tile)
         alone = time_interleaved(kernel_cases, rounds=rounds, calls=8)
-        monitors = {mode: SparsityMonitor(tile=(32, 32), mode=mode, timed=False) for mode in ("off", "fused", "sampled", "software")}
+        monitors = {
+            mode: SparsityMonitor(tile=(32, 32), mode=mode, timed=False)
+            for mode in ("off", "fused", "sampled", "software")
+        }
 
         def layer(monitor):
             def work(i):
                 dense_matmul(a, weights[i % OVERHEAD_BUFFERS], out=zs[0])
                 monitor.epilogue(zs[0], bias, out=ys[0])
+
             return work
 
         loop = time_interleaved({mode: layer(mon) for mode, mon in monitors.items()}, rounds=rounds, calls=6)
@@ -167,26 +186,40 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
         extra = fused["fused_32x32"]["median"]
         layer_us = float(np.median(loop["off"]))
         software = paired_difference(loop["software"], loop["off"])
-        row = {"layer": label, "batch": batch, "M": m, "K": k, "N": n, "layer_us": layer_us, "epilogue_us": plain_us,
-               "fused_extra_us": extra, "fused_extra_p10_p90_us": [fused["fused_32x32"]["p10"], fused["fused_32x32"]["p90"]],
-               **{f"fused_extra_us_{t[6:]}": d["median"] for t, d in fused.items() if t != "fused_32x32"},
-               "count_pass_us": float(np.median(alone["count_pass"])),
-               "software_extra_us": software["median"], "software_extra_p10_p90_us": [software["p10"], software["p90"]],
-               "fused_extra_in_layer_loop_us": paired_difference(loop["fused"], loop["off"])["median"],
-               "sampled_extra_in_layer_loop_us": paired_difference(loop["sampled"], loop["off"])["median"],
-               "ratio_software_over_fused": software["median"] / extra if extra > 0 else float("inf"),
-               "fused_overhead_pct_of_layer": 100 * extra / layer_us,
-               "software_overhead_pct_of_layer": 100 * software["median"] / layer_us}  # fmt: skip
+        row = {
+            "layer": label,
+            "batch": batch,
+            "M": m,
+            "K": k,
+            "N": n,
+            "layer_us": layer_us,
+            "epilogue_us": plain_us,
+            "fused_extra_us": extra,
+            "fused_extra_p10_p90_us": [fused["fused_32x32"]["p10"], fused["fused_32x32"]["p90"]],
+            **{f"fused_extra_us_{t[6:]}": d["median"] for t, d in fused.items() if t != "fused_32x32"},
+            "count_pass_us": float(np.median(alone["count_pass"])),
+            "software_extra_us": software["median"],
+            "software_extra_p10_p90_us": [software["p10"], software["p90"]],
+            "fused_extra_in_layer_loop_us": paired_difference(loop["fused"], loop["off"])["median"],
+            "sampled_extra_in_layer_loop_us": paired_difference(loop["sampled"], loop["off"])["median"],
+            "ratio_software_over_fused": software["median"] / extra if extra > 0 else float("inf"),
+            "fused_overhead_pct_of_layer": 100 * extra / layer_us,
+            "software_overhead_pct_of_layer": 100 * software["median"] / layer_us,
+        }
         rows.append(row)
         out_bytes = 4 * m * n
         records += [
-            *[replace(r, measured_us=layer_us - plain_us, run=f"{label}/overhead") for r in
-              candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=_tile())],
+            *[
+                replace(r, measured_us=layer_us - plain_us, run=f"{label}/overhead")
+                for r in candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=_tile())
+            ],
             _rec(EPILOGUE, label, plain_us, bytes_read=out_bytes, bytes_written=out_bytes),
             _rec(MONITOR_PASS, label, row["count_pass_us"], bytes_read=out_bytes, monitor_mode="software"),
         ]
-        log(f"overhead {label}: fused +{extra:.2f} us (kernel), software +{software['median']:.1f} us (layer loop), "
-            f"ratio {row['ratio_software_over_fused']:.0f}x, layer {layer_us:.0f} us")
+        log(
+            f"overhead {label}: fused +{extra:.2f} us (kernel), software +{software['median']:.1f} us (layer loop), "
+            f"ratio {row['ratio_software_over_fused']:.0f}x, layer {layer_us:.0f} us"
+        )
         a = weights = zs = ys = kernel_cases = None  # free the buffers before the next layer
         cp.get_default_memory_pool().free_all_blocks()
     return rows, records
@@ -213,8 +246,9 @@ def gemm_floor_us(m: int, k: int, n: int, tile_density: float, bandwidth: float,
     return 1e6 * max(moved / bandwidth, 2 * m * k * n * tile_density / peak_flops)
 
 
-def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, bandwidth: float,
-                  peak_flops: float) -> tuple[list[dict], list]:
+def density_sweep(
+    cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, bandwidth: float, peak_flops: float
+) -> tuple[list[dict], list]:
     """Tile-sparse GEMM (FP32, TF32), the other candidates and the adaptive policy vs cuBLAS.
     Each point also gets its floor (:func:`gemm_floor_us`) and whether the 0.7 / density
     target is within it at all."""
@@ -230,7 +264,9 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)
             a, profile = monitor.epilogue(pre, out=pre)
             tiles = tile_list(profile.tile_nnz, a.shape, tile)
-            tf32_counts = coarsen_counts(profile.tile_nnz, profile.tile, DEFAULT_TF32_GEMM_TILE)  # its kernel's 128 rows
+            tf32_counts = coarsen_counts(
+                profile.tile_nnz, profile.tile, DEFAULT_TF32_GEMM_TILE
+            )  # its kernel's 128 rows
             tf32_tiles = tile_list(tf32_counts, a.shape, DEFAULT_TF32_GEMM_TILE)
             ref = dense_matmul(a, w)
             tile_sparse_matmul(a, w, tiles, out=c)
@@ -245,51 +281,75 @@ def density_sweep(cp, timer: GpuTimer, cases, densities, policy: KernelPolicy, b
             # the kernels compared take turns, so that clock drift between them cancels; before each,
             # 1 GiB of L2 flush (~0.35 ms on an H100) lets the host queue its work ahead, as it does
             # while the GPU runs the previous layer (the decision's host time is decision_us)
-            t = time_interleaved({
-                "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
-                "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
-                "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
-                "tile_tf32": lambda i: tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c),
-                "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
-            }, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=1 << 30)  # fmt: skip
+            t = time_interleaved(
+                {
+                    "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
+                    "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
+                    "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
+                    "tile_tf32": lambda i: tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c),
+                    "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
+                },
+                rounds=SWEEP_ROUNDS,
+                calls=1,
+                flush_bytes=1 << 30,
+            )
             us = {name: float(np.median(v)) for name, v in t.items()}
 
             def ratio(num: str, den: str) -> float:  # median over rounds of the per-round ratio
                 return float(np.median(np.asarray(t[num]) / np.asarray(t[den])))
 
             nnz, active, live = profile.nnz, profile.tiles_active, profile.live_rows
-            row = {"layer": label, "M": m, "K": k, "N": n, "tile_density": profile.tile_density,
-                   "density": profile.density, "live_row_fraction": live / m,
-                   "cublas_fp32_us": us["cublas_fp32"], "tile_fp32_us": us["tile_fp32"],
-                   "tile_list_us": t_list["median_us"],
-                   "speedup_fp32": ratio("cublas_fp32", "tile_fp32"),
-                   "speedup_fp32_with_list": us["cublas_fp32"] / (us["tile_fp32"] + t_list["median_us"]),
-                   "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
-                   "floor_us": gemm_floor_us(m, k, n, profile.tile_density, bandwidth, peak_flops),
-                   "cublas_tf32_us": us["cublas_tf32"], "tile_tf32_us": us["tile_tf32"],
-                   "tile_density_tf32": tf32_tiles.tile_density,
-                   "speedup_tf32": ratio("cublas_tf32", "tile_tf32"),
-                   "adaptive_kernel": decision.kernel, "adaptive_us": us["adaptive"],
-                   "adaptive_vs_cublas": ratio("adaptive", "cublas_fp32"),
-                   "decision_us": t_choose["median_us"], "decision_uncached_ms": uncached_ms, "reason": decision.reason}  # fmt: skip
+            row = {
+                "layer": label,
+                "M": m,
+                "K": k,
+                "N": n,
+                "tile_density": profile.tile_density,
+                "density": profile.density,
+                "live_row_fraction": live / m,
+                "cublas_fp32_us": us["cublas_fp32"],
+                "tile_fp32_us": us["tile_fp32"],
+                "tile_list_us": t_list["median_us"],
+                "speedup_fp32": ratio("cublas_fp32", "tile_fp32"),
+                "speedup_fp32_with_list": us["cublas_fp32"] / (us["tile_fp32"] + t_list["median_us"]),
+                "target_speedup": 0.7 / density if density <= 0.5 else float("nan"),
+                "floor_us": gemm_floor_us(m, k, n, profile.tile_density, bandwidth, peak_flops),
+                "cublas_tf32_us": us["cublas_tf32"],
+                "tile_tf32_us": us["tile_tf32"],
+                "tile_density_tf32": tf32_tiles.tile_density,
+                "speedup_tf32": ratio("cublas_tf32", "tile_tf32"),
+                "adaptive_kernel": decision.kernel,
+                "adaptive_us": us["adaptive"],
+                "adaptive_vs_cublas": ratio("adaptive", "cublas_fp32"),
+                "decision_us": t_choose["median_us"],
+                "decision_uncached_ms": uncached_ms,
+                "reason": decision.reason,
+            }
             row["max_speedup_at_floor"] = row["cublas_fp32_us"] / row["floor_us"]
             row["target_within_floor"] = bool(density <= 0.5 and row["max_speedup_at_floor"] >= row["target_speedup"])
             common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=tile, resident_blocks=resident)
             list_rec, tile_rec = candidate_records("tile_sparse", m, k, n, **common)
-            records += [replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
-                        replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}")]
+            records += [
+                replace(tile_rec, measured_us=us["tile_fp32"], run=f"{label}/{density}"),
+                replace(list_rec, measured_us=t_list["median_us"], run=f"{label}/{density}"),
+            ]
             tf32_common = common | dict(tiles_active=tf32_tiles.count, tile=DEFAULT_TF32_GEMM_TILE)
             tf32_rec = candidate_records("tile_sparse", m, k, n, precision="tf32", **tf32_common)[1]
             records.append(replace(tf32_rec, measured_us=us["tile_tf32"], run=f"{label}/{density}"))
             if density in (0.01, 0.1, 0.3, 1.0):
                 row |= _other_candidates(cp, timer, a, w, c, profile, label, density, common, records)
             rows.append(row)
-            log(f"sweep {label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} us "
-                f"(x{row['speedup_fp32']:.2f}), list {t_list['median_us']:.0f} us, decision {t_choose['median_us']:.0f} us, "
-                f"adaptive {decision.kernel} x{row['adaptive_vs_cublas']:.3f}")
+            log(
+                f"sweep {label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} us "
+                f"(x{row['speedup_fp32']:.2f}), list {t_list['median_us']:.0f} us, "
+                f"decision {t_choose['median_us']:.0f} us, "
+                f"adaptive {decision.kernel} x{row['adaptive_vs_cublas']:.3f}"
+            )
             if density == densities[-1]:  # cuBLAS does not skip zeros: one record per layer
                 for precision in ("fp32", "tf32"):
-                    dense_rec = candidate_records("dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile, precision=precision)[0]
+                    dense_rec = candidate_records(
+                        "dense", m, k, n, nnz=0, tiles_active=0, live_rows=m, tile=tile, precision=precision
+                    )[0]
                     records.append(replace(dense_rec, measured_us=us[f"cublas_{precision}"], run=f"{label}/dense"))
     return rows, records
 
@@ -314,8 +374,10 @@ def _other_candidates(cp, timer, a, w, c, profile, label, density, common, recor
     t_expand = timer(expand)
     gather_rec, live_rec, expand_rec = candidate_records("row_compact", m, k, n, **common)
     run = f"{label}/{density}"
-    records += [replace(gather_rec, measured_us=t_gather["median_us"], run=run),
-                replace(expand_rec, measured_us=t_expand["median_us"], run=run)]  # fmt: skip
+    records += [
+        replace(gather_rec, measured_us=t_gather["median_us"], run=run),
+        replace(expand_rec, measured_us=t_expand["median_us"], run=run),
+    ]
     if packed.live:
         records.append(replace(live_rec, measured_us=t_live["median_us"], run=run))
     out["row_compact_us"] = t_gather["median_us"] + t_live["median_us"] + t_expand["median_us"]
@@ -324,8 +386,10 @@ def _other_candidates(cp, timer, a, w, c, profile, label, density, common, recor
         csr = sparse.csr_matrix(a)
         t_spmm = timer(lambda: csr @ w, repeats=5)
         convert_rec, spmm_rec = candidate_records("csr", m, k, n, **common)
-        records += [replace(convert_rec, measured_us=t_convert["median_us"], run=run),
-                    replace(spmm_rec, measured_us=t_spmm["median_us"], run=run)]  # fmt: skip
+        records += [
+            replace(convert_rec, measured_us=t_convert["median_us"], run=run),
+            replace(spmm_rec, measured_us=t_spmm["median_us"], run=run),
+        ]
         out["csr_us"] = t_convert["median_us"] + t_spmm["median_us"]
     return out
 
@@ -367,9 +431,14 @@ def sampled_drift(cp, mlp, x_batches, every: int = 4) -> dict:
             stale += pb.stale
             drift.append(abs(pa.density - pb.density))
             tile_drift.append(abs(pa.tile_density - pb.tile_density))
-    return {"every": every, "batches": len(x_batches), "stale_profiles": stale,
-            "max_density_drift": max(drift), "mean_density_drift": float(np.mean(drift)),
-            "max_tile_density_drift": max(tile_drift)}  # fmt: skip
+    return {
+        "every": every,
+        "batches": len(x_batches),
+        "stale_profiles": stale,
+        "max_density_drift": max(drift),
+        "mean_density_drift": float(np.mean(drift)),
+        "max_tile_density_drift": max(tile_drift),
+    }
 
 
 def _host_us(cp, work, calls: int = 6) -> float:
@@ -404,10 +473,12 @@ def mlp_end_to_end(cp, mlp, x, policy) -> dict:
     cases, models = {}, {}
     for rows in E2E_BATCH_ROWS:
         batches = [xd[i : i + rows] for i in range(0, xd.shape[0], rows)]
-        for name, model in ((f"dense_{rows}", AdaptiveMlp(mlp, weights=weights)),
-                            (f"adaptive_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights)),
-                            (f"adaptive_sampled_{rows}", AdaptiveMlp(mlp, policy, monitor("sampled"), weights=weights)),
-                            (f"adaptive_lag0_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights, lag=0))):  # fmt: skip
+        for name, model in (
+            (f"dense_{rows}", AdaptiveMlp(mlp, weights=weights)),
+            (f"adaptive_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights)),
+            (f"adaptive_sampled_{rows}", AdaptiveMlp(mlp, policy, monitor("sampled"), weights=weights)),
+            (f"adaptive_lag0_{rows}", AdaptiveMlp(mlp, policy, monitor(), weights=weights, lag=0)),
+        ):
             cases[name] = lambda i, model=model, batches=batches: [model(b) for b in batches]
             models[name] = model
     whole = monitor()
@@ -420,19 +491,33 @@ def mlp_end_to_end(cp, mlp, x, policy) -> dict:
     batched = models[f"adaptive_{E2E_BATCH_ROWS[-1]}"](xd[: E2E_BATCH_ROWS[-1]])
     base = run_mlp(mlp, xd, weights=weights)
     agree = float((run.logits.argmax(axis=1) == base.logits.argmax(axis=1)).mean())
-    ratios = {f"adaptive_over_dense_{rows}": median[f"adaptive_{rows}"] / median[f"dense_{rows}"] for rows in E2E_BATCH_ROWS}
-    ratios |= {f"adaptive_{kind}_over_dense_{rows}": median[f"adaptive_{kind}_{rows}"] / median[f"dense_{rows}"]
-               for rows in E2E_BATCH_ROWS for kind in ("sampled", "lag0")}  # fmt: skip
+    ratios = {
+        f"adaptive_over_dense_{rows}": median[f"adaptive_{rows}"] / median[f"dense_{rows}"] for rows in E2E_BATCH_ROWS
+    }
+    ratios |= {
+        f"adaptive_{kind}_over_dense_{rows}": median[f"adaptive_{kind}_{rows}"] / median[f"dense_{rows}"]
+        for rows in E2E_BATCH_ROWS
+        for kind in ("sampled", "lag0")
+    }
     ratios["adaptive_over_dense_one_batch"] = median["adaptive_one_batch"] / median["dense_one_batch"]
-    return {"rows": int(x.shape[0]), "batch_rows": list(E2E_BATCH_ROWS), "sizes": list(mlp.sizes),
-            **{f"{name}_us": us for name, us in median.items()},
-            **{f"{name}_p10_p90_us": [float(np.percentile(t, 10)), float(np.percentile(t, 90))] for name, t in times.items()},
-            **{f"{name}_host_us": us for name, us in host.items()}, **ratios,
-            "kernels": [d.kernel for d in run.decisions], "reasons": [d.reason for d in run.decisions],
-            "reasons_batched": [d.reason for d in batched.decisions],
-            "densities": [p.density for p in run.profiles if p is not None],
-            "tile_densities": [p.tile_density for p in run.profiles if p is not None],
-            "argmax_agreement": agree}  # fmt: skip
+    return {
+        "rows": int(x.shape[0]),
+        "batch_rows": list(E2E_BATCH_ROWS),
+        "sizes": list(mlp.sizes),
+        **{f"{name}_us": us for name, us in median.items()},
+        **{
+            f"{name}_p10_p90_us": [float(np.percentile(t, 10)), float(np.percentile(t, 90))]
+            for name, t in times.items()
+        },
+        **{f"{name}_host_us": us for name, us in host.items()},
+        **ratios,
+        "kernels": [d.kernel for d in run.decisions],
+        "reasons": [d.reason for d in run.decisions],
+        "reasons_batched": [d.reason for d in batched.decisions],
+        "densities": [p.density for p in run.profiles if p is not None],
+        "tile_densities": [p.tile_density for p in run.profiles if p is not None],
+        "argmax_agreement": agree,
+    }
 
 
 def main() -> int:
@@ -470,19 +555,47 @@ def main() -> int:
     drift = sampled_drift(cp, mlp, list(x_big[: 16 * 2048].reshape(16, 2048, -1)), every=4)
     e2e = mlp_end_to_end(cp, mlp, x_big, policy)
     e2e["test_accuracy"] = mlp.test_accuracy
-    payload = {"checks": checks, "profiling_overhead": overhead, "density_sweep": sweep, "utilization": util,
-               "copy_bandwidth_bytes_per_s": bandwidth, "fp32_peak_flops": peak_flops,
-               "sampled": drift, "mlp_end_to_end": e2e, "policy_machine": args.machine,
-               "seconds": time.perf_counter() - started}  # fmt: skip
+    payload = {
+        "checks": checks,
+        "profiling_overhead": overhead,
+        "density_sweep": sweep,
+        "utilization": util,
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "fp32_peak_flops": peak_flops,
+        "sampled": drift,
+        "mlp_end_to_end": e2e,
+        "policy_machine": args.machine,
+        "seconds": time.perf_counter() - started,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = write_result("spartan-machinery", device, payload, args.out)
     frame = to_frame(records)
     frame["device"] = device
     write_trace(path.with_suffix(".trace.csv"), frame)
-    md = [f"# Spartan machinery on {device}", "", "## Profiling overhead", "", markdown_table(pd.DataFrame(overhead)),
-          "", "## Density sweep", "", markdown_table(pd.DataFrame(sweep).drop(columns=["reason"])), "",
-          "## Tile utilization", "", markdown_table(pd.DataFrame(util)), "", "## Sampled monitor", "", str(drift), "",
-          "## MLP end to end", "", str(e2e), ""]  # fmt: skip
+    md = [
+        f"# Spartan machinery on {device}",
+        "",
+        "## Profiling overhead",
+        "",
+        markdown_table(pd.DataFrame(overhead)),
+        "",
+        "## Density sweep",
+        "",
+        markdown_table(pd.DataFrame(sweep).drop(columns=["reason"])),
+        "",
+        "## Tile utilization",
+        "",
+        markdown_table(pd.DataFrame(util)),
+        "",
+        "## Sampled monitor",
+        "",
+        str(drift),
+        "",
+        "## MLP end to end",
+        "",
+        str(e2e),
+        "",
+    ]
     path.with_suffix(".md").write_text("\n".join(md))
     log(f"wrote {path} ({time.perf_counter() - started:.0f} s)")
     return 0

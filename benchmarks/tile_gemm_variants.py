@@ -11,20 +11,17 @@ of L2 flush before each), median of the rounds. Writes ``tile-gemm-variants-<dat
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._results import RESULTS, write_result  # noqa: E402
-from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log  # noqa: E402
-from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list  # noqa: E402
-from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width  # noqa: E402
-from spartan_py.sparsity.tiles import TileShape  # noqa: E402
-from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations  # noqa: E402
-from spartan_py.timing import time_interleaved  # noqa: E402
+from benchmarks._results import RESULTS, write_result
+from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log
+from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list
+from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width
+from spartan_py.sparsity.tiles import TileShape
+from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
+from spartan_py.timing import time_interleaved
 
 DENSITIES = (1.0, 0.5, 0.1, 0.02)
 MIN_STEPS = (1, 2, 4, 8, 16)
@@ -38,10 +35,12 @@ def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None) -> di
     cases = {"cublas": lambda i: dense_matmul(a, w, out=c)}
     for rows, tiles in tiles_by_rows.items():
         block = (rows, fp32_block_width(n), 16)
-        cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="tiles")
+        cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(
+            a, w, t, "fp32", c, block=b, schedule="tiles"
+        )
         for steps in min_steps or (MIN_STEPS if rows == 128 else (4,)):
-            cases[f"balanced {rows} min{steps}"] = (
-                lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(a, w, t, "fp32", c, block=b, schedule="balanced", min_steps=s)
+            cases[f"balanced {rows} min{steps}"] = lambda i, t=tiles, b=block, s=steps: _gpu_tile_matmul(
+                a, w, t, "fp32", c, block=b, schedule="balanced", min_steps=s
             )
     return cases
 
@@ -56,8 +55,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="two layers (a smoke run)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--densities", type=_floats, default=DENSITIES, help="tile densities, comma-separated")
-    parser.add_argument("--min-steps", type=lambda text: tuple(int(v) for v in text.split(",")), default=None,
-                        help="the balanced schedule's fewest steps per block, for both tile heights")
+    parser.add_argument(
+        "--min-steps",
+        type=lambda text: tuple(int(v) for v in text.split(",")),
+        default=None,
+        help="the balanced schedule's fewest steps per block, for both tile heights",
+    )
     args = parser.parse_args()
     import cupy as cp
 
@@ -85,13 +88,27 @@ def main() -> int:
             times = time_interleaved(cases, rounds=args.rounds, calls=1, flush_bytes=1 << 30)
             us = {name: float(np.median(v)) for name, v in times.items()}
             best = min((v, name) for name, v in us.items() if name != "cublas")
-            rows_out.append({"layer": label, "M": m, "K": k, "N": n, "tile_density": profile.tile_density, "us": us,
-                             "best": best[1], "best_speedup": us["cublas"] / best[0]})  # fmt: skip
+            rows_out.append(
+                {
+                    "layer": label,
+                    "M": m,
+                    "K": k,
+                    "N": n,
+                    "tile_density": profile.tile_density,
+                    "us": us,
+                    "best": best[1],
+                    "best_speedup": us["cublas"] / best[0],
+                }
+            )
             text = ", ".join(f"{name} {v:.0f}" for name, v in us.items())
             log(f"{label} d={density}: {text}; best {best[1]} x{us['cublas'] / best[0]:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = write_result("tile-gemm-variants", device_name(cp), {"points": rows_out, "min_steps": args.min_steps or MIN_STEPS,
-                                                                "densities": list(args.densities)}, args.out)
+    path = write_result(
+        "tile-gemm-variants",
+        device_name(cp),
+        {"points": rows_out, "min_steps": args.min_steps or MIN_STEPS, "densities": list(args.densities)},
+        args.out,
+    )
     log(f"wrote {path}")
     return 0
 

@@ -147,7 +147,8 @@ def infer(
     from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
     ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``, or
     ``gpu-merged-twin`` for ``backend="gpu-merged"``) and takes
-    ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default :data:`~spartan_py.costmodel.machine.DEFAULT_MACHINE`,
+    ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default
+    :data:`~spartan_py.costmodel.machine.DEFAULT_MACHINE`,
     optionally ``NAME+VARIANT``); the result is marked simulated and carries the predicted
     trace. ``engine`` reuses an engine made by :func:`~spartan_py.engines.make_engine` for
     ``network`` (its preparation is then not repeated; ``backend`` and the options are ignored).

@@ -30,19 +30,31 @@ def _cmd_infer_sharded(args) -> int:
     if args.mode != "measured" or args.trace_out:
         raise InputError("--shards runs measured inference only (no --mode simulated, no --trace-out)")
     with open_executor(args.cluster, args.workers or args.shards) as workers:
-        _log(args, f"running {args.shards} shards of {args.inputs} on {workers.description}, backend {args.backend} ...")
-        result = infer_sharded(args.network, args.inputs, workers=workers, shards=args.shards, backend=args.backend,
-                               layers=args.layers, rows=args.rows, truth=args.truth)  # fmt: skip
+        _log(
+            args, f"running {args.shards} shards of {args.inputs} on {workers.description}, backend {args.backend} ..."
+        )
+        result = infer_sharded(
+            args.network,
+            args.inputs,
+            workers=workers,
+            shards=args.shards,
+            backend=args.backend,
+            layers=args.layers,
+            rows=args.rows,
+            truth=args.truth,
+        )
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
     if args.json:
         print(json.dumps(result.summary()))
     else:
         verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
-        print(f"backend {result.backend} in {len(result.shard_rows)} shards ({', '.join(sorted(set(result.devices)))}): "
-              f"{result.neurons} neurons x {result.layers} layers, {result.rows} rows -> {result.categories.size} "
-              f"categories ({verdict})\ninference {result.seconds:.3f} s (slowest shard), "
-              f"{result.edges_per_second:.3e} edges/s; {result.wall_seconds:.2f} s wall with loading")  # fmt: skip
+        print(
+            f"backend {result.backend} in {len(result.shard_rows)} shards ({', '.join(sorted(set(result.devices)))}): "
+            f"{result.neurons} neurons x {result.layers} layers, {result.rows} rows -> {result.categories.size} "
+            f"categories ({verdict})\ninference {result.seconds:.3f} s (slowest shard), "
+            f"{result.edges_per_second:.3e} edges/s; {result.wall_seconds:.2f} s wall with loading"
+        )
     return 0
 
 
@@ -60,10 +72,14 @@ def _cmd_infer(args) -> int:
     inputs = resolve_inputs(args.inputs, network.neurons, rows=args.rows)
     truth = read_truth(args.truth) if args.truth else None
     load_seconds = time.perf_counter() - started
-    where = f"backend {args.backend}" if args.mode == "measured" else f"the gpu kernel's CPU twin, timed for {args.machine}"
+    where = (
+        f"backend {args.backend}" if args.mode == "measured" else f"the gpu kernel's CPU twin, timed for {args.machine}"
+    )
     _log(args, f"running {network.layers} layers x {inputs.shape[0]} rows on {where} ...")
     machine = args.machine if args.mode == "simulated" else None
-    result = infer(network, inputs, backend=args.backend, truth=truth, load_seconds=load_seconds, mode=args.mode, machine=machine)
+    result = infer(
+        network, inputs, backend=args.backend, truth=truth, load_seconds=load_seconds, mode=args.mode, machine=machine
+    )
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
     if args.trace_out:
@@ -94,11 +110,20 @@ def _cmd_machines(args) -> int:
         specs = machine.specs
         fitted = [k for k, v in machine.calibration.items() if v.records > 0]
         carried = [k for k, v in machine.calibration.items() if v.records == 0]
-        rows.append({"name": name, "description": machine.description, "sm_count": specs.sm_count,
-                     "memory_bandwidth_gb_s": specs.memory_bandwidth_gb_s, "fp32_tflops": specs.fp32_tflops,
-                     "calibrated": fitted, "carried_over": carried, "validated": machine.validated,
-                     "validation": machine.validation.model_dump() if machine.validation else None,
-                     "status": machine.validation_summary()})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "description": machine.description,
+                "sm_count": specs.sm_count,
+                "memory_bandwidth_gb_s": specs.memory_bandwidth_gb_s,
+                "fp32_tflops": specs.fp32_tflops,
+                "calibrated": fitted,
+                "carried_over": carried,
+                "validated": machine.validated,
+                "validation": machine.validation.model_dump() if machine.validation else None,
+                "status": machine.validation_summary(),
+            }
+        )
     variants = {v.name: f"{v.description} ({v.status()})" for v in load_variants().values()}
     if args.json:
         print(json.dumps({"machines": rows, "variants": variants}))
@@ -106,8 +131,10 @@ def _cmd_machines(args) -> int:
     for row in rows:
         calibration = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
         validated = "VALIDATED" if row["validated"] else "not validated"
-        print(f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
-              f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {calibration:<13} {validated:<13} {row['description']}")
+        print(
+            f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
+            f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {calibration:<13} {validated:<13} {row['description']}"
+        )
         print(f"{'':<12} {row['status']}")
     print("variants (MACHINE+VARIANT):")
     for name, text in variants.items():
@@ -129,16 +156,23 @@ def _cmd_simulate(args) -> int:
         predicted = predict(trace, machine, variant)
         timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
         per_run = timed.groupby("run", sort=False)["predicted_us"].sum(min_count=1)
-        entry = {"machine": predicted["machine"].iloc[0] if len(predicted) else name, "trust": trust(name),
-                 "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
-                 "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
-                 "notes": sorted(n for n in predicted["note"].unique() if n)}  # fmt: skip
+        entry = {
+            "machine": predicted["machine"].iloc[0] if len(predicted) else name,
+            "trust": trust(name),
+            "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
+            "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
+            "notes": sorted(n for n in predicted["note"].unique() if n),
+        }
         if trace["measured_us"].notna().any():
             entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
             entry["error_by_run"] = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
         results.append(entry)
         if args.out:
-            out = args.out if len(args.machine) == 1 else args.out.with_name(f"{args.out.stem}-{entry['machine']}{args.out.suffix}")
+            out = (
+                args.out
+                if len(args.machine) == 1
+                else args.out.with_name(f"{args.out.stem}-{entry['machine']}{args.out.suffix}")
+            )
             write_trace(out, predicted)
     if args.json:
         print(json.dumps(results, default=float))
@@ -146,11 +180,15 @@ def _cmd_simulate(args) -> int:
     for entry in results:
         print(f"{entry['machine']}: {entry['trust']}")
         for run, us in entry["predicted_us_by_run"].items():
-            print(f"  run {run or '(unnamed)'}: {'cannot run' if us is None else f'{us / 1e3:.3f} ms'} (kernel launches)")
+            print(
+                f"  run {run or '(unnamed)'}: {'cannot run' if us is None else f'{us / 1e3:.3f} ms'} (kernel launches)"
+            )
         for note in entry["notes"]:
             print(f"  note: {note}")
         for row in entry.get("error_by_run", []):
-            print(f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%")
+            print(
+                f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%"
+            )
     return 0
 
 
@@ -183,8 +221,10 @@ def _cmd_run(args) -> int:
         _log(args, f"running on {workers.description}")
         summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point, workers=workers)
     bar.close()
-    print(f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
-          f"tables (*.csv) and points/ written")  # fmt: skip
+    print(
+        f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
+        f"tables (*.csv) and points/ written"
+    )
     if args.report:
         from spartan_py.report import write_report
 
@@ -215,23 +255,41 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("infer", help="Sparse DNN Graph Challenge inference")
-    run.add_argument("--network", required=True, help="directory of n{N}-l{i}.tsv[.gz]|.mtx files, or generated:N[:SEED]")
+    run.add_argument(
+        "--network", required=True, help="directory of n{N}-l{i}.tsv[.gz]|.mtx files, or generated:N[:SEED]"
+    )
     run.add_argument("--inputs", required=True, help="input rows file (TSV triples or .mtx), or generated:ROWS[:SEED]")
     run.add_argument("--layers", type=int, help="layers to run (default: all files; 120 for a generated network)")
     run.add_argument("--rows", type=int, help="input row count (default: the largest row index in the file)")
-    run.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="default: auto (GPU if present, else CPU)")
+    run.add_argument(
+        "--backend", default="auto", choices=BACKEND_CHOICES, help="default: auto (GPU if present, else CPU)"
+    )
     run.add_argument("--truth", help="truth categories file to check against")
     run.add_argument("--categories-out", help="write the categories (1-based rows) to this file")
-    run.add_argument("--mode", default="measured", choices=("measured", "simulated"),
-                     help="simulated: run the GPU kernel's CPU twin and take times from the cost model")
-    run.add_argument("--machine", default=DEFAULT_MACHINE, help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)")
+    run.add_argument(
+        "--mode",
+        default="measured",
+        choices=("measured", "simulated"),
+        help="simulated: run the GPU kernel's CPU twin and take times from the cost model",
+    )
+    run.add_argument(
+        "--machine", default=DEFAULT_MACHINE, help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)"
+    )
     run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
-    run.add_argument("--shards", type=int, default=1, help="split the rows into this many shards run at once "
-                     "(one per worker; on GPUs, one per GPU) and merge them exactly")
-    run.add_argument("--cluster", help="run the shards on Dask: local, local-cuda (a worker per GPU) or a scheduler "
-                     "address tcp://host:8786 (default: local processes)")
+    run.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="split the rows into this many shards run at once "
+        "(one per worker; on GPUs, one per GPU) and merge them exactly",
+    )
+    run.add_argument(
+        "--cluster",
+        help="run the shards on Dask: local, local-cuda (a worker per GPU) or a scheduler "
+        "address tcp://host:8786 (default: local processes)",
+    )
     run.add_argument("--workers", type=int, help="worker processes for --shards (default: one per shard)")
     run.set_defaults(handler=_cmd_infer)
 
@@ -252,16 +310,22 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
     experiment.add_argument("--report", action="store_true", help="write the report when done")
-    experiment.add_argument("--cluster", help="run the points as Dask tasks: local, local-cuda, or a scheduler "
-                            "address tcp://host:8786 (default: the file's executor.cluster, else no Dask)")
+    experiment.add_argument(
+        "--cluster",
+        help="run the points as Dask tasks: local, local-cuda, or a scheduler "
+        "address tcp://host:8786 (default: the file's executor.cluster, else no Dask)",
+    )
     experiment.add_argument("--workers", type=int, help="worker processes (default: the file's executor.workers, 1)")
     experiment.add_argument("--quiet", action="store_true", help="no progress bar")
     experiment.set_defaults(handler=_cmd_run)
 
     report = commands.add_parser("report", help="write report.html and report.md for a run folder")
     report.add_argument("dir", help="a folder written by `spartan run`")
-    report.add_argument("--against", help="the same experiment's run folder from the GPU the cost model was fitted on: "
-                        "adds the cross-machine fidelity tables")
+    report.add_argument(
+        "--against",
+        help="the same experiment's run folder from the GPU the cost model was fitted on: "
+        "adds the cross-machine fidelity tables",
+    )
     report.add_argument("--predictions", help="with --against: the blind predictions file written before this run")
     report.set_defaults(handler=_cmd_report)
     return parser

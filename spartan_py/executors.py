@@ -23,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import Any
 
 from spartan_py.errors import BackendUnavailableError, InputError, OptionalDependencyError
 
@@ -38,7 +39,8 @@ def _distributed():
     except ImportError as exc:
         raise OptionalDependencyError(
             "running on a Dask cluster needs the `dask` extra: pip install -e '.[dask]' "
-            "(dask and distributed; dask-cuda too for LocalCUDACluster)") from exc
+            "(dask and distributed; dask-cuda too for LocalCUDACluster)"
+        ) from exc
     return distributed
 
 
@@ -60,11 +62,11 @@ class Workers:
     reschedules a lost worker's tasks by itself.
     """
 
-    executor: Executor | None
+    executor: Any  # a concurrent.futures.Executor, or None to run in this process
     description: str
     workers: int
-    _make_pool: object = field(default=None, repr=False)
-    client: object = field(default=None, repr=False)  # the distributed.Client, on Dask
+    _make_pool: Any = field(default=None, repr=False)
+    client: Any = field(default=None, repr=False)  # the distributed.Client, on Dask
 
     def renew(self) -> None:
         """A fresh process pool in place of a broken one."""
@@ -114,22 +116,28 @@ def open_executor(cluster: str | None = None, workers: int = 1, *, connect_timeo
             yield Workers(client.get_executor(pure=False), description, len(local.workers), client=client)
         return
     if "://" not in cluster:
-        raise InputError(f"cluster {cluster!r}: expected a scheduler address (tcp://host:8786) or one of "
-                         f"{', '.join(LOCAL_CLUSTERS)}")  # fmt: skip
+        raise InputError(
+            f"cluster {cluster!r}: expected a scheduler address (tcp://host:8786) or one of {', '.join(LOCAL_CLUSTERS)}"
+        )
     try:
         client = distributed.Client(cluster, timeout=f"{connect_timeout_s}s")
     except OSError as exc:  # refused, unreachable, timed out
         raise BackendUnavailableError(f"cannot reach the Dask scheduler at {cluster}: {exc}") from None
     with client:
         count = len(client.scheduler_info().get("workers", {}))
-        yield Workers(client.get_executor(pure=False), f"the Dask cluster at {cluster} ({count} workers)", max(count, 1),
-                      client=client)
+        yield Workers(
+            client.get_executor(pure=False),
+            f"the Dask cluster at {cluster} ({count} workers)",
+            max(count, 1),
+            client=client,
+        )
 
 
 def _local_cluster(distributed, cluster: str, workers: int):
     if cluster == "local":
-        local = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None)  # fmt: skip
+        local = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
         return local, f"a local Dask cluster of {workers} processes"
     gpus = gpu_count()
     if gpus == 0:
@@ -137,13 +145,12 @@ def _local_cluster(distributed, cluster: str, workers: int):
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
-        local = distributed.LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True,
-                                         dashboard_address=None)  # fmt: skip
+        local = distributed.LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True, dashboard_address=None)
         return local, f"a local Dask cluster of {gpus} workers for {gpus} GPUs"
     return LocalCUDACluster(dashboard_address=None), f"a LocalCUDACluster of {gpus} GPUs"
 
 
-def run_all(workers: Workers, task, jobs: dict, *, retries: int = 3) -> Iterator[tuple[object, object, BaseException | None]]:
+def run_all(workers: Workers, task, jobs: dict, *, retries: int = 3) -> Iterator[tuple[Any, Any, BaseException | None]]:
     """Run ``task(*args)`` for every ``key: args`` of ``jobs`` on ``workers``; yield ``(key,
     result, None)`` as each finishes. A job whose worker was lost is resubmitted, up to
     ``retries`` times, then yielded as ``(key, None, error)``. Exceptions the task itself

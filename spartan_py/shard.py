@@ -60,8 +60,20 @@ def _engine(network: str, layers: int | None, backend: str, device: int | None, 
     return make_engine(backend, cached_network(network, layers), **dict(options))
 
 
-def run_shard(network: str, inputs: str, start: int, stop: int, index: int, *, layers: int | None, rows: int | None,
-              backend: str, repeats: int, keep_values: bool, options: dict) -> dict:
+def run_shard(
+    network: str,
+    inputs: str,
+    start: int,
+    stop: int,
+    index: int,
+    *,
+    layers: int | None,
+    rows: int | None,
+    backend: str,
+    repeats: int,
+    keep_values: bool,
+    options: dict,
+) -> dict:
     """One shard where its worker is (a task for any executor): one checked run, then
     ``repeats`` timed ones. A GPU engine keeps the shard on the device and replays the
     inference (CUDA events, after two warm-up runs), as ``benchmarks/gc_gpu.py`` does;
@@ -82,12 +94,21 @@ def run_shard(network: str, inputs: str, start: int, stop: int, index: int, *, l
             del batch
         else:
             seconds = [output.seconds] + [engine.run(x).seconds for _ in range(repeats - 1)]
-    return {"index": index, "start": start, "stop": stop, "categories": output.live_rows.astype(np.int64) + start,
-            "live_rows_by_layer": np.asarray(output.live_rows_by_layer, dtype=np.int64),
-            "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
-            "seconds": seconds, "device": output.device, "backend": engine.name, "neurons": net.neurons,
-            "layers": net.layers, "edges": net.edges,
-            "values": output.values if keep_values else None}  # fmt: skip
+    return {
+        "index": index,
+        "start": start,
+        "stop": stop,
+        "categories": output.live_rows.astype(np.int64) + start,
+        "live_rows_by_layer": np.asarray(output.live_rows_by_layer, dtype=np.int64),
+        "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
+        "seconds": seconds,
+        "device": output.device,
+        "backend": engine.name,
+        "neurons": net.neurons,
+        "layers": net.layers,
+        "edges": net.edges,
+        "values": output.values if keep_values else None,
+    }
 
 
 def _gpu_device(backend: str, index: int):
@@ -157,17 +178,42 @@ class ShardedResult:
 
     def summary(self) -> dict:
         """JSON-ready fields (no arrays but the per-layer counts and per-shard figures)."""
-        return {"backend": self.backend, "devices": self.devices, "neurons": self.neurons, "layers": self.layers,
-                "rows": self.rows, "edges": self.edges, "categories": int(self.categories.size), "passed": self.passed,
-                "seconds": self.seconds, "edges_per_second": self.edges_per_second, "wall_seconds": self.wall_seconds,
-                "shards": len(self.shard_rows), "shard_rows": self.shard_rows, "shard_seconds": self.shard_seconds,
-                "executor": self.executor, "live_rows_by_layer": self.live_rows_by_layer,
-                "nonzeros_by_layer": self.nonzeros_by_layer}  # fmt: skip
+        return {
+            "backend": self.backend,
+            "devices": self.devices,
+            "neurons": self.neurons,
+            "layers": self.layers,
+            "rows": self.rows,
+            "edges": self.edges,
+            "categories": int(self.categories.size),
+            "passed": self.passed,
+            "seconds": self.seconds,
+            "edges_per_second": self.edges_per_second,
+            "wall_seconds": self.wall_seconds,
+            "shards": len(self.shard_rows),
+            "shard_rows": self.shard_rows,
+            "shard_seconds": self.shard_seconds,
+            "executor": self.executor,
+            "live_rows_by_layer": self.live_rows_by_layer,
+            "nonzeros_by_layer": self.nonzeros_by_layer,
+        }
 
 
-def infer_sharded(network: str, inputs: str, *, workers: Workers, shards: int | None = None, backend: str = "auto",
-                  layers: int | None = None, rows: int | None = None, truth=None, repeats: int = 1,
-                  keep_values: bool = False, retries: int = 3, **engine_options) -> ShardedResult:
+def infer_sharded(
+    network: str,
+    inputs: str,
+    *,
+    workers: Workers,
+    shards: int | None = None,
+    backend: str = "auto",
+    layers: int | None = None,
+    rows: int | None = None,
+    truth=None,
+    repeats: int = 1,
+    keep_values: bool = False,
+    retries: int = 3,
+    **engine_options,
+) -> ShardedResult:
     """Run ``network`` over ``inputs`` (specs: paths or ``generated:...``) in ``shards`` row
     blocks (default: one per worker) on ``workers`` (inline when it has no executor), and
     merge. ``truth``: 1-based categories or a truth file to check against. ``keep_values``
@@ -175,12 +221,23 @@ def infer_sharded(network: str, inputs: str, *, workers: Workers, shards: int | 
     from spartan_py.graph_challenge.formats import read_truth
 
     if not isinstance(network, str) or not isinstance(inputs, str):
-        raise InputError("infer_sharded takes the network and inputs as specs (paths or generated:...), "
-                         "so that each worker loads its own copy")  # fmt: skip
+        raise InputError(
+            "infer_sharded takes the network and inputs as specs (paths or generated:...), "
+            "so that each worker loads its own copy"
+        )
     total = cached_inputs(inputs, _neurons(network, layers), rows).shape[0]  # a bad spec fails here, before any task
     bounds = shard_bounds(total, shards or workers.workers)
-    task = functools.partial(run_shard, network, inputs, layers=layers, rows=rows, backend=backend, repeats=repeats,
-                             keep_values=keep_values, options=engine_options)  # fmt: skip
+    task = functools.partial(
+        run_shard,
+        network,
+        inputs,
+        layers=layers,
+        rows=rows,
+        backend=backend,
+        repeats=repeats,
+        keep_values=keep_values,
+        options=engine_options,
+    )
     started = time.perf_counter()
     if workers.executor is None:
         parts = [task(a, b, i) for i, (a, b) in enumerate(bounds)]
@@ -191,14 +248,22 @@ def infer_sharded(network: str, inputs: str, *, workers: Workers, shards: int | 
     categories = np.concatenate([p["categories"] for p in parts]).astype(np.int64) + 1
     first = parts[0]
     result = ShardedResult(
-        backend=first["backend"], devices=[p["device"] for p in parts], neurons=first["neurons"], layers=first["layers"],
-        rows=total, edges=first["edges"], categories=categories,
+        backend=first["backend"],
+        devices=[p["device"] for p in parts],
+        neurons=first["neurons"],
+        layers=first["layers"],
+        rows=total,
+        edges=first["edges"],
+        categories=categories,
         live_rows_by_layer=[int(v) for v in np.sum([p["live_rows_by_layer"] for p in parts], axis=0)],
         nonzeros_by_layer=[int(v) for v in np.sum([p["nonzeros_by_layer"] for p in parts], axis=0)],
-        shard_rows=[p["stop"] - p["start"] for p in parts], shard_seconds=[statistics.median(p["seconds"]) for p in parts],
-        wall_seconds=wall, executor=workers.description, shard_repeat_seconds=[p["seconds"] for p in parts],
+        shard_rows=[p["stop"] - p["start"] for p in parts],
+        shard_seconds=[statistics.median(p["seconds"]) for p in parts],
+        wall_seconds=wall,
+        executor=workers.description,
+        shard_repeat_seconds=[p["seconds"] for p in parts],
         values=sp.vstack([p["values"] for p in parts], format="csr") if keep_values else None,
-    )  # fmt: skip
+    )
     if truth is not None:
         expected = truth if isinstance(truth, np.ndarray) else read_truth(truth)
         result.passed = bool(np.array_equal(categories, np.asarray(expected, dtype=np.int64)))
@@ -208,8 +273,8 @@ def infer_sharded(network: str, inputs: str, *, workers: Workers, shards: int | 
 def _fan_out(workers: Workers, task, bounds, retries: int) -> list[dict]:
     """Every shard's result; a shard whose worker was lost is retried, then the run fails."""
     jobs = {i: (a, b, i) for i, (a, b) in enumerate(bounds)}
-    parts = []
-    for i, part, error in run_all(workers, task, jobs, retries=retries):
+    parts: list[dict] = []
+    for _, part, error in run_all(workers, task, jobs, retries=retries):
         if error is not None:
             raise error
         parts.append(part)

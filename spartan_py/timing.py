@@ -16,8 +16,12 @@ import numpy as np
 
 def _stats(values_us: list[float], repeats: int) -> dict:
     values = np.array(values_us)
-    return {"median_us": float(np.median(values)), "p10_us": float(np.percentile(values, 10)),
-            "p90_us": float(np.percentile(values, 90)), "repeats": repeats}  # fmt: skip
+    return {
+        "median_us": float(np.median(values)),
+        "p10_us": float(np.percentile(values, 10)),
+        "p90_us": float(np.percentile(values, 90)),
+        "repeats": repeats,
+    }
 
 
 def time_cpu(work, *, repeats: int = 5, warmup: int = 1) -> dict:
@@ -67,8 +71,9 @@ class GpuTimer:
         return _stats(times, repeats)
 
 
-def time_interleaved(cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2,
-                     flush_bytes: int = 0) -> dict[str, list[float]]:
+def time_interleaved(
+    cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2, flush_bytes: int = 0
+) -> dict[str, list[float]]:
     """Per-call microseconds of each GPU case, one value per round: ``{name: [us, ...]}``.
 
     ``cases`` maps a name to ``work(i)``, which queues its ``i``-th call on the current
@@ -109,7 +114,11 @@ def paired_difference(values: list[float], baseline: list[float]) -> dict:
     """{'median', 'p10', 'p90'} of ``values[i] - baseline[i]`` (same units): the difference
     round by round, so that drift common to both cancels."""
     diff = np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float)
-    return {"median": float(np.median(diff)), "p10": float(np.percentile(diff, 10)), "p90": float(np.percentile(diff, 90))}
+    return {
+        "median": float(np.median(diff)),
+        "p10": float(np.percentile(diff, 10)),
+        "p90": float(np.percentile(diff, 90)),
+    }
 
 
 def copy_bandwidth(nbytes: int = 2**28, repeats: int = 10) -> float:

@@ -85,7 +85,7 @@ class TraceRecord:
 
 
 TRACE_COLUMNS = tuple(f.name for f in fields(TraceRecord))
-_DTYPES = {f.name: {"str": str, "int": np.int64, "float": np.float64}[f.type] for f in fields(TraceRecord)}
+_DTYPES = {f.name: {"str": str, "int": np.int64, "float": np.float64}[str(f.type)] for f in fields(TraceRecord)}
 
 
 def to_frame(records: list[TraceRecord]) -> pd.DataFrame:
@@ -125,7 +125,9 @@ def read_trace(path: str | Path) -> pd.DataFrame:
         if first.startswith("# spartan_py trace schema "):
             version = first.rsplit(" ", 1)[-1].strip()
             if version != str(TRACE_SCHEMA_VERSION):
-                raise InputError(f"trace schema {version}; this version reads schema {TRACE_SCHEMA_VERSION}", path=path, line=1)
+                raise InputError(
+                    f"trace schema {version}; this version reads schema {TRACE_SCHEMA_VERSION}", path=path, line=1
+                )
         frame = pd.read_csv(path, comment="#", keep_default_na=False, na_values={"measured_us": ["", "nan", "NaN"]})
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
     if missing:

@@ -22,8 +22,16 @@ PROBE = """<script>window.addEventListener('load', () => {
   document.body.appendChild(out);
 });</script>"""
 # The flags a root process needs in a closed sandbox (no GPU, no network, no first-run UI).
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str | None:
@@ -51,8 +59,11 @@ def inspect_page(page: Path, scratch: Path, *, screenshot: Path | None = None) -
     if found is None:
         raise RuntimeError(f"the probe did not run (exit {run.returncode}): {run.stderr[-2000:]}")
     if screenshot is not None:
-        subprocess.run([*common, f"--screenshot={screenshot}", "--window-size=1200,3000", page.as_uri()],
-                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [*common, f"--screenshot={screenshot}", "--window-size=1200,3000", page.as_uri()],
+            capture_output=True,
+            timeout=120,
+        )
     import html
 
     return json.loads(html.unescape(found.group(1)))

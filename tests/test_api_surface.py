@@ -16,8 +16,18 @@ from tests.conftest import ROOT
 
 
 def test_top_level_exports_the_spartan_and_cost_model_api():
-    for name in ("SparsityMonitor", "compact_tiles", "tile_sparse_matmul", "KernelPolicy", "load_machine", "predict",
-                 "calibrate", "simulate_trace", "DEFAULT_MACHINE", "infer"):
+    for name in (
+        "SparsityMonitor",
+        "compact_tiles",
+        "tile_sparse_matmul",
+        "KernelPolicy",
+        "load_machine",
+        "predict",
+        "calibrate",
+        "simulate_trace",
+        "DEFAULT_MACHINE",
+        "infer",
+    ):
         assert name in sp.__all__ and getattr(sp, name) is not None
     assert sorted(sp.__all__) == sorted(set(sp.__all__))
 
@@ -39,13 +49,18 @@ def test_tile_gemm_takes_what_compact_tiles_returns():
         sp.tile_sparse_matmul(a, w, [(1, 2)])
 
 
-@pytest.mark.parametrize("text, message", [
-    ("workload: {kind: graph-challenge}", "kind 'graph-challenge' is not one of graph_challenge, conv_layers; "
-                                          "did you mean 'graph_challenge'?"),
-    ("workload: {network: generated:1024}\nbackend: gpu-merge", "'gpu-merge' is not one of auto, reference"),
-    ("workload: {network: generated:1024}\nbackend: gpu-merge", "did you mean 'gpu-merged'?"),
-    ("workload: {network: generated:1024}\nmonitor: fussed", "did you mean 'fused'?"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "workload: {kind: graph-challenge}",
+            "kind 'graph-challenge' is not one of graph_challenge, conv_layers; did you mean 'graph_challenge'?",
+        ),
+        ("workload: {network: generated:1024}\nbackend: gpu-merge", "'gpu-merge' is not one of auto, reference"),
+        ("workload: {network: generated:1024}\nbackend: gpu-merge", "did you mean 'gpu-merged'?"),
+        ("workload: {network: generated:1024}\nmonitor: fussed", "did you mean 'fused'?"),
+    ],
+)
 def test_misspelt_values_get_a_did_you_mean(tmp_path, text, message):
     path = tmp_path / "x.yaml"
     path.write_text(f"name: x\n{text}\n")

@@ -23,13 +23,34 @@ def spartan(*args, cwd=None):
 def test_infer_json_generated(tmp_path):
     out = tmp_path / "cats.tsv"
     run = spartan(
-        "infer", "--network", "generated:1024:1", "--inputs", "generated:500:2", "--layers", "20",
-        "--backend", "cpu", "--json", "--categories-out", str(out),
-    )  # fmt: skip
+        "infer",
+        "--network",
+        "generated:1024:1",
+        "--inputs",
+        "generated:500:2",
+        "--layers",
+        "20",
+        "--backend",
+        "cpu",
+        "--json",
+        "--categories-out",
+        str(out),
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    for key in ("backend", "device", "neurons", "layers", "rows", "categories", "passed", "seconds",
-                "load_seconds", "edges_per_second", "live_rows_by_layer"):  # fmt: skip
+    for key in (
+        "backend",
+        "device",
+        "neurons",
+        "layers",
+        "rows",
+        "categories",
+        "passed",
+        "seconds",
+        "load_seconds",
+        "edges_per_second",
+        "live_rows_by_layer",
+    ):
         assert key in result
     assert (result["backend"], result["neurons"], result["layers"], result["rows"]) == ("cpu", 1024, 20, 500)
     assert result["passed"] is None and len(result["live_rows_by_layer"]) == 20
@@ -38,16 +59,37 @@ def test_infer_json_generated(tmp_path):
 
     # the categories written are a valid truth file: the same run passes against them
     again = spartan(
-        "infer", "--network", "generated:1024:1", "--inputs", "generated:500:2", "--layers", "20",
-        "--backend", "reference", "--json", "--truth", str(out),
-    )  # fmt: skip
+        "infer",
+        "--network",
+        "generated:1024:1",
+        "--inputs",
+        "generated:500:2",
+        "--layers",
+        "20",
+        "--backend",
+        "reference",
+        "--json",
+        "--truth",
+        str(out),
+    )
     assert json.loads(again.stdout)["passed"] is True
 
 
 def test_failed_truth_is_a_result_not_an_error(tmp_path):
     (tmp_path / "t.tsv").write_text("1\n2\n3\n")
-    run = spartan("infer", "--network", "generated:1024", "--inputs", "generated:50", "--layers", "3",
-                  "--backend", "cpu", "--truth", str(tmp_path / "t.tsv"))  # fmt: skip
+    run = spartan(
+        "infer",
+        "--network",
+        "generated:1024",
+        "--inputs",
+        "generated:50",
+        "--layers",
+        "3",
+        "--backend",
+        "cpu",
+        "--truth",
+        str(tmp_path / "t.tsv"),
+    )
     assert run.returncode == 0 and "FAILED" in run.stdout
 
 
@@ -80,9 +122,19 @@ def test_unknown_backend_is_rejected():
 
 def test_official_truth_from_cli(gc_data):
     run = spartan(
-        "infer", "--network", str(gc_data / "neuron1024"), "--inputs", str(gc_data / "sparse-images-1024-first1200.tsv.gz"),
-        "--rows", "1200", "--truth", str(gc_data / "neuron1024-l120-categories-first1200.tsv"), "--backend", "cpu", "--json",
-    )  # fmt: skip
+        "infer",
+        "--network",
+        str(gc_data / "neuron1024"),
+        "--inputs",
+        str(gc_data / "sparse-images-1024-first1200.tsv.gz"),
+        "--rows",
+        "1200",
+        "--truth",
+        str(gc_data / "neuron1024-l120-categories-first1200.tsv"),
+        "--backend",
+        "cpu",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["passed"] is True and result["categories"] == 19 and result["layers"] == 120
@@ -99,14 +151,29 @@ def test_auto_picks_the_gpu():
 def test_simulated_infer_then_simulate_other_machines(tmp_path):
     trace = tmp_path / "trace.csv"
     run = spartan(
-        "infer", "--network", "generated:1024:1", "--inputs", "generated:800:2", "--layers", "24",
-        "--mode", "simulated", "--machine", "v100-sxm2", "--trace-out", str(trace), "--json", "--quiet",
-    )  # fmt: skip
+        "infer",
+        "--network",
+        "generated:1024:1",
+        "--inputs",
+        "generated:800:2",
+        "--layers",
+        "24",
+        "--mode",
+        "simulated",
+        "--machine",
+        "v100-sxm2",
+        "--trace-out",
+        str(trace),
+        "--json",
+        "--quiet",
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["simulated"] is True and result["machine"] == "v100-sxm2"
     assert result["device"] == "simulated:v100-sxm2" and result["seconds"] > 0
-    run = spartan("simulate", str(trace), "--machine", "h100-sxm", "--machine", "t4", "--machine", "t4+tile-8", "--json")
+    run = spartan(
+        "simulate", str(trace), "--machine", "h100-sxm", "--machine", "t4", "--machine", "t4+tile-8", "--json"
+    )
     assert run.returncode == 0, run.stderr
     entries = {e["machine"]: e for e in json.loads(run.stdout)}
     assert set(entries) == {"h100-sxm", "t4", "t4+tile-8"}
@@ -115,8 +182,18 @@ def test_simulated_infer_then_simulate_other_machines(tmp_path):
     assert entries["t4"]["predicted_us_by_run"][""] is None
     assert any("shared memory" in note for note in entries["t4"]["notes"])
     assert entries["t4+tile-8"]["predicted_us_by_run"][""] > h100
-    text = spartan("infer", "--network", "generated:1024:1", "--inputs", "generated:100:2", "--layers", "4",
-                   "--mode", "simulated", "--quiet")  # fmt: skip
+    text = spartan(
+        "infer",
+        "--network",
+        "generated:1024:1",
+        "--inputs",
+        "generated:100:2",
+        "--layers",
+        "4",
+        "--mode",
+        "simulated",
+        "--quiet",
+    )
     assert "SIMULATED" in text.stdout
 
 
@@ -125,8 +202,20 @@ def test_simulated_infer_then_simulate_other_machines(tmp_path):
     [
         (("simulate", "nope.csv", "--machine", "h100-sxm"), "trace file not found"),
         (("simulate", "tests/data/golden-trace.csv", "--machine", "h300"), "unknown machine 'h300'"),
-        (("infer", "--network", "generated:1024", "--inputs", "generated:10", "--mode", "simulated", "--backend", "cpu"),
-         "no twin"),
+        (
+            (
+                "infer",
+                "--network",
+                "generated:1024",
+                "--inputs",
+                "generated:10",
+                "--mode",
+                "simulated",
+                "--backend",
+                "cpu",
+            ),
+            "no twin",
+        ),
     ],
 )
 def test_simulate_bad_input_exits_2(args, fragment):

@@ -53,7 +53,9 @@ def test_every_machine_loads_with_sources():
 def test_machine_file_errors_name_line_and_field(tmp_path):
     text = (sim_folder() / "a40.yaml").read_text()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("  sm_count: 84", "  sm_cuont: 84").replace("  fp32_tflops: 37.4", "  fp32_tflops: fast"))
+    bad.write_text(
+        text.replace("  sm_count: 84", "  sm_cuont: 84").replace("  fp32_tflops: 37.4", "  fp32_tflops: fast")
+    )
     with pytest.raises(ConfigError) as info:
         load_machine(bad)
     text = str(info.value)
@@ -61,8 +63,13 @@ def test_machine_file_errors_name_line_and_field(tmp_path):
     assert "missing field `specs.sm_count`" in text
     assert "field `specs.fp32_tflops`" in text and "line " in text
     missing_source = tmp_path / "nosource.yaml"
-    missing_source.write_text("\n".join(line for line in (sim_folder() / "a40.yaml").read_text().splitlines()
-                                        if not line.startswith("  l2_cache_mib: NVIDIA")))  # fmt: skip
+    missing_source.write_text(
+        "\n".join(
+            line
+            for line in (sim_folder() / "a40.yaml").read_text().splitlines()
+            if not line.startswith("  l2_cache_mib: NVIDIA")
+        )
+    )
     with pytest.raises(ConfigError, match="specs without a source in `sources`: l2_cache_mib"):
         load_machine(missing_source)
     with pytest.raises(InputError, match="unknown machine 'h200'"):
@@ -74,14 +81,18 @@ def test_prediction_terms_and_sanity(twin_trace):
     out = predict(twin_trace, h100)
     launches = out[out["kernel"] == "gpu.gc_layer"]
     assert launches["predicted_us"].gt(0).all() and launches["calibrated"].all()
-    expected = launches["launch_us"] + np.maximum(launches["compute_us"], launches["memory_us"]) + np.minimum(
-        launches["compute_us"], launches["memory_us"]
+    expected = (
+        launches["launch_us"]
+        + np.maximum(launches["compute_us"], launches["memory_us"])
+        + np.minimum(launches["compute_us"], launches["memory_us"])
     )  # one block per SM: nothing overlaps
     assert np.allclose(launches["predicted_us"], expected)
     assert (launches["waves"] >= 1).all()
     assert out.loc[out["kernel"] == "gpu.sync", "predicted_us"].iloc[0] == pytest.approx(h100.specs.sync_latency_us)
     # a faster machine of the same design is never slower; more rows never faster
-    faster = h100.with_specs(memory_bandwidth_gb_s=2 * h100.specs.memory_bandwidth_gb_s, boost_clock_mhz=2 * h100.specs.boost_clock_mhz)
+    faster = h100.with_specs(
+        memory_bandwidth_gb_s=2 * h100.specs.memory_bandwidth_gb_s, boost_clock_mhz=2 * h100.specs.boost_clock_mhz
+    )
     assert (predict(twin_trace, faster)["predicted_us"] <= out["predicted_us"] + 1e-9).all()
     # the calibrated H100 is faster than the carried-over V100 on the same trace
     v100 = predict(twin_trace, load_machine("v100-sxm2"))
@@ -113,8 +124,14 @@ def test_variants(twin_trace):
 def test_calibration_recovers_known_parameters(twin_trace):
     """Fit on times the model itself produced with known parameters: the fit finds them."""
     h100 = load_machine("h100-sxm")
-    truth = FamilyCalibration(launch_us=3.0, compute_efficiency=0.4, memory_efficiency=0.6, step_overhead_us=1.5,
-                              weight_load_cost=2.0, source="test")  # fmt: skip
+    truth = FamilyCalibration(
+        launch_us=3.0,
+        compute_efficiency=0.4,
+        memory_efficiency=0.6,
+        step_overhead_us=1.5,
+        weight_load_cost=2.0,
+        source="test",
+    )
     known = h100.model_copy(update={"calibration": {"gpu.gc_layer": truth}})
     frames = []
     for rows in (1000, 2500, 9000):  # several input sizes so that the terms separate
@@ -129,9 +146,9 @@ def test_calibration_recovers_known_parameters(twin_trace):
     trace["measured_us"] = predict(trace, known)["predicted_us"]
     fitted = calibrate(trace, h100, source="synthetic").calibration["gpu.gc_layer"]
     assert fitted.fit_median_error_pct < 0.5
-    assert predict(trace, h100.model_copy(update={"calibration": {"gpu.gc_layer": fitted}}))["predicted_us"].to_numpy() == pytest.approx(
-        trace["measured_us"].to_numpy(), rel=0.01
-    )
+    assert predict(trace, h100.model_copy(update={"calibration": {"gpu.gc_layer": fitted}}))[
+        "predicted_us"
+    ].to_numpy() == pytest.approx(trace["measured_us"].to_numpy(), rel=0.01)
     totals = run_totals(predict(trace, known))
     assert np.allclose(totals["error_pct"], 0)
 

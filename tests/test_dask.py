@@ -125,8 +125,9 @@ def test_sharded_inference_equals_one_run(cluster, workers):
     network, inputs = "generated:1024:5", "generated:2000:6"
     one = infer(resolve_network(network, 10), resolve_inputs(inputs, 1024), backend="cpu")
     with open_executor(cluster, workers) as pool:
-        merged = infer_sharded(network, inputs, workers=pool, shards=3, backend="cpu", layers=10,
-                               truth=one.categories, keep_values=True)  # fmt: skip
+        merged = infer_sharded(
+            network, inputs, workers=pool, shards=3, backend="cpu", layers=10, truth=one.categories, keep_values=True
+        )
     assert merged.passed is True
     assert np.array_equal(merged.categories, one.categories)
     assert merged.live_rows_by_layer == one.live_rows_by_layer
@@ -170,8 +171,10 @@ def test_a_broken_process_pool_is_renewed_and_its_work_resubmitted(tmp_path):
     marker = str(tmp_path / "died")
     with open_executor(None, 2) as workers:
         first = workers.executor
-        results = {key: (result, error) for key, result, error in
-                   run_all(workers, _die_once, {v: (marker, v) for v in range(5)}, retries=2)}  # fmt: skip
+        results = {
+            key: (result, error)
+            for key, result, error in run_all(workers, _die_once, {v: (marker, v) for v in range(5)}, retries=2)
+        }
         assert workers.executor is not first  # the broken pool was replaced
     assert results == {v: (v * 10, None) for v in range(5)}
     assert (tmp_path / "died").read_text() == "died"

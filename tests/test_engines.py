@@ -117,8 +117,16 @@ def test_auto_backend_without_gpu():
     assert resolve_backend("auto") == expected
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "gpu-merged-twin", pytest.param("gpu", marks=pytest.mark.gpu),
-                                     pytest.param("gpu-merged", marks=pytest.mark.gpu)])  # fmt: skip
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "reference",
+        "cpu",
+        "gpu-merged-twin",
+        pytest.param("gpu", marks=pytest.mark.gpu),
+        pytest.param("gpu-merged", marks=pytest.mark.gpu),
+    ],
+)
 def test_official_first1200(backend, official_network, official_first1200):
     inputs, truth = official_first1200
     result = infer(official_network, inputs, backend=backend, truth=truth)
@@ -126,8 +134,10 @@ def test_official_first1200(backend, official_network, official_first1200):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("gpu", marks=pytest.mark.gpu),
-                                     pytest.param("gpu-merged", marks=pytest.mark.gpu)])  # fmt: skip
+@pytest.mark.parametrize(
+    "backend",
+    ["reference", "cpu", pytest.param("gpu", marks=pytest.mark.gpu), pytest.param("gpu-merged", marks=pytest.mark.gpu)],
+)
 def test_official_proxy60k(backend, official_network, official_proxy):
     inputs, truth = official_proxy
     result = infer(official_network, inputs, backend=backend, truth=truth)
@@ -157,7 +167,9 @@ def test_gpu_tile_heights(rows_per_tile, threads):
     launches = [r for r in got.trace if r.kernel == "gpu.gc_layer"]
     assert launches[0].layer == 1 and all(r.measured_us > 0 for r in launches)
     # the twin records one resident block per SM: true of every 1024-thread instance
-    assert all(r.resident_blocks_per_sm == (1 if threads == 1024 else engine._grid() // engine.sm_count) for r in launches)
+    assert all(
+        r.resident_blocks_per_sm == (1 if threads == 1024 else engine._grid() // engine.sm_count) for r in launches
+    )
     assert len(launches) == 3 * len(engine.chunks)  # 1000 rows in batches of 352
     copies = [r for r in got.trace if r.kernel in ("gpu.copy_h2d", "gpu.copy_d2h")]
     assert len(copies) == 6 and all(r.measured_us > 0 and r.bytes_read > 0 for r in copies)
@@ -250,14 +262,18 @@ def test_twin_counts_tiles_that_still_have_live_rows():
         layers = plans[first : first + record.fused_layers]
         per_tile = [record.block_rows * 1024 * plan.steps for plan in layers]
         # at least the tiles the surviving rows fill when packed; at most every entering tile
-        packed = [record.blocks] + [-(-out.live_rows_by_layer[first + i - 1] // record.block_rows) for i in range(1, len(layers))]
+        packed = [record.blocks] + [
+            -(-out.live_rows_by_layer[first + i - 1] // record.block_rows) for i in range(1, len(layers))
+        ]
         lower = sum(tiles * work for tiles, work in zip(packed, per_tile))
         assert lower <= record.executed_macs <= executed_upper_bound(record, plans)
     assert any(r.executed_macs < executed_upper_bound(r, plans) for r in launches)
     assert all(0 < r.useful_macs <= r.executed_macs for r in launches)
 
 
-@pytest.mark.parametrize("backend", [pytest.param("gpu-twin", id="gpu-twin"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    "backend", [pytest.param("gpu-twin", id="gpu-twin"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
+)
 def test_monitor_modes_change_only_the_monitoring(backend):
     network = generate_network(1024, 12, seed=5)
     inputs = generate_inputs(500, 1024, seed=5)
@@ -275,7 +291,7 @@ def test_monitor_modes_change_only_the_monitoring(backend):
     launches = [r for r in software if r.kernel == "gpu.gc_layer"]
     passes = [r for r in software if r.kernel == "gpu.monitor_pass"]
     assert len(launches) == len(passes) == network.layers  # one layer per launch, a pass after each
-    assert all(p.bytes_read == l.rows_out * 1024 * 4 for p, l in zip(passes, launches))
+    assert all(p.bytes_read == launch.rows_out * 1024 * 4 for p, launch in zip(passes, launches))
     assert sum(r.host_syncs for r in software if r.variant == "monitor") == 2 * network.layers
     with pytest.raises(InputError, match="monitor must be one of"):
         make_engine(backend, network, monitor="hardware")

@@ -106,8 +106,10 @@ def test_every_experiment_the_issue_names_is_here():
     assert {p.stem for p in EXPERIMENTS} >= set(EXPECTED_FIGURES)
 
 
-@pytest.mark.skipif(browser.chromium() is None and not os.environ.get("CI"),
-                    reason="no Chromium on PATH (.ci/run installs it; under CI this test fails instead)")
+@pytest.mark.skipif(
+    browser.chromium() is None and not os.environ.get("CI"),
+    reason="no Chromium on PATH (.ci/run installs it; under CI this test fails instead)",
+)
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_experiment_runs_small_and_its_report_loads_in_a_browser(path, tmp_path):
     gpu = gpu_unavailable_reason() is None

@@ -39,16 +39,27 @@ def _measured(neurons: int, layers: int, rows: int, point: str, machine_name: st
 
 @pytest.fixture(scope="module")
 def two_instances() -> pd.DataFrame:
-    return pd.concat([_measured(1024, 24, 3000, "a"), _measured(1024, 24, 6000, "b"), _measured(4096, 24, 1500, "c")],
-                     ignore_index=True)
+    return pd.concat(
+        [_measured(1024, 24, 3000, "a"), _measured(1024, 24, 6000, "b"), _measured(4096, 24, 1500, "c")],
+        ignore_index=True,
+    )
 
 
 def _known(machine, **per_instance):
-    calibration = {"gpu.gc_layer": FamilyCalibration(launch_us=3, compute_efficiency=0.5, memory_efficiency=0.7,
-                                                     step_overhead_us=1, weight_load_cost=1, source="test")}
+    calibration = {
+        "gpu.gc_layer": FamilyCalibration(
+            launch_us=3,
+            compute_efficiency=0.5,
+            memory_efficiency=0.7,
+            step_overhead_us=1,
+            weight_load_cost=1,
+            source="test",
+        )
+    }
     for instance, efficiency in per_instance.items():
         calibration[calibration_key("gpu.gc_layer", instance)] = calibration["gpu.gc_layer"].model_copy(
-            update={"compute_efficiency": efficiency})
+            update={"compute_efficiency": efficiency}
+        )
     return machine.model_copy(update={"calibration": calibration})
 
 
@@ -92,8 +103,12 @@ def test_blind_predictions_round_trip_and_errors(two_instances, tmp_path):
 
 
 def test_dense_layer_points_are_one_run_per_family():
-    frame = pd.DataFrame({"point": ["gc", "gc", "conv", "conv"],
-                          "kernel": ["gpu.gc_layer", "gpu.copy_h2d", "gpu.dense_gemm.fp32", "gpu.tile_gemm.fp32"]})
+    frame = pd.DataFrame(
+        {
+            "point": ["gc", "gc", "conv", "conv"],
+            "kernel": ["gpu.gc_layer", "gpu.copy_h2d", "gpu.dense_gemm.fp32", "gpu.tile_gemm.fp32"],
+        }
+    )
     assert list(run_names(frame)) == ["gc", "gc", "conv / gpu.dense_gemm.fp32", "conv / gpu.tile_gemm.fp32"]
 
 
@@ -111,5 +126,7 @@ def test_machines_say_whether_they_were_validated():
     assert not a100.validated and trust("a100-sxm").startswith("not validated")
     assert "does not exist" in trust("h100-sxm+hw-monitor")
     # the H200's calibration is the frozen H100 fit carried over: nothing fitted on the H200
-    assert all(family.records == 0 and "carried over from h100-sxm" in family.source for family in h200.calibration.values())
+    assert all(
+        family.records == 0 and "carried over from h100-sxm" in family.source for family in h200.calibration.values()
+    )
     assert carry_over(h100, h200).calibration == h200.calibration

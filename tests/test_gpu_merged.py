@@ -7,11 +7,10 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
-from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
 from spartan_py.engines.reference import ReferenceEngine
+from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
 from spartan_py.errors import InputError
 from spartan_py.trace import to_frame
-
 from tests.test_engines import assert_same_run
 
 
@@ -58,7 +57,11 @@ def test_merged_plan_computes_the_original_layers():
     z = inputs.toarray()
     for layer in merged.layers:
         source = np.concatenate([z, np.zeros((z.shape[0], 32), np.float32)], axis=1)
-        weight = layer.plan.weight if layer.plan.uniform is None else np.full(layer.plan.index.shape, layer.plan.uniform, np.float32)
+        weight = (
+            layer.plan.weight
+            if layer.plan.uniform is None
+            else np.full(layer.plan.index.shape, layer.plan.uniform, np.float32)
+        )
         acc = np.zeros((z.shape[0], layer.width), np.float32)
         for step in range(layer.plan.steps):
             acc += weight[step] * source[:, layer.plan.index[step]]
@@ -88,8 +91,16 @@ def test_twin_trace_accounts_for_the_merged_work():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("options", [{}, {"compact_every": 1}, {"max_batch_rows": 333, "rows_per_tile": 4}, {"streamed": True},
-                                     {"streamed": True, "compact_every": 3}])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"compact_every": 1},
+        {"max_batch_rows": 333, "rows_per_tile": 4},
+        {"streamed": True},
+        {"streamed": True, "compact_every": 3},
+    ],
+)
 def test_gpu_merged_matches_its_twin_exactly(options):
     """Bit-equal values, counts and trace to the twin; streamed weights change nothing."""
     network = generate_network(1024, 30, seed=8)
@@ -118,8 +129,19 @@ def test_monitor_masks_count_each_tiles_nonzeros():
     masks = monitor_masks(groups, 64)
     z = rng.random((5, 64)) < 0.4  # which merged columns are non-zero, per row
     bits = np.packbits(z.reshape(5, 2, 32), axis=-1, bitorder="little").view("<u4").reshape(5, 2)
-    counted = np.array([[sum(bin(int(bits[r, w]) & int(masks[lv, c, w])).count("1") for lv in range(masks.shape[0]) for w in range(2))
-                         for c in range(32)] for r in range(5)])  # fmt: skip
+    counted = np.array(
+        [
+            [
+                sum(
+                    bin(int(bits[r, w]) & int(masks[lv, c, w])).count("1")
+                    for lv in range(masks.shape[0])
+                    for w in range(2)
+                )
+                for c in range(32)
+            ]
+            for r in range(5)
+        ]
+    )
     assert np.array_equal(counted, z[:, groups].reshape(5, 32, 32).sum(axis=2))
     assert monitor_masks(groups, 512) is None  # too wide: the kernel looks groups up instead
 
@@ -164,7 +186,9 @@ def test_gpu_merged_weight_budget_too_small_is_a_clear_error():
 @pytest.mark.gpu
 def test_auto_takes_the_rows_kernel_without_duplicate_columns():
     rng = np.random.default_rng(3)
-    weights = tuple(sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(2))
+    weights = tuple(
+        sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(2)
+    )
     assert make_engine("auto", Network(1024, weights, bias=-0.1)).name == "gpu"
     assert make_engine("auto", generate_network(1024, 2)).name == "gpu-merged"
 

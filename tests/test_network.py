@@ -48,7 +48,9 @@ def test_wrong_neuron_count(tmp_path):
     assert load_network(tmp_path).neurons == 4096
     big = sp.csr_matrix(([1.0], ([1500], [3])), shape=(2048, 2048))
     write_triples(tmp_path / "x" / "n1024-l1.tsv", big)
-    with pytest.raises(InputError, match=r"n1024-l1\.tsv:1: row index 1501 is out of range: expected between 1 and 1024"):
+    with pytest.raises(
+        InputError, match=r"n1024-l1\.tsv:1: row index 1501 is out of range: expected between 1 and 1024"
+    ):
         load_network(tmp_path / "x")
 
 

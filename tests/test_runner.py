@@ -44,8 +44,11 @@ sweep:
         ("empty", r"the file is empty"),
         ("zero-points", r"line 5, field `sweep`: .*empty list: the sweep would have zero points"),
         ("bad-sweep", r"line 7, sweep.grid: unknown field `workload.layrs`; did you mean `workload.layers`\?"),
-        ("conv-options", r"line 4, field `workload.layers`: .*unknown convolution layer 'alexnet/conv9'(.|\n)*"
-                         r"line 6, field `tile`: Tuple should have at most 2 items"),
+        (
+            "conv-options",
+            r"line 4, field `workload.layers`: .*unknown convolution layer 'alexnet/conv9'(.|\n)*"
+            r"line 6, field `tile`: Tuple should have at most 2 items",
+        ),
     ],
 )
 def test_bad_experiment_files(name, expected):
@@ -76,7 +79,10 @@ def test_sweep_points_and_zip(tmp_path):
     assert len({p.id for p in points}) == 6
     again = load_experiment(path)[1]
     assert [p.id for p in again] == [p.id for p in points]  # ids are stable: a rerun finds its points
-    path.write_text("name: z\nworkload: {network: generated:1024, inputs: generated:10}\nsweep:\n  zip: {backend: [cpu], repeats: [1, 2]}\n")
+    path.write_text(
+        "name: z\nworkload: {network: generated:1024, inputs: generated:10}\n"
+        "sweep:\n  zip: {backend: [cpu], repeats: [1, 2]}\n"
+    )
     with pytest.raises(ConfigError, match="one length"):
         load_experiment(path)
 
@@ -169,9 +175,11 @@ def test_killed_run_resumes(tmp_path):
 
 def test_conv_layers_points_measured_and_simulated(tmp_path):
     path = tmp_path / "conv.yaml"
-    path.write_text("name: conv\nworkload:\n  kind: conv_layers\n  layers: [alexnet/conv3, resnet18/conv5_x]\n"
-                    "  batch: 1\n  density: 0.05\ntile: 32\nmachines: [h100-sxm, t4]\n"
-                    "sweep:\n  grid:\n    mode: [measured, simulated]\n")  # fmt: skip
+    path.write_text(
+        "name: conv\nworkload:\n  kind: conv_layers\n  layers: [alexnet/conv3, resnet18/conv5_x]\n"
+        "  batch: 1\n  density: 0.05\ntile: 32\nmachines: [h100-sxm, t4]\n"
+        "sweep:\n  grid:\n    mode: [measured, simulated]\n"
+    )
     experiment, points = load_experiment(path)
     summary = run_experiment(experiment, points, tmp_path / "run")
     assert (summary.ran, summary.failed) == (2, 0)

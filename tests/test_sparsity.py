@@ -48,8 +48,15 @@ def host(array):
 
 def brute_tile_counts(a: np.ndarray, tile: TileShape) -> np.ndarray:
     tm, tn = tile.grid(a.shape)
-    return np.array([[np.count_nonzero(a[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols])
-                      for j in range(tn)] for i in range(tm)])  # fmt: skip
+    return np.array(
+        [
+            [
+                np.count_nonzero(a[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols])
+                for j in range(tn)
+            ]
+            for i in range(tm)
+        ]
+    )
 
 
 def sparse_matrix(m=300, k=256, tile_density=0.3, seed=1) -> np.ndarray:
@@ -71,7 +78,9 @@ def test_tile_counts_match_brute_force(xp, tile):
     tile = TileShape.of(tile)
     counts = host(tile_counts(xp.asarray(a), tile))
     assert np.array_equal(counts, brute_tile_counts(a, tile))
-    assert np.array_equal(coarsen_counts(tile_counts(a, (8, 8)), (8, 8), (32, 16)), brute_tile_counts(a, TileShape(32, 16)))
+    assert np.array_equal(
+        coarsen_counts(tile_counts(a, (8, 8)), (8, 8), (32, 16)), brute_tile_counts(a, TileShape(32, 16))
+    )
 
 
 def test_tile_utilization_is_useful_over_executed():
@@ -84,7 +93,9 @@ def test_tile_utilization_is_useful_over_executed():
 
 # -- monitor -------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["software", "fused"])
-@pytest.mark.parametrize("tile", [(8, 8), (32, 32), (128, 32), (64, 128), (1, 4), (2, 8), (4, 16), (16, 32), (32, 4), (128, 128)])
+@pytest.mark.parametrize(
+    "tile", [(8, 8), (32, 32), (128, 32), (64, 128), (1, 4), (2, 8), (4, 16), (16, 32), (32, 4), (128, 128)]
+)
 @pytest.mark.parametrize("shape", [(300, 256), (37, 196)])  # partial row blocks; a partial 128-column chunk
 def test_monitor_counts_what_the_epilogue_writes(xp, mode, tile, shape):
     z = tiled_preactivations(*shape, 0.3, tile=(8, 4), seed=2)
@@ -179,7 +190,9 @@ def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
     tiles = compact_tiles(xp.asarray(a), tile, pack=False).tiles
     c = tile_sparse_matmul(xp.asarray(a), xp.asarray(w), tiles)
     assert matmul_error(c, a, w)["max_rel"] < 1e-5
-    assert np.allclose(host(c), tile_sparse_matmul(a, w, compact_tiles(a, tile, pack=False).tiles), rtol=1e-5, atol=1e-5)
+    assert np.allclose(
+        host(c), tile_sparse_matmul(a, w, compact_tiles(a, tile, pack=False).tiles), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.gpu
@@ -220,7 +233,9 @@ def test_fp32_instances_fit_their_launch_bounds():
     for schedule in ("fp32", "fp32-balanced"):
         for bm, bn, bk in F32_SHAPES:
             kernel = kernels[(schedule, bm, bn, bk)]
-            fit = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, f32_block_threads(bm, bn), 0)
+            fit = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                kernel.kernel.ptr, f32_block_threads(bm, bn), 0
+            )
             assert fit >= f32_blocks_per_sm(bm, bn), (schedule, bm, bn, kernel.num_regs)
 
 
@@ -233,8 +248,12 @@ def test_epilogue_modes_fit_alike():
     from spartan_py.sparsity.gpu_kernels import EPILOGUE_MODES, EPILOGUE_SHARED_BYTES, EPILOGUE_THREADS, tile_kernels
 
     kernels = tile_kernels(cupy.cuda.Device().id)
-    fits = {mode: cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        kernels[f"epilogue_{mode}"].kernel.ptr, EPILOGUE_THREADS, EPILOGUE_SHARED_BYTES) for mode in EPILOGUE_MODES}  # fmt: skip
+    fits = {
+        mode: cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            kernels[f"epilogue_{mode}"].kernel.ptr, EPILOGUE_THREADS, EPILOGUE_SHARED_BYTES
+        )
+        for mode in EPILOGUE_MODES
+    }
     assert len(set(fits.values())) == 1 and fits["plain"] >= 3, fits
 
 
@@ -350,7 +369,10 @@ def test_tile_gemm_schedule_follows_the_grid_and_the_model_spreads_balanced_work
     tiles = candidate_records("tile_sparse", m, k, n, **counts)[1]
     balanced = candidate_records("tile_sparse", m, k, n, resident_blocks=264, **counts)[1]
     assert (tiles.variant, tiles.blocks) == ("", 98 * 2)
-    assert (balanced.variant, balanced.blocks) == ("balanced", 705 * 2 * 2)  # BK-steps: 2 per 32-column tile, 2 column blocks
+    assert (balanced.variant, balanced.blocks) == (
+        "balanced",
+        705 * 2 * 2,
+    )  # BK-steps: 2 per 32-column tile, 2 column blocks
     assert balanced.executed_macs == tiles.executed_macs
     machine, _ = resolve_machine("h100-sxm")
     waves = predict(to_frame([tiles, balanced]), machine)["waves"].to_numpy()
@@ -379,8 +401,18 @@ def test_conv_shapes_and_im2col(xp):
     cols = host(im2col(xp.asarray(x), 3, stride=2, pad=1))
     out = (cols @ kernel.reshape(4, -1).T).reshape(2, 4, 4, 4)  # batch, oy, ox, channel
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    direct = np.array([[[[np.sum(padded[b, :, 2 * oy : 2 * oy + 3, 2 * ox : 2 * ox + 3] * kernel[c])
-                          for c in range(4)] for ox in range(4)] for oy in range(4)] for b in range(2)])  # fmt: skip
+    direct = np.array(
+        [
+            [
+                [
+                    [np.sum(padded[b, :, 2 * oy : 2 * oy + 3, 2 * ox : 2 * ox + 3] * kernel[c]) for c in range(4)]
+                    for ox in range(4)
+                ]
+                for oy in range(4)
+            ]
+            for b in range(2)
+        ]
+    )
     assert np.allclose(out, direct, atol=1e-5)
 
 
@@ -477,8 +509,11 @@ def test_policy_scales_another_batchs_counts_and_profiles_prefetch(xp):
     policy.prefetch(profile)
     nnz, tiles, live = profile.scalars()
     a = np.maximum(z, 0)
-    assert (nnz, tiles, live) == (np.count_nonzero(a), int((tile_counts(a, (64, 32)) > 0).sum()),
-                                  int(np.count_nonzero(a.any(axis=1))))  # fmt: skip
+    assert (nnz, tiles, live) == (
+        np.count_nonzero(a),
+        int((tile_counts(a, (64, 32)) > 0).sum()),
+        int(np.count_nonzero(a.any(axis=1))),
+    )
     same = policy.choose(profile, 96)
     double = policy.choose(profile, 96, m=1024)
     assert double.density == pytest.approx(same.density) and double.tile_density == pytest.approx(same.tile_density)

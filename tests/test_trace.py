@@ -33,5 +33,7 @@ def test_not_a_trace(tmp_path):
 def test_older_schema_is_refused(tmp_path):
     path = tmp_path / "old.csv"
     path.write_text("# spartan_py trace schema 1\nrun,layer,kernel\nx,1,cpu.tile_layer\n")
-    with pytest.raises(InputError, match=f"old.csv:1: trace schema 1; this version reads schema {TRACE_SCHEMA_VERSION}"):
+    with pytest.raises(
+        InputError, match=f"old.csv:1: trace schema 1; this version reads schema {TRACE_SCHEMA_VERSION}"
+    ):
         read_trace(path)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import re
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -89,7 +90,7 @@ def _data_location(location: tuple, data) -> tuple:
     return tuple(kept)
 
 
-def describe_error(error: dict, model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
+def describe_error(error: Mapping[str, Any], model: type[pydantic.BaseModel], marked: MarkedYaml, root: tuple) -> str:
     """One problem as a line: where (line, field path), what was wrong, what was expected."""
     data = marked.data
     for part in root:
@@ -119,7 +120,9 @@ def describe_error(error: dict, model: type[pydantic.BaseModel], marked: MarkedY
         ctx = error.get("ctx", {})
         choices = _expected_values(ctx.get("expected_tags", ""))
         given = ctx.get("tag")
-        return f"{where}field `{field}`: kind {given!r} is not one of {', '.join(choices)}{_did_you_mean(given, choices)}"
+        return (
+            f"{where}field `{field}`: kind {given!r} is not one of {', '.join(choices)}{_did_you_mean(given, choices)}"
+        )
     given = error.get("input")
     shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
     if len(shown) > 60:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,7 +22,7 @@ Location = tuple  # a path of keys (str) and list indices (int)
 class MarkedYaml:
     """Parsed YAML ``data`` and the 1-based line of each key path in ``lines``."""
 
-    data: object
+    data: Any
     path: Path | None
     lines: dict[Location, int] = field(default_factory=dict)
 

@@ -13,7 +13,18 @@ from spartan_py.costmodel.model import FAMILIES, predict, run_totals
 from spartan_py.costmodel.validation import kernel_error_table, plot_measured_vs_predicted, run_error_table
 
 __all__ = [
-    "FAMILIES", "Machine", "Variant", "calibrate", "carry_over", "kernel_error_table", "load_machine",
-    "load_variants", "machine_names", "plot_measured_vs_predicted", "predict", "run_error_table", "run_totals",
+    "FAMILIES",
+    "Machine",
+    "Variant",
+    "calibrate",
+    "carry_over",
+    "kernel_error_table",
+    "load_machine",
+    "load_variants",
+    "machine_names",
+    "plot_measured_vs_predicted",
+    "predict",
+    "run_error_table",
+    "run_totals",
     "write_calibration",
-]  # fmt: skip
+]

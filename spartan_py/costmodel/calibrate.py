@@ -20,14 +20,25 @@ from spartan_py.errors import InputError
 
 #: Parameters fitted per family unit, with (lower, upper, start).
 _FREE = {
-    "kernel": {"launch_us": (0.0, 50.0, 3.0), "compute_efficiency": (0.005, 1.0, 0.3),
-               "memory_efficiency": (0.05, 1.0, 0.7), "step_overhead_us": (0.0, 200.0, 1.0),
-               "weight_load_cost": (0.0, 16.0, 0.5), "saturating_warps": (1.0, 64.0, 4.0)},
+    "kernel": {
+        "launch_us": (0.0, 50.0, 3.0),
+        "compute_efficiency": (0.005, 1.0, 0.3),
+        "memory_efficiency": (0.05, 1.0, 0.7),
+        "step_overhead_us": (0.0, 200.0, 1.0),
+        "weight_load_cost": (0.0, 16.0, 0.5),
+        "saturating_warps": (1.0, 64.0, 4.0),
+    },
     "memory": {"launch_us": (0.0, 500.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
-}  # fmt: skip
-_FIXED = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "step_overhead_us": 0.0, "weight_load_cost": 0.0,
-          "overlap": 1.0, "saturating_warps": 0.0}  # fmt: skip
+}
+_FIXED = {
+    "compute_efficiency": 1.0,
+    "memory_efficiency": 1.0,
+    "step_overhead_us": 0.0,
+    "weight_load_cost": 0.0,
+    "overlap": 1.0,
+    "saturating_warps": 0.0,
+}
 
 
 def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:
@@ -44,7 +55,9 @@ def _with_family(machine: Machine, kernel: str, values: dict, source: str, recor
 
 def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
     """Median of |predicted - measured| / measured, in percent."""
-    return float(np.median(np.abs(predicted.to_numpy(float) - measured.to_numpy(float)) / measured.to_numpy(float)) * 100)
+    return float(
+        np.median(np.abs(predicted.to_numpy(float) - measured.to_numpy(float)) / measured.to_numpy(float)) * 100
+    )
 
 
 #: Records an instance of a per-instance family needs to get its own fit.
@@ -105,10 +118,13 @@ def carry_over(calibrated: Machine, target: Machine) -> Machine:
     clock_ratio = calibrated.specs.boost_clock_mhz / target.specs.boost_clock_mhz
     families = {}
     for kernel, params in calibrated.calibration.items():
-        families[kernel] = params.model_copy(update={
-            "launch_us": params.launch_us,
-            "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
-            "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
-            "records": 0, "fit_median_error_pct": None,
-        })  # fmt: skip
+        families[kernel] = params.model_copy(
+            update={
+                "launch_us": params.launch_us,
+                "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
+                "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
+                "records": 0,
+                "fit_median_error_pct": None,
+            }
+        )
     return target.model_copy(update={"calibration": families})

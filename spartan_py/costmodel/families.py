@@ -100,8 +100,18 @@ FAMILIES: dict[str, KernelFamily] = {
 whole-run records) are not modelled."""
 
 TIMED_FAMILIES = (
-    GC_LAYER, GC_MERGED, EXPAND, SCATTER_ROWS, dense_gemm("fp32"), dense_gemm("tf32"), tile_gemm("fp32"),
-    tile_gemm("tf32"), LIST_TILES, COMPACT, CSR_CONVERT, CSR_GEMM_FP32,
+    GC_LAYER,
+    GC_MERGED,
+    EXPAND,
+    SCATTER_ROWS,
+    dense_gemm("fp32"),
+    dense_gemm("tf32"),
+    tile_gemm("fp32"),
+    tile_gemm("tf32"),
+    LIST_TILES,
+    COMPACT,
+    CSR_CONVERT,
+    CSR_GEMM_FP32,
 )
 """Families whose times a replay adds up: the Graph Challenge layer kernels and the dense-layer
 kernels (the policy's candidates). Copies, syncs and the software monitor's pass are reported apart."""

@@ -70,8 +70,14 @@ def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     """Per family: launches, median and 90th-percentile absolute per-launch error (percent)."""
     frame = with_errors(predicted)
     error = frame["error_pct"].abs().groupby(frame["kernel"])
-    table = pd.DataFrame({"launches": error.size(), "median_pct": error.median(), "p90_pct": error.quantile(0.9),
-                          "bias_pct": frame["error_pct"].groupby(frame["kernel"]).median()})
+    table = pd.DataFrame(
+        {
+            "launches": error.size(),
+            "median_pct": error.median(),
+            "p90_pct": error.quantile(0.9),
+            "bias_pct": frame["error_pct"].groupby(frame["kernel"]).median(),
+        }
+    )
     return table.reset_index().rename(columns={"kernel": "family"})
 
 
@@ -88,8 +94,13 @@ def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     frame = with_errors(predicted)
     frame = frame[frame["kernel"].isin(WHOLE_RUN_FAMILIES)]
     grouped = frame.groupby(run_names(frame).rename("run"), sort=False)
-    table = pd.DataFrame({"launches": grouped.size(), "measured_us": grouped["measured_us"].sum(),
-                          "predicted_us": grouped["predicted_us"].sum()})
+    table = pd.DataFrame(
+        {
+            "launches": grouped.size(),
+            "measured_us": grouped["measured_us"].sum(),
+            "predicted_us": grouped["predicted_us"].sum(),
+        }
+    )
     table["error_pct"] = 100 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]
     return table.reset_index()
 
@@ -100,8 +111,10 @@ def summary(predicted: pd.DataFrame) -> dict:
     families = family_errors(predicted)
     held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
     runs = whole_run_errors(predicted)
-    return {"whole_run_error_pct": float(runs["error_pct"].abs().max()),
-            "per_launch_median_error_pct": float(held["median_pct"].max())}
+    return {
+        "whole_run_error_pct": float(runs["error_pct"].abs().max()),
+        "per_launch_median_error_pct": float(held["median_pct"].max()),
+    }
 
 
 def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
@@ -112,14 +125,21 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
     predicted = predicted[predicted["kernel"].isin(list(FAMILIES))]
     points = {}
     for point, rows in predicted.groupby("point", sort=False):
-        points[str(point)] = {"families": {
-            kernel: {"launches": int(len(group)), "predicted_us": [round(float(v), 4) for v in group["predicted_us"]]}
-            for kernel, group in rows.groupby("kernel", sort=False)
-        }}
+        points[str(point)] = {
+            "families": {
+                kernel: {
+                    "launches": int(len(group)),
+                    "predicted_us": [round(float(v), 4) for v in group["predicted_us"]],
+                }
+                for kernel, group in rows.groupby("kernel", sort=False)
+            }
+        }
     timed = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
     whole = timed.groupby(run_names(timed), sort=False)["predicted_us"].agg(["size", "sum"])
-    runs = {str(name): {"launches": int(row["size"]), "predicted_us": round(float(row["sum"]), 3)}
-            for name, row in whole.iterrows()}
+    runs = {
+        str(name): {"launches": int(row["size"]), "predicted_us": round(float(row["sum"]), 3)}
+        for name, row in whole.iterrows()
+    }
     return {"machine": machine.name, "runs": points, "whole_runs": runs}
 
 
@@ -142,16 +162,19 @@ def attach_predictions(trace: pd.DataFrame, blind: dict) -> pd.DataFrame:
 def speedups(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     """Per family: measured time on the first machine over the second (the speed-up of the
     second), next to the same ratio of the predictions; both traces predicted already."""
+
     def sums(frame: pd.DataFrame) -> pd.DataFrame:
         frame = frame[frame["predicted_us"].notna()]
         return frame.groupby("kernel")[["measured_us", "predicted_us"]].sum()
 
     a, b = sums(first), sums(second)
     both = a.merge(b, left_index=True, right_index=True, suffixes=("_first", "_second"))
-    table = pd.DataFrame({
-        "measured_speedup": both["measured_us_first"] / both["measured_us_second"],
-        "predicted_speedup": both["predicted_us_first"] / both["predicted_us_second"],
-    })
+    table = pd.DataFrame(
+        {
+            "measured_speedup": both["measured_us_first"] / both["measured_us_second"],
+            "predicted_speedup": both["predicted_us_first"] / both["predicted_us_second"],
+        }
+    )
     return table.reset_index().rename(columns={"kernel": "family"})
 
 
@@ -170,8 +193,14 @@ def _side_by_side(tables: dict[str, pd.DataFrame], key: str, columns: list[str])
     return merged.reset_index()
 
 
-def compare(first: pd.DataFrame, second: pd.DataFrame, first_machine: Machine, second_machine: Machine,
-            blind: dict | None = None, holdout: str = HOLDOUT_POINTS) -> dict[str, pd.DataFrame]:
+def compare(
+    first: pd.DataFrame,
+    second: pd.DataFrame,
+    first_machine: Machine,
+    second_machine: Machine,
+    blind: dict | None = None,
+    holdout: str = HOLDOUT_POINTS,
+) -> dict[str, pd.DataFrame]:
     """The cross-machine tables: ``first`` (measured on the machine the model was fitted on,
     ``holdout`` naming its held-out points) and ``second`` (measured on another, ``blind``
     its committed :func:`predictions`, made before it was measured).
@@ -191,12 +220,27 @@ def compare(first: pd.DataFrame, second: pd.DataFrame, first_machine: Machine, s
     reverse = predict(first, carry_over(reverse_fit, first_machine))
     a, b = first_machine.name, second_machine.name
     family_columns = ["launches", "median_pct", "p90_pct"]
-    families = _side_by_side({f"{a} held out": family_errors(held), f"{b} blind": family_errors(blind_frame),
-                              f"{b} now": family_errors(now)}, "family", family_columns)
-    runs = _side_by_side({a: whole_run_errors(on_first), f"{b} blind": whole_run_errors(blind_frame),
-                          f"{b} now": whole_run_errors(now)}, "run", ["error_pct"])
+    families = _side_by_side(
+        {
+            f"{a} held out": family_errors(held),
+            f"{b} blind": family_errors(blind_frame),
+            f"{b} now": family_errors(now),
+        },
+        "family",
+        family_columns,
+    )
+    runs = _side_by_side(
+        {a: whole_run_errors(on_first), f"{b} blind": whole_run_errors(blind_frame), f"{b} now": whole_run_errors(now)},
+        "run",
+        ["error_pct"],
+    )
     runs.insert(1, f"{a} role", np.where(runs["run"].str.contains(holdout), "held out", "fitted"))
     reverse_table = _side_by_side({f"{a} from {b} fit": family_errors(reverse)}, "family", family_columns)
-    return {"families": families, "whole_runs": runs, "speedups": speedups(on_first, now),
-            "reverse_families": reverse_table, "reverse_whole_runs": whole_run_errors(reverse),
-            "blind_predicted": blind_frame}
+    return {
+        "families": families,
+        "whole_runs": runs,
+        "speedups": speedups(on_first, now),
+        "reverse_families": reverse_table,
+        "reverse_whole_runs": whole_run_errors(reverse),
+        "blind_predicted": blind_frame,
+    }

@@ -54,15 +54,20 @@ class FamilyCalibration(_Frozen):
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
     step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
     overlap: float = Field(
-        1.0, ge=0, le=1,
+        1.0,
+        ge=0,
+        le=1,
         description="fraction of the shorter of compute and memory hidden under the longer, per extra resident block",
     )
     weight_load_cost: float = Field(
         0.0, ge=0, description="cost of loading one weight, in multiply-adds; a work item reuses it for block_rows rows"
     )
     saturating_warps: float = Field(
-        0.0, ge=0, description="resident warps per SM needed to reach the family's rate; fewer reach that share "
-        "of it (0: any number does)")
+        0.0,
+        ge=0,
+        description="resident warps per SM needed to reach the family's rate; fewer reach that share "
+        "of it (0: any number does)",
+    )
     source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
     records: int = Field(0, ge=0, description="measured records fitted")
     fit_median_error_pct: float | None = None
@@ -112,12 +117,16 @@ class Machine(_Frozen):
             why = "calibration carried over from another GPU" if carried else "no measurement on it"
             return f"not validated ({why}): what-if estimates"
         how = "blind" if v.blind else "fitted here"
-        return (f"validated ({how}, {v.device}): whole runs within {v.whole_run_error_pct:.1f}%, per-launch median "
-                f"error at most {v.per_launch_median_error_pct:.1f}% per family ({v.result})")
+        return (
+            f"validated ({how}, {v.device}): whole runs within {v.whole_run_error_pct:.1f}%, per-launch median "
+            f"error at most {v.per_launch_median_error_pct:.1f}% per family ({v.result})"
+        )
 
     @model_validator(mode="after")
     def _every_spec_has_a_source(self):
-        missing = [name for name in Specs.model_fields if getattr(self.specs, name) is not None and name not in self.sources]
+        missing = [
+            name for name in Specs.model_fields if getattr(self.specs, name) is not None and name not in self.sources
+        ]
         if missing:
             raise ValueError(f"specs without a source in `sources`: {', '.join(missing)}")
         unknown = [name for name in self.sources if name not in Specs.model_fields]
@@ -125,7 +134,7 @@ class Machine(_Frozen):
             raise ValueError(f"`sources` names unknown specs: {', '.join(unknown)}")
         return self
 
-    def with_specs(self, **changes) -> "Machine":
+    def with_specs(self, **changes) -> Machine:
         """A copy with some specs replaced (for what-if variants)."""
         specs = self.specs.model_copy(update=changes)
         return self.model_copy(update={"specs": Specs.model_validate(specs.model_dump())})
@@ -136,7 +145,9 @@ class Variant(_Frozen):
 
     name: str
     description: str
-    hardware_monitor: bool = Field(False, description="monitor counters beside the store path: no monitor traffic or pass")
+    hardware_monitor: bool = Field(
+        False, description="monitor counters beside the store path: no monitor traffic or pass"
+    )
     block_rows: PositiveInt | None = Field(None, description="replay tiled kernels with this many rows per work item")
     spec_scale: dict[str, PositiveFloat] = Field({}, description="spec multipliers, e.g. memory_bandwidth_gb_s: 2")
 
@@ -180,7 +191,9 @@ def load_machine(name: str | Path) -> Machine:
     machine = load_model(Machine, path)
     by_name = Path(name).suffix not in (".yaml", ".yml")
     if by_name and machine.name != name:
-        raise InputError(f"the file describes {machine.name!r}, not {name!r}; its `name` must match the file name", path=path)
+        raise InputError(
+            f"the file describes {machine.name!r}, not {name!r}; its `name` must match the file name", path=path
+        )
     return machine
 
 

@@ -20,10 +20,12 @@ memory than the machine allows cannot run (NaN, with the reason in ``note``). Co
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
 its own memory time; co-resident blocks hide each other's, up to ``overlap`` (default 1,
-not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the two efficiencies, ``step_overhead``, ``weight_load_cost`` and ``saturating_warps`` (an SM with
-fewer resident warps issues too few instructions to reach the rate: blocks of one warp, as
-the tile GEMM's 16-row instances) are fitted per kernel family and machine (:mod:`spartan_py.costmodel.calibrate`); uncalibrated families use the
-datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = False``.
+not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the
+two efficiencies, ``step_overhead``, ``weight_load_cost`` and ``saturating_warps`` (an SM
+with fewer resident warps issues too few instructions to reach the rate: blocks of one
+warp, as the tile GEMM's 16-row instances) are fitted per kernel family and machine, and
+per compiled instance for the layer kernels (:mod:`spartan_py.costmodel.calibrate`);
+uncalibrated families use the datasheet latency and :data:`DEFAULT_EFFICIENCY`, and are marked ``calibrated = False``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,16 @@ from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, ap
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
 
 PREDICTION_COLUMNS = (
-    "predicted_us", "launch_us", "compute_us", "memory_us", "waves", "blocks_per_sm", "bound", "calibrated", "note",
-)  # fmt: skip
+    "predicted_us",
+    "launch_us",
+    "compute_us",
+    "memory_us",
+    "waves",
+    "blocks_per_sm",
+    "bound",
+    "calibrated",
+    "note",
+)
 
 
 def family_of(kernel: str) -> KernelFamily | None:
@@ -88,7 +98,9 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
         new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)
         scale = (new_blocks * variant.block_rows) / (old_blocks * old_rows)
         frame.loc[tiled, "executed_macs"] = np.round(frame.loc[tiled, "executed_macs"] * scale).astype(np.int64)
-        frame.loc[tiled, "block_shared_bytes"] = (frame.loc[tiled, "block_shared_bytes"] / old_rows * variant.block_rows).astype(np.int64)
+        frame.loc[tiled, "block_shared_bytes"] = (
+            frame.loc[tiled, "block_shared_bytes"] / old_rows * variant.block_rows
+        ).astype(np.int64)
         frame.loc[tiled, "blocks"] = new_blocks.astype(np.int64)
         frame.loc[tiled, "block_rows"] = variant.block_rows
     return frame
@@ -98,7 +110,9 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
     specs = machine.specs
     n = len(rows)
     launch = np.full(n, params.launch_us)
-    memory = (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float) / (specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency)
+    memory = (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float) / (
+        specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency
+    )
     blocks = rows["blocks"].to_numpy(float)
     executed = rows["executed_macs"].to_numpy(float)
     note = np.full(n, "", dtype=object)
@@ -125,7 +139,9 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         reuse = 1 + params.weight_load_cost / np.maximum(rows["block_rows"].to_numpy(float), 1)
         warps = np.ceil(threads / 32) * np.maximum(per_sm, 1)
         fill = np.minimum(1.0, warps / params.saturating_warps) if params.saturating_warps > 0 else np.ones(n)
-        per_item = np.where(geometry, executed * reuse / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0)
+        per_item = np.where(
+            geometry, executed * reuse / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0
+        )
         steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us
         compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
@@ -139,34 +155,70 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
     predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")
     bound = np.where(launch > body, "latency", bound)
-    return {"predicted_us": predicted, "launch_us": launch, "compute_us": compute, "memory_us": memory,
-            "waves": waves, "blocks_per_sm": per_sm, "bound": bound, "note": note}  # fmt: skip
+    return {
+        "predicted_us": predicted,
+        "launch_us": launch,
+        "compute_us": compute,
+        "memory_us": memory,
+        "waves": waves,
+        "blocks_per_sm": per_sm,
+        "bound": bound,
+        "note": note,
+    }
 
 
-def _predict_family(rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None, instance: str = "") -> dict:
+def _predict_family(
+    rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None, instance: str = ""
+) -> dict:
     family = family_of(kernel)
     n = len(rows)
-    empty = {"predicted_us": np.full(n, np.nan), "launch_us": np.full(n, np.nan), "compute_us": np.full(n, np.nan),
-             "memory_us": np.full(n, np.nan), "waves": np.zeros(n), "blocks_per_sm": np.zeros(n),
-             "bound": np.full(n, "", dtype=object), "calibrated": np.zeros(n, bool)}  # fmt: skip
+    empty = {
+        "predicted_us": np.full(n, np.nan),
+        "launch_us": np.full(n, np.nan),
+        "compute_us": np.full(n, np.nan),
+        "memory_us": np.full(n, np.nan),
+        "waves": np.zeros(n),
+        "blocks_per_sm": np.zeros(n),
+        "bound": np.full(n, "", dtype=object),
+        "calibrated": np.zeros(n, bool),
+    }
     if family is None:
         return {**empty, "note": np.full(n, f"no cost model for kernel {kernel}", dtype=object)}
     params, calibrated = family_parameters(machine, kernel, instance)
     result = {**empty, "calibrated": np.full(n, calibrated), "note": np.full(n, "", dtype=object)}
     if family.monitor_pass and variant is not None and variant.hardware_monitor:
         zero = np.zeros(n)
-        return {**result, "predicted_us": zero, "launch_us": zero, "compute_us": zero, "memory_us": zero,
-                "bound": np.full(n, "none", dtype=object), "note": np.full(n, "hardware monitor", dtype=object)}  # fmt: skip
+        return {
+            **result,
+            "predicted_us": zero,
+            "launch_us": zero,
+            "compute_us": zero,
+            "memory_us": zero,
+            "bound": np.full(n, "none", dtype=object),
+            "note": np.full(n, "hardware monitor", dtype=object),
+        }
     specs = machine.specs
     if family.unit == "link":
         transfer = rows["bytes_read"].to_numpy(float) / (specs.pcie_gb_s * 1e3 * params.memory_efficiency)
         launch = np.full(n, params.launch_us)
-        return {**result, "predicted_us": launch + transfer, "launch_us": launch, "compute_us": np.zeros(n),
-                "memory_us": transfer, "bound": np.full(n, "link", dtype=object)}  # fmt: skip
+        return {
+            **result,
+            "predicted_us": launch + transfer,
+            "launch_us": launch,
+            "compute_us": np.zeros(n),
+            "memory_us": transfer,
+            "bound": np.full(n, "link", dtype=object),
+        }
     if family.unit == "sync":
         latency = rows["host_syncs"].to_numpy(float) * (params.launch_us if calibrated else specs.sync_latency_us)
-        return {**result, "predicted_us": latency, "launch_us": latency, "compute_us": np.zeros(n),
-                "memory_us": np.zeros(n), "bound": np.full(n, "latency", dtype=object)}  # fmt: skip
+        return {
+            **result,
+            "predicted_us": latency,
+            "launch_us": latency,
+            "compute_us": np.zeros(n),
+            "memory_us": np.zeros(n),
+            "bound": np.full(n, "latency", dtype=object),
+        }
     return {**result, **_predict_kernels(rows, machine, family, params)}
 
 
@@ -180,7 +232,9 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     instances = [instance_of(k, v) for k, v in zip(frame["kernel"], frame["variant"])]
-    for (kernel, instance), rows in frame.groupby([frame["kernel"], pd.Series(instances, index=frame.index)], sort=False):
+    for (kernel, instance), rows in frame.groupby(
+        [frame["kernel"], pd.Series(instances, index=frame.index)], sort=False
+    ):
         values = _predict_family(rows, machine, kernel, variant, instance)
         for name in PREDICTION_COLUMNS:
             columns[name][rows.index.to_numpy()] = values[name]
@@ -205,10 +259,12 @@ def run_totals(predicted: pd.DataFrame, kernels: tuple[str, ...] | None = None) 
     if kernels is not None:
         frame = frame[frame["kernel"].isin(kernels)]
     grouped = frame.groupby("run", sort=False)
-    totals = pd.DataFrame({
-        "records": grouped.size(),
-        "measured_us": grouped["measured_us"].sum(),
-        "predicted_us": grouped["predicted_us"].sum(),
-    })  # fmt: skip
+    totals = pd.DataFrame(
+        {
+            "records": grouped.size(),
+            "measured_us": grouped["measured_us"].sum(),
+            "predicted_us": grouped["predicted_us"].sum(),
+        }
+    )
     totals["error_pct"] = 100 * (totals["predicted_us"] - totals["measured_us"]) / totals["measured_us"]
     return totals.reset_index()

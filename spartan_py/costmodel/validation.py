@@ -12,17 +12,21 @@ from spartan_py.costmodel.model import run_totals
 
 def kernel_error_table(predicted: pd.DataFrame) -> pd.DataFrame:
     """Per kernel (and variant family): records, median / 90th percentile / max absolute error %."""
-    frame = predicted[predicted["measured_us"].notna() & predicted["predicted_us"].notna() & (predicted["measured_us"] > 0)]
+    frame = predicted[
+        predicted["measured_us"].notna() & predicted["predicted_us"].notna() & (predicted["measured_us"] > 0)
+    ]
     error = (frame["predicted_us"] - frame["measured_us"]).abs() / frame["measured_us"] * 100
     grouped = error.groupby(frame["kernel"])
-    table = pd.DataFrame({
-        "records": grouped.size(),
-        "median_abs_error_pct": grouped.median(),
-        "p90_abs_error_pct": grouped.quantile(0.9),
-        "max_abs_error_pct": grouped.max(),
-        "measured_us": frame.groupby("kernel")["measured_us"].sum(),
-        "predicted_us": frame.groupby("kernel")["predicted_us"].sum(),
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "records": grouped.size(),
+            "median_abs_error_pct": grouped.median(),
+            "p90_abs_error_pct": grouped.quantile(0.9),
+            "max_abs_error_pct": grouped.max(),
+            "measured_us": frame.groupby("kernel")["measured_us"].sum(),
+            "predicted_us": frame.groupby("kernel")["predicted_us"].sum(),
+        }
+    )
     return table.reset_index()
 
 
@@ -42,7 +46,9 @@ def plot_measured_vs_predicted(predicted: pd.DataFrame, path: str | Path, *, tit
 
     from spartan_py.files import atomic_write_bytes
 
-    frame = predicted[predicted["measured_us"].notna() & predicted["predicted_us"].notna() & (predicted["measured_us"] > 0)]
+    frame = predicted[
+        predicted["measured_us"].notna() & predicted["predicted_us"].notna() & (predicted["measured_us"] > 0)
+    ]
     figure, axes = plt.subplots(figsize=(5.5, 5))
     for kernel, rows in frame.groupby("kernel"):
         axes.scatter(rows["measured_us"], rows["predicted_us"], s=10, alpha=0.7, label=kernel)

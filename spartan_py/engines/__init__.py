@@ -63,8 +63,10 @@ def twin_backend(name: str) -> str:
     twin = engine_class("gpu" if name == "auto" else name).cpu_twin
     if twin is None:
         with_twins = sorted(n for n in BACKENDS if engine_class(n).cpu_twin is not None)
-        raise InputError(f"simulated mode runs a GPU kernel's CPU twin; backend {name!r} has no twin "
-                         f"(backends with one: auto, {', '.join(with_twins)})")
+        raise InputError(
+            f"simulated mode runs a GPU kernel's CPU twin; backend {name!r} has no twin "
+            f"(backends with one: auto, {', '.join(with_twins)})"
+        )
     return twin
 
 

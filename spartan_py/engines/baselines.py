@@ -23,7 +23,7 @@ from spartan_py.errors import DeviceMemoryError
 from spartan_py.trace import TraceRecord
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _epilogue():
     import cupy
 
@@ -101,9 +101,19 @@ class _CupyBaseline(Engine):
         order = np.argsort(rows)
         rows = rows[order]
         final = live_rows_matrix(rows, values[order], inputs.shape[0])
-        trace = [TraceRecord(run=run_id, layer=network.layers, kernel=self.kernel_name, rows_in=inputs.shape[0],
-                             rows_out=int(rows.size), cols=network.neurons, host_syncs=1,
-                             measured_us=seconds * 1e6, device=self.device)]  # fmt: skip
+        trace = [
+            TraceRecord(
+                run=run_id,
+                layer=network.layers,
+                kernel=self.kernel_name,
+                rows_in=inputs.shape[0],
+                rows_out=int(rows.size),
+                cols=network.neurons,
+                host_syncs=1,
+                measured_us=seconds * 1e6,
+                device=self.device,
+            )
+        ]
         return EngineOutput(rows, final, live_counts, nnz_counts, seconds, self.device, trace)
 
 

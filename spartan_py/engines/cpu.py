@@ -62,7 +62,11 @@ class CpuEngine(Engine):
         """
         neurons = self.network.neurons
         probe = sp.csr_matrix(
-            (np.ones(neurons + 1, dtype=np.float32), np.r_[np.arange(neurons), 0].astype(np.int32), [0, neurons, neurons + 1]),
+            (
+                np.ones(neurons + 1, dtype=np.float32),
+                np.r_[np.arange(neurons), 0].astype(np.int32),
+                [0, neurons, neurons + 1],
+            ),
             shape=(2, neurons),
         )
         layers = min(3, len(self._layers))
@@ -94,9 +98,18 @@ class CpuEngine(Engine):
             start = time.perf_counter()
             if index == 0:
                 cpu_kernels.layer_from_csr(
-                    inputs.indptr, inputs.indices, inputs.data, lane_rows.reshape(-1, lanes), fill,
-                    spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful,
-                )  # fmt: skip
+                    inputs.indptr,
+                    inputs.indices,
+                    inputs.data,
+                    lane_rows.reshape(-1, lanes),
+                    fill,
+                    spare[:tiles],
+                    *layer.args(),
+                    self._bias,
+                    self._clamp,
+                    lane_nnz,
+                    useful,
+                )
             else:
                 cpu_kernels.layer_tiles(
                     current[:tiles], fill, spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful
@@ -141,12 +154,22 @@ class CpuEngine(Engine):
                 if repacked:
                     records.append(
                         TraceRecord(
-                            run=run_id, layer=index + 1, kernel="cpu.repack", rows_in=live, rows_out=live,
-                            cols=neurons, nnz_in=nnz_out, nnz_out=nnz_out, tile_rows=lanes, tile_cols=neurons,
-                            bytes_read=live * neurons * 4, bytes_written=live * neurons * 4,
-                            measured_us=(time.perf_counter() - start) * 1e6 - elapsed * 1e6, device="cpu",
+                            run=run_id,
+                            layer=index + 1,
+                            kernel="cpu.repack",
+                            rows_in=live,
+                            rows_out=live,
+                            cols=neurons,
+                            nnz_in=nnz_out,
+                            nnz_out=nnz_out,
+                            tile_rows=lanes,
+                            tile_cols=neurons,
+                            bytes_read=live * neurons * 4,
+                            bytes_written=live * neurons * 4,
+                            measured_us=(time.perf_counter() - start) * 1e6 - elapsed * 1e6,
+                            device="cpu",
                         )
-                    )  # fmt: skip
+                    )
             nnz_in = nnz_out
             if live == 0:
                 live_counts += [0] * (layers - index - 1)

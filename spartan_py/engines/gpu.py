@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,7 +38,7 @@ from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layer_kernels(device_id: int, threads: int):
     """Compile kernels/gc_layer.cu once per device and block size; {(R, CPT): RawKernel}."""
     import cupy
@@ -53,8 +54,8 @@ def _layer_kernels(device_id: int, threads: int):
 
 @dataclass
 class _DeviceLayer:
-    index: object  # cupy uint16 [steps * n], k-major
-    weight: object | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
+    index: Any  # cupy uint16 [steps * n], k-major
+    weight: Any | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
 
 
 class GpuEngine(GpuEngineBase):
@@ -90,7 +91,9 @@ class GpuEngine(GpuEngineBase):
         kernels = _layer_kernels(cp.cuda.Device().id, threads)
         if shape not in kernels:
             choices = sorted(r for r, c in kernels if c == shape[1])
-            raise BackendUnavailableError(f"no kernel with {shape[0]} rows per tile for {network.neurons} neurons; have {choices}")
+            raise BackendUnavailableError(
+                f"no kernel with {shape[0]} rows per tile for {network.neurons} neurons; have {choices}"
+            )
         self.rows_per_tile, self.cols_per_thread = shape
         self.kernel = kernels[shape]
         self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
@@ -112,7 +115,11 @@ class GpuEngine(GpuEngineBase):
         self.chunks = chunk_schedule(network.layers, compact_every)
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
-            "weight": cp.asarray(np.array([0 if l.weight is None else l.weight.data.ptr for l in self.layers], dtype=np.uint64)),
+            "weight": cp.asarray(
+                np.array(
+                    [0 if layer.weight is None else layer.weight.data.ptr for layer in self.layers], dtype=np.uint64
+                )
+            ),
             "uniform": cp.asarray(np.array([p.uniform or 0.0 for p in self.plans], dtype=np.float32)),
             "k": cp.asarray(np.array([p.steps for p in self.plans], dtype=np.int32)),
         }
@@ -127,7 +134,7 @@ class GpuEngine(GpuEngineBase):
         return _DeviceLayer(index, weight)
 
     # -- device state for one batch of rows -------------------------------------------------
-    def upload(self, inputs: sp.csr_matrix) -> "DeviceBatch":
+    def upload(self, inputs: sp.csr_matrix) -> DeviceBatch:
         """Put a batch of input rows and its work buffers on the device (not timed)."""
         return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
 
@@ -140,7 +147,7 @@ class GpuEngine(GpuEngineBase):
         by_threads = self._sm_threads // self.threads
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
-    def _launch_layers(self, batch: "DeviceBatch", events=None) -> None:
+    def _launch_layers(self, batch: DeviceBatch, events=None) -> None:
         grid = self._grid()
         batch.counts[1:].fill(0)
         batch.nnz_counts[1:].fill(0)
@@ -154,15 +161,30 @@ class GpuEngine(GpuEngineBase):
             src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
             first = start == 0
             args = (
-                src.values, src.ids,
-                batch.csr_ptr if first else NULL_POINTER, batch.csr_idx if first else NULL_POINTER, batch.csr_val if first else NULL_POINTER,
-                dst.values, dst.ids,
-                pointers["index"], pointers["weight"], pointers["uniform"], pointers["k"],
-                batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
-                *((batch.tile_nnz, batch.row_nnz) if launch_monitored(self.monitor, chunk, self.monitor_every) else (NULL_POINTER, NULL_POINTER)),
+                src.values,
+                src.ids,
+                batch.csr_ptr if first else NULL_POINTER,
+                batch.csr_idx if first else NULL_POINTER,
+                batch.csr_val if first else NULL_POINTER,
+                dst.values,
+                dst.ids,
+                pointers["index"],
+                pointers["weight"],
+                pointers["uniform"],
+                pointers["k"],
+                batch.counts,
+                batch.nnz_counts,
+                np.int32(start),
+                np.int32(length),
+                *(
+                    (batch.tile_nnz, batch.row_nnz)
+                    if launch_monitored(self.monitor, chunk, self.monitor_every)
+                    else (NULL_POINTER, NULL_POINTER)
+                ),
                 batch.tile_layers,
-                np.float32(network.bias), np.float32(network.clamp),
-            )  # fmt: skip
+                np.float32(network.bias),
+                np.float32(network.clamp),
+            )
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length
             if self.monitor == "software":
@@ -170,7 +192,7 @@ class GpuEngine(GpuEngineBase):
         if events is not None:
             events[-1].record()
 
-    def _monitor_pass(self, batch: "DeviceBatch", dst: "Buffers", layer: int) -> None:
+    def _monitor_pass(self, batch: DeviceBatch, dst: Buffers, layer: int) -> None:
         """The software monitor after a launch: read the live-row count, count the layer's
         output per 32-column tile in a separate pass, copy the counts to the host."""
         from spartan_py.sparsity.monitor import software_pass
@@ -188,10 +210,20 @@ class GpuEngine(GpuEngineBase):
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
         """The trace of one batch: one record per launch (see :func:`launch_records`)."""
         return launch_records(
-            self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
-            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+            self.plans,
+            self.chunks,
+            self.rows_per_tile,
+            self.cols_per_thread,
+            counts,
+            nnz,
+            input_nnz,
+            monitor=self.monitor,
+            monitor_every=self.monitor_every,
+            device=self.device,
+            run_id=run_id,
             launch_seconds=batch.layer_seconds,
-            tile_layers=batch.tile_layers.get(), resident_blocks_per_sm=self._grid() // self.sm_count,
+            tile_layers=batch.tile_layers.get(),
+            resident_blocks_per_sm=self._grid() // self.sm_count,
         )
 
 
@@ -222,7 +254,9 @@ class DeviceBatch:
             self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
         except cp.cuda.memory.OutOfMemoryError:
             need = 2 * capacity * n * 4
-            raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
+            raise DeviceMemoryError(
+                f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
+            ) from None
         for buffer in self.buffers:
             buffer.values.fill(np.nan)
             buffer.ids.fill(-1)

@@ -41,7 +41,7 @@ from spartan_py.resources import kernel_source
 from spartan_py.trace import TraceRecord
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _merged_kernels(device_id: int):
     """Compile kernels/gc_merged.cu once per device: ({R: gc_merged<R>}, scatter, expand)."""
     import cupy
@@ -106,12 +106,20 @@ class GpuMergedEngine(GpuEngineBase):
         self.use_graph = use_graph
         # masks only where a tile's one-byte counts fit the stage, which holds them (else lookups)
         counts_fit = max(self.rows_per_tile, self.first_rows) * (network.neurons // 32) <= 4 * self.stage_words
-        masks = [monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None for m in self.merged.layers]
+        masks = [
+            monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None
+            for m in self.merged.layers
+        ]
         layers = [
-            {"index": m.plan.index.astype(np.int32), "weight": None if m.plan.uniform is not None else m.plan.weight,
-             "sizes": m.sizes, "groups": m.groups, "masks": mask}
+            {
+                "index": m.plan.index.astype(np.int32),
+                "weight": None if m.plan.uniform is not None else m.plan.weight,
+                "sizes": m.sizes,
+                "groups": m.groups,
+                "masks": mask,
+            }
             for m, mask in zip(self.merged.layers, masks)
-        ]  # fmt: skip
+        ]
         self.weights = LayerStore(cp, layers, self.chunks, weight_budget_bytes)
         if self.weights.streamed:
             self.use_graph = False  # the copy stream's work is not captured
@@ -134,11 +142,11 @@ class GpuMergedEngine(GpuEngineBase):
         by_smem = self._sm_shared_bytes // (shared + int(kernel.shared_size_bytes) + 1024)
         return self.sm_count * max(1, min(by_regs, by_smem, 2048 // THREADS))
 
-    def upload(self, inputs: sp.csr_matrix) -> "MergedBatch":
+    def upload(self, inputs: sp.csr_matrix) -> MergedBatch:
         """Put a batch of input rows and its work buffers on the device (not timed)."""
         return MergedBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
 
-    def _launch_layers(self, batch: "MergedBatch", events=None) -> None:
+    def _launch_layers(self, batch: MergedBatch, events=None) -> None:
         cp = self.cp
         network = self.network
         batch.counts[1:].fill(0)
@@ -148,8 +156,18 @@ class GpuMergedEngine(GpuEngineBase):
             events[0].record()  # the first launch's time includes the scatter below
         if batch.dense is not None:  # inputs too wide for a shared-memory tile
             batch.dense.fill(0)
-            self._scatter((self.sm_count * 8,), (256,), (batch.csr_ptr, batch.csr_idx, batch.csr_val, np.int32(batch.rows),
-                                                          np.int32(network.neurons), batch.dense))  # fmt: skip
+            self._scatter(
+                (self.sm_count * 8,),
+                (256,),
+                (
+                    batch.csr_ptr,
+                    batch.csr_idx,
+                    batch.csr_val,
+                    np.int32(batch.rows),
+                    np.int32(network.neurons),
+                    batch.dense,
+                ),
+            )
         pointers = self.weights.pointers
         for chunk in self.weights.launches(cp.cuda.get_current_stream()):
             if events is not None and chunk:
@@ -160,23 +178,53 @@ class GpuMergedEngine(GpuEngineBase):
             kernel, shared = (self.first_kernel, self.first_shared_bytes) if first else (self.kernel, self.shared_bytes)
             monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
             args = (
-                *((batch.csr_ptr, batch.csr_idx, batch.csr_val) if first else (NULL_POINTER, NULL_POINTER, NULL_POINTER)),
+                *(
+                    (batch.csr_ptr, batch.csr_idx, batch.csr_val)
+                    if first
+                    else (NULL_POINTER, NULL_POINTER, NULL_POINTER)
+                ),
                 batch.dense if first and batch.dense is not None else NULL_POINTER,
-                src.values, src.ids, dst.values, dst.ids,
-                pointers["index"], pointers["weight"], self._tables["uniform"], self._tables["k"], self._tables["width"],
-                pointers["sizes"], pointers["groups"],
-                batch.counts, batch.nnz_counts, np.int32(start), np.int32(length),
+                src.values,
+                src.ids,
+                dst.values,
+                dst.ids,
+                pointers["index"],
+                pointers["weight"],
+                self._tables["uniform"],
+                self._tables["k"],
+                self._tables["width"],
+                pointers["sizes"],
+                pointers["groups"],
+                batch.counts,
+                batch.nnz_counts,
+                np.int32(start),
+                np.int32(length),
                 *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
-                batch.tile_layers, pointers["masks"], self._tables["levels"],
-                np.int32(network.neurons), np.int32(self.stride), np.int32(self.stage_words),
-                np.float32(network.bias), np.float32(network.clamp),
-            )  # fmt: skip
+                batch.tile_layers,
+                pointers["masks"],
+                self._tables["levels"],
+                np.int32(network.neurons),
+                np.int32(self.stride),
+                np.int32(self.stage_words),
+                np.float32(network.bias),
+                np.float32(network.clamp),
+            )
             kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()
-        self._expand((self.sm_count * 8,), (256,), (final.values, np.int32(self.stride), self._last_groups,
-                                                     np.int32(network.neurons), batch.counts[network.layers:], batch.expanded))  # fmt: skip
+        self._expand(
+            (self.sm_count * 8,),
+            (256,),
+            (
+                final.values,
+                np.int32(self.stride),
+                self._last_groups,
+                np.int32(network.neurons),
+                batch.counts[network.layers :],
+                batch.expanded,
+            ),
+        )
         if events is not None:
             events[-1].record()
 
@@ -188,11 +236,24 @@ class GpuMergedEngine(GpuEngineBase):
     def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
         """The trace of one batch (see :func:`merged_launch_records`)."""
         return merged_launch_records(
-            self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
-            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
-            launch_seconds=batch.layer_seconds, tile_layers=batch.tile_layers.get(), threads=THREADS,
-            first_from_tile=self.first_from_tile, streamed=self.weights.streamed, stage_bytes=4 * self.stage_words,
-        )  # fmt: skip
+            self.merged,
+            self.chunks,
+            self.rows_per_tile,
+            self.first_rows,
+            counts,
+            nnz,
+            input_nnz,
+            monitor=self.monitor,
+            monitor_every=self.monitor_every,
+            device=self.device,
+            run_id=run_id,
+            launch_seconds=batch.layer_seconds,
+            tile_layers=batch.tile_layers.get(),
+            threads=THREADS,
+            first_from_tile=self.first_from_tile,
+            streamed=self.weights.streamed,
+            stage_bytes=4 * self.stage_words,
+        )
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when
@@ -217,7 +278,8 @@ class MergedBatch:
             self.upload_seconds = upload.seconds
             self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
             self.buffers = [
-                Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
+                Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32))
+                for _ in range(2)
             ]
             self.expanded = cp.empty(capacity * n, dtype=cp.float32)
             self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
@@ -227,7 +289,9 @@ class MergedBatch:
             self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
         except cp.cuda.memory.OutOfMemoryError:
             need = capacity * (2 * engine.stride + n + (0 if engine.first_from_tile else n)) * 4
-            raise DeviceMemoryError(f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU") from None
+            raise DeviceMemoryError(
+                f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
+            ) from None
         for buffer in self.buffers:
             buffer.values.fill(np.nan)
             buffer.ids.fill(-1)

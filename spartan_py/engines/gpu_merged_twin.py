@@ -29,7 +29,9 @@ from spartan_py.graph_challenge.network import Network
 
 
 @numba.njit(parallel=True, fastmath={"contract"}, cache=True)
-def twin_merged_layer(rows, index, weight, uniform, use_uniform, sizes, bias, clamp, row_nnz):  # pragma: no cover - compiled
+def twin_merged_layer(
+    rows, index, weight, uniform, use_uniform, sizes, bias, clamp, row_nnz
+):  # pragma: no cover - compiled
     """One merged layer: ``rows`` (live x width_in) -> (live x width); ``row_nnz`` gets each
     row's non-zeros in original columns."""
     count, width_in = rows.shape
@@ -75,8 +77,14 @@ class GpuMergedTwinEngine(TwinEngine):
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
-        super().__init__(network, monitor=monitor, monitor_every=monitor_every, max_batch_rows=max_batch_rows,
-                         compact_every=compact_every, device=f"cpu twin of gpu.gc_merged ({device_name})")  # fmt: skip
+        super().__init__(
+            network,
+            monitor=monitor,
+            monitor_every=monitor_every,
+            max_batch_rows=max_batch_rows,
+            compact_every=compact_every,
+            device=f"cpu twin of gpu.gc_merged ({device_name})",
+        )
         self.merged = merge_network(network)
         self.stage_bytes = 4 * stage_words(self.merged)
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
@@ -87,8 +95,9 @@ class GpuMergedTwinEngine(TwinEngine):
         merged = self.merged.layers[layer]
         plan = merged.plan
         uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
-        return twin_merged_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias,
-                                 clamp, row_nnz)  # fmt: skip
+        return twin_merged_layer(
+            rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias, clamp, row_nnz
+        )
 
     def _tile_rows(self, launch_start):
         return self.first_rows if launch_start == 0 else self.rows_per_tile
@@ -98,8 +107,19 @@ class GpuMergedTwinEngine(TwinEngine):
 
     def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id):
         return merged_launch_records(
-            self.merged, self.chunks, self.rows_per_tile, self.first_rows, counts, nnz, input_nnz,
-            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
-            tile_layers=tile_layers, threads=MERGED_THREADS, first_from_tile=self.first_from_tile,
+            self.merged,
+            self.chunks,
+            self.rows_per_tile,
+            self.first_rows,
+            counts,
+            nnz,
+            input_nnz,
+            monitor=self.monitor,
+            monitor_every=self.monitor_every,
+            device=self.device,
+            run_id=run_id,
+            tile_layers=tile_layers,
+            threads=MERGED_THREADS,
+            first_from_tile=self.first_from_tile,
             stage_bytes=self.stage_bytes,
-        )  # fmt: skip
+        )

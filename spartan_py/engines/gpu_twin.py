@@ -86,14 +86,22 @@ class GpuTwinEngine(TwinEngine):
     ):
         if network.neurons not in ROWS_PER_TILE:
             sizes = ", ".join(str(n) for n in ROWS_PER_TILE)
-            raise BackendUnavailableError(f"the gpu kernel (and its twin) handles {sizes} neurons, not {network.neurons}")
+            raise BackendUnavailableError(
+                f"the gpu kernel (and its twin) handles {sizes} neurons, not {network.neurons}"
+            )
         if threads not in THREAD_CHOICES:
             raise BackendUnavailableError(f"threads must be one of {THREAD_CHOICES}, not {threads}")
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             compact_every = 1  # as on the GPU: the pass needs every layer's output in memory
-        super().__init__(network, monitor=monitor, monitor_every=monitor_every, max_batch_rows=max_batch_rows,
-                         compact_every=compact_every, device=f"cpu twin of gpu.gc_layer ({device_name})")  # fmt: skip
+        super().__init__(
+            network,
+            monitor=monitor,
+            monitor_every=monitor_every,
+            max_batch_rows=max_batch_rows,
+            compact_every=compact_every,
+            device=f"cpu twin of gpu.gc_layer ({device_name})",
+        )
         self.cols_per_thread = network.neurons // threads
         self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
         self.plans = [plan_layer(w) for w in network.weights]
@@ -109,7 +117,16 @@ class GpuTwinEngine(TwinEngine):
 
     def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id):
         return launch_records(
-            self.plans, self.chunks, self.rows_per_tile, self.cols_per_thread, counts, nnz, input_nnz,
-            monitor=self.monitor, monitor_every=self.monitor_every, device=self.device, run_id=run_id,
+            self.plans,
+            self.chunks,
+            self.rows_per_tile,
+            self.cols_per_thread,
+            counts,
+            nnz,
+            input_nnz,
+            monitor=self.monitor,
+            monitor_every=self.monitor_every,
+            device=self.device,
+            run_id=run_id,
             tile_layers=tile_layers,
-        )  # fmt: skip
+        )

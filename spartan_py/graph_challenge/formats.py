@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -47,16 +47,12 @@ def _diagnose_triples(path: Path) -> InputError:
     for number, text in _data_lines(path):
         fields = text.split()
         if len(fields) != 3:
-            return InputError(
-                f"found {len(fields)} field(s) {text[:60]!r}; {TRIPLE_HINT}", path=path, line=number
-            )
+            return InputError(f"found {len(fields)} field(s) {text[:60]!r}; {TRIPLE_HINT}", path=path, line=number)
         for name, field in zip(("row", "col"), fields[:2]):
             try:
                 index = int(field)
             except ValueError:
-                return InputError(
-                    f"{name} index {field!r} is not an integer; {TRIPLE_HINT}", path=path, line=number
-                )
+                return InputError(f"{name} index {field!r} is not an integer; {TRIPLE_HINT}", path=path, line=number)
             if index < 1:
                 return InputError(f"{name} index {index} is below 1; indices are 1-based", path=path, line=number)
         try:

@@ -59,23 +59,23 @@ class GeneratedLayers(Sequence):
 
     def __init__(self, neurons: int, layers: int, seed: int, cache_layers: int = 256):
         self.neurons = _check_neurons(neurons)
-        self.count = layers
+        self.layer_count = layers
         self.seed = seed
         self._period = int(math.log2(neurons // BLOCKS))
         self._build = lru_cache(maxsize=cache_layers)(self._make)
 
     def __len__(self) -> int:
-        return self.count
+        return self.layer_count
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(self.count)
+            start, stop, step = index.indices(self.layer_count)
             if start == 0 and step == 1:  # a prefix stays lazy
                 return GeneratedLayers(self.neurons, max(stop, 0), self.seed)
             return [self[i] for i in range(start, stop, step)]
         if index < 0:
-            index += self.count
-        if not 0 <= index < self.count:
+            index += self.layer_count
+        if not 0 <= index < self.layer_count:
             raise IndexError(index)
         return self._build(index)
 
@@ -94,7 +94,9 @@ class GeneratedLayers(Sequence):
         block = self.neurons // BLOCKS
         lane = relabel_inputs % block
         starts = np.arange(BLOCKS) * block
-        old = np.concatenate([starts[None, :] + lane[:, None], starts[None, :] + ((lane - shift) % block)[:, None]], axis=1)
+        old = np.concatenate(
+            [starts[None, :] + lane[:, None], starts[None, :] + ((lane - shift) % block)[:, None]], axis=1
+        )
         columns = np.sort(new_label[old], axis=1).astype(np.int32)
         indptr = np.arange(0, columns.size + 1, 2 * BLOCKS, dtype=np.int32)
         data = np.full(columns.size, WEIGHT, dtype=np.float32)
@@ -107,7 +109,7 @@ def generate_network(neurons: int, layers: int, seed: int = 0) -> Network:
         raise InputError(f"layers must be at least 1, got {layers}")
     return Network(
         neurons=neurons,
-        weights=GeneratedLayers(neurons, layers, seed),
+        weights=GeneratedLayers(neurons, layers, seed),  # type: ignore[arg-type]  # a lazy sequence of them
         bias=OFFICIAL_BIAS[_check_neurons(neurons)],
         clamp=OFFICIAL_CLAMP,
         source=f"generated:{neurons}:{seed}",

@@ -73,7 +73,7 @@ class Network:
         """Total number of weights (non-zeros) over all layers."""
         return int(sum(matrix.nnz for matrix in self.weights))
 
-    def truncated(self, layers: int) -> "Network":
+    def truncated(self, layers: int) -> Network:
         """The first ``layers`` layers of this network."""
         if not 1 <= layers <= self.layers:
             raise InputError(f"asked for {layers} layers; the network {self.source} has {self.layers}")

@@ -85,10 +85,19 @@ def model_error(predicted: pd.DataFrame) -> bytes | None:
     by = "label" if frame["label"].nunique() <= 8 else "kernel"  # one colour per point while that stays legible
     for label, rows in frame.groupby(by):
         axes.scatter(rows["measured_us"], rows["predicted_us"], s=10, label=label)
-    low, high = frame[["measured_us", "predicted_us"]].min().min() * 0.8, frame[["measured_us", "predicted_us"]].max().max() * 1.25
+    low, high = (
+        frame[["measured_us", "predicted_us"]].min().min() * 0.8,
+        frame[["measured_us", "predicted_us"]].max().max() * 1.25,
+    )
     axes.plot([low, high], [low, high], "k-", lw=0.8)
     axes.fill_between([low, high], [low * 0.85, high * 0.85], [low * 1.15, high * 1.15], color="grey", alpha=0.2)
-    axes.set(xscale="log", yscale="log", xlabel="measured µs", ylabel="predicted µs", title="cost model vs measurement (±15%)")
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel="measured µs",
+        ylabel="predicted µs",
+        title="cost model vs measurement (±15%)",
+    )
     axes.legend(fontsize=7)
     return _png(figure)
 
@@ -151,8 +160,13 @@ def tile_sweep(layers: pd.DataFrame) -> bytes | None:
     util = layers.groupby("map_density")[[f"utilization_{s}" for s in sizes]].mean()
     for density, values in util.iterrows():
         util_axes.plot(sizes, values.to_numpy(), "o-", label=f"maps {density:g} dense")
-    util_axes.set(xscale="log", xlabel="square tile size", ylabel="useful / executed MACs (mean over layers)",
-                  title="tile utilization", ylim=(0, 1.05))  # fmt: skip
+    util_axes.set(
+        xscale="log",
+        xlabel="square tile size",
+        ylabel="useful / executed MACs (mean over layers)",
+        title="tile utilization",
+        ylim=(0, 1.05),
+    )
     util_axes.set_xticks(sizes, [str(s) for s in sizes])
     util_axes.xaxis.set_minor_formatter(NullFormatter())
     util_axes.legend(fontsize=7)

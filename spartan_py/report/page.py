@@ -83,9 +83,16 @@ def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
             if mode in g:
                 extra = g[mode] - g["off"]
                 fused_extra = g["fused"] - g["off"] if "fused" in g else float("nan")
-                rows.append({"group": g["label"], "mode": mode, "seconds": g[mode], "off_seconds": g["off"],
-                             "overhead_pct": 100 * extra / g["off"],
-                             "times_fused_overhead": extra / fused_extra if fused_extra > 0 else float("nan")})  # fmt: skip
+                rows.append(
+                    {
+                        "group": g["label"],
+                        "mode": mode,
+                        "seconds": g[mode],
+                        "off_seconds": g["off"],
+                        "overhead_pct": 100 * extra / g["off"],
+                        "times_fused_overhead": extra / fused_extra if fused_extra > 0 else float("nan"),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -95,7 +102,9 @@ def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
     tiled = traces[(traces["kernel"] == GC_LAYER) & (traces["executed_macs"] > 0)]
     if tiled.empty:
         return pd.DataFrame()
-    workloads = {p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if is_graph_challenge(p)}
+    workloads = {
+        p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if is_graph_challenge(p)
+    }
     tiled = tiled.assign(workload=tiled["point"].map(workloads))
     grouped = tiled.groupby(["workload", "block_rows"])[["useful_macs", "executed_macs"]].sum().reset_index()
     grouped["utilization"] = grouped["useful_macs"] / grouped["executed_macs"]
@@ -103,9 +112,27 @@ def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
 
 
 #: The dense-layer table's columns shown in the report (the CSV has them all).
-DENSE_LAYER_COLUMNS = ["label", "layer", "timed_on", "M", "K", "N", "tile", "density", "tile_density", "utilization",
-                       "monitor", "monitor_us", "dense_us", "tile_sparse_us", "tile_list_us", "speedup_tile_sparse",
-                       "kernel", "chosen_us", "speedup_chosen"]  # fmt: skip
+DENSE_LAYER_COLUMNS = [
+    "label",
+    "layer",
+    "timed_on",
+    "M",
+    "K",
+    "N",
+    "tile",
+    "density",
+    "tile_density",
+    "utilization",
+    "monitor",
+    "monitor_us",
+    "dense_us",
+    "tile_sparse_us",
+    "tile_list_us",
+    "speedup_tile_sparse",
+    "kernel",
+    "chosen_us",
+    "speedup_chosen",
+]
 
 
 def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list, dict]:
@@ -129,8 +156,11 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     blind_frame = tables.pop("blind_predicted").assign(label=lambda f: f["kernel"])
     a, b = machine_of(there).name, machine_of(here).name
     sections = [
-        (f"Cost model per family: {a} held out, {b} blind (predicted before it was measured), {b} with the model now",
-         tables["families"]),
+        (
+            f"Cost model per family: {a} held out, {b} blind (predicted before it was measured), "
+            f"{b} with the model now",
+            tables["families"],
+        ),
         (f"Whole runs: model error on {a} and on {b} (percent)", tables["whole_runs"]),
         (f"Speed-up {a} -> {b} per family: measured and predicted", tables["speedups"]),
         (f"Reverse: fitted on {b}, carried over to predict {a}", tables["reverse_families"]),
@@ -140,8 +170,9 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     return sections, pictures
 
 
-def write_report(out: str | Path, *, against: str | Path | None = None,
-                 predictions: str | Path | None = None) -> tuple[Path, Path]:
+def write_report(
+    out: str | Path, *, against: str | Path | None = None, predictions: str | Path | None = None
+) -> tuple[Path, Path]:
     """Write ``report.html`` (figures embedded) and ``report.md`` (+ PNG files) into ``out``.
 
     ``against``: the same experiment's run folder from the GPU the cost model was fitted
@@ -162,9 +193,12 @@ def write_report(out: str | Path, *, against: str | Path | None = None,
     utilization = _tile_utilization(traces, points)
     ok = [p for p in points if p["status"] == "ok"]
     proxy = any(
-        p["summary"]["neurons"] == 1024 and p["summary"]["layers"] == 120 and p["summary"]["rows"] == 60000
+        p["summary"]["neurons"] == 1024
+        and p["summary"]["layers"] == 120
+        and p["summary"]["rows"] == 60000
         and not p["config"]["workload"]["network"].startswith("generated:")
-        for p in ok if is_graph_challenge(p)
+        for p in ok
+        if is_graph_challenge(p)
     )  # the published runs used the official network and the proxy input
     pictures = {
         "live-rows.png": ("Live rows and density by layer", figures.live_rows_by_layer(results)),
@@ -173,8 +207,10 @@ def write_report(out: str | Path, *, against: str | Path | None = None,
         "model-error.png": ("Measured vs simulated time per launch", figures.model_error(model)),
         "monitor-overhead.png": ("Profiling overhead by monitor mode", figures.monitor_overhead(overhead)),
         "tile-utilization.png": ("Tile utilization", figures.tile_utilization(utilization)),
-        "tile-sweep.png": ("Dense-weight layers: speed-up and tile utilization against tile size and density",
-                           figures.tile_sweep(dense_layers)),
+        "tile-sweep.png": (
+            "Dense-weight layers: speed-up and tile utilization against tile size and density",
+            figures.tile_sweep(dense_layers),
+        ),
     }
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
     fidelity_sections: list = []
@@ -182,23 +218,37 @@ def write_report(out: str | Path, *, against: str | Path | None = None,
         fidelity_sections, fidelity_pictures = _fidelity(out, Path(against), Path(predictions) if predictions else None)
         pictures |= fidelity_pictures
     for name, (_, png) in pictures.items():
+        assert png is not None
         atomic_write_bytes(out / name, png)
-    summary = pd.DataFrame([{
-        "point": p["id"], "label": p["label"], "status": p["status"],
-        "backend": p["summary"]["backend"] if p["status"] == "ok" else "",
-        "device": p["summary"]["device"] if p["status"] == "ok" else "",
-        "simulated": p["summary"]["simulated"] if p["status"] == "ok" else "",
-        "categories": p["summary"].get("categories", "") if p["status"] == "ok" else "",
-        "passed": p["summary"].get("passed", "") if p["status"] == "ok" else "",
-        "seconds": p["summary"]["seconds"] if p["status"] == "ok" else float("nan"),
-        "edges_per_second": p["summary"].get("edges_per_second", float("nan")) if p["status"] == "ok" else float("nan"),
-        "error": p.get("error") or "",
-    } for p in points])  # fmt: skip
+    summary = pd.DataFrame(
+        [
+            {
+                "point": p["id"],
+                "label": p["label"],
+                "status": p["status"],
+                "backend": p["summary"]["backend"] if p["status"] == "ok" else "",
+                "device": p["summary"]["device"] if p["status"] == "ok" else "",
+                "simulated": p["summary"]["simulated"] if p["status"] == "ok" else "",
+                "categories": p["summary"].get("categories", "") if p["status"] == "ok" else "",
+                "passed": p["summary"].get("passed", "") if p["status"] == "ok" else "",
+                "seconds": p["summary"]["seconds"] if p["status"] == "ok" else float("nan"),
+                "edges_per_second": p["summary"].get("edges_per_second", float("nan"))
+                if p["status"] == "ok"
+                else float("nan"),
+                "error": p.get("error") or "",
+            }
+            for p in points
+        ]
+    )
     empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all() and c != "error"]
     sections = [("Points", summary.drop(columns=empty))]
     if not simulated.empty:
-        sections.append(("What if (predicted seconds of the kernel launches)",
-                         simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "trust", "note"]]))  # fmt: skip
+        sections.append(
+            (
+                "What if (predicted seconds of the kernel launches)",
+                simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "trust", "note"]],
+            )
+        )
     if not model.empty:
         from spartan_py.costmodel.validation import kernel_error_table
 
@@ -209,27 +259,37 @@ def write_report(out: str | Path, *, against: str | Path | None = None,
     if not utilization.empty:
         sections.append(("Tile utilization", utilization))
     if not dense_layers.empty:
-        sections.append(("Dense-weight layers (times in µs; simulated points: the cost model of timed_on)",
-                         dense_layers[DENSE_LAYER_COLUMNS]))  # fmt: skip
+        sections.append(
+            (
+                "Dense-weight layers (times in µs; simulated points: the cost model of timed_on)",
+                dense_layers[DENSE_LAYER_COLUMNS],
+            )
+        )
     if proxy:
         sections.append(("Published runs (1024 x 120, 60000-row proxy)", pd.DataFrame(published_rates())))
     experiment = config["experiment"]
     title = f"spartan_py report: {experiment['name']}"
-    intro = (f"{experiment.get('description') or ''} {len(points)} points ({len(ok)} ok). "
-             f"Environment: Python {environment.get('python')}, commit {environment.get('commit')}, "
-             f"CuPy {environment.get('cupy')}. Simulated figures come from the cost model (sim/README.md), not a clock.")  # fmt: skip
+    intro = (
+        f"{experiment.get('description') or ''} {len(points)} points ({len(ok)} ok). "
+        f"Environment: Python {environment.get('python')}, commit {environment.get('commit')}, "
+        f"CuPy {environment.get('cupy')}. Simulated figures come from the cost model (sim/README.md), not a clock."
+    )
     markdown = [f"# {title}\n", intro + "\n"]
-    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
-            "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>"]  # fmt: skip
+    page = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
+        "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
+    ]
     for heading, frame in sections:
         markdown.append(f"## {heading}\n\n{markdown_table(frame)}")
         page.append(f"<h2>{html.escape(heading)}</h2>{html_table(frame)}")
     for name, (heading, png) in pictures.items():
         markdown.append(f"## {heading}\n\n![{heading}]({name})\n")
-        encoded = base64.b64encode(png).decode()
-        page.append(f"<h2>{html.escape(heading)}</h2><img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>")
+        encoded = base64.b64encode(png or b"").decode()
+        page.append(
+            f"<h2>{html.escape(heading)}</h2><img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>"
+        )
     page.append("</body></html>")
     html_path = atomic_write_bytes(out / "report.html", "\n".join(page).encode())
     md_path = atomic_write_bytes(out / "report.md", "\n".join(markdown).encode())

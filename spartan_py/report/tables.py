@@ -28,6 +28,7 @@ def html_table(frame: pd.DataFrame) -> str:
         return "<p>(none)</p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>" for row in frame.itertuples(index=False)
+        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"

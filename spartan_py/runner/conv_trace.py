@@ -2,7 +2,8 @@
 
 The cost model is calibrated and validated on single launches, so this times each launch
 of each candidate on its own (CUDA events, warm-up, L2 flush; the median of ``repeats``)
-and attaches the time to that launch's trace record (the smaller of two such medians): the dense cuBLAS GEMM, the tile list
+and attaches the time to that launch's trace record (the smaller of two such medians): the
+dense cuBLAS GEMM, the tile list
 and the tile-sparse GEMM, the row compaction's gather, GEMM and expansion, the CSR
 conversion and cuSPARSE SpMM (FP32 only), and the epilogue without the monitor, with the
 fused monitor, and the software monitor's separate counting pass.
@@ -37,8 +38,14 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     n = w.shape[1]
     precision = policy.precision
     nnz, active, live = policy.profile_counts(counted)
-    common = dict(nnz=nnz, tiles_active=active, live_rows=live, tile=policy.tile, precision=precision,
-                  resident_blocks=policy.resident_blocks(n))
+    common = dict(
+        nnz=nnz,
+        tiles_active=active,
+        live_rows=live,
+        tile=policy.tile,
+        precision=precision,
+        resident_blocks=policy.resident_blocks(n),
+    )
     out = cp.empty((m, n), dtype=cp.float32)
     records: list[TraceRecord] = []
 
@@ -76,14 +83,37 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     out_bytes = 4 * m * n
     tiles_out = int(np.prod(policy.tile.grid((m, n))))
     monitor_bytes = 4 * tiles_out + 4 * m
-    base = TraceRecord(run="", layer=0, kernel=EPILOGUE, rows_in=m, rows_out=m, cols=n, bytes_read=out_bytes,
-                       bytes_written=out_bytes, device="policy")
+    base = TraceRecord(
+        run="",
+        layer=0,
+        kernel=EPILOGUE,
+        rows_in=m,
+        rows_out=m,
+        cols=n,
+        bytes_read=out_bytes,
+        bytes_written=out_bytes,
+        device="policy",
+    )
     plain = SparsityMonitor(tile=policy.tile, mode="off", timed=False)
     fused = SparsityMonitor(tile=policy.tile, mode="fused", timed=False)
     timed(replace(base, variant="plain", monitor_mode="off"), lambda: plain.epilogue(z, out=y))
-    timed(replace(base, variant="fused", monitor_mode="fused", bytes_written=out_bytes + monitor_bytes,
-                  monitor_bytes=monitor_bytes), lambda: fused.epilogue(z, out=y))
-    count_pass = replace(base, kernel=MONITOR_PASS, variant="count", monitor_mode="software", bytes_written=monitor_bytes,
-                         monitor_bytes=monitor_bytes)
+    timed(
+        replace(
+            base,
+            variant="fused",
+            monitor_mode="fused",
+            bytes_written=out_bytes + monitor_bytes,
+            monitor_bytes=monitor_bytes,
+        ),
+        lambda: fused.epilogue(z, out=y),
+    )
+    count_pass = replace(
+        base,
+        kernel=MONITOR_PASS,
+        variant="count",
+        monitor_mode="software",
+        bytes_written=monitor_bytes,
+        monitor_bytes=monitor_bytes,
+    )
     timed(count_pass, lambda: software_pass(y, policy.tile, timed=False))
     return records

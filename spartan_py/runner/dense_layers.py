@@ -94,8 +94,17 @@ def _records(kernel: str, m: int, k: int, n: int, counts: tuple[int, int, int], 
     from spartan_py.sparsity.policy import candidate_records
 
     nnz, tiles_active, live = counts
-    return candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live, tile=policy.tile,
-                             precision=policy.precision)  # fmt: skip
+    return candidate_records(
+        kernel,
+        m,
+        k,
+        n,
+        nnz=nnz,
+        tiles_active=tiles_active,
+        live_rows=live,
+        tile=policy.tile,
+        precision=policy.precision,
+    )
 
 
 def _predict_us(records: list[TraceRecord], machine: str) -> float:
@@ -134,11 +143,24 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
     chosen = policy.run(decision, a, w, profile)
     chosen_rel_diff = float(xp.abs(chosen - reference).max()) / scale
-    row = {"layer": label, "M": m, "K": k_true, "K_padded": k, "N": n, "tile": f"{tile.rows}x{tile.cols}",
-           "tile_rows": tile.rows, "tile_cols": tile.cols, "density": nnz / (m * k),
-           "tile_density": tiles_active / max(np.prod(tile.grid((m, k))), 1), "live_row_fraction": live / m,
-           "utilization": tile_utilization(a, tile), "kernel": decision.kernel, "reason": decision.reason,
-           "tile_sparse_max_rel_diff": max_rel_diff, "chosen_max_rel_diff": chosen_rel_diff}  # fmt: skip
+    row = {
+        "layer": label,
+        "M": m,
+        "K": k_true,
+        "K_padded": k,
+        "N": n,
+        "tile": f"{tile.rows}x{tile.cols}",
+        "tile_rows": tile.rows,
+        "tile_cols": tile.cols,
+        "density": nnz / (m * k),
+        "tile_density": tiles_active / max(np.prod(tile.grid((m, k))), 1),
+        "live_row_fraction": live / m,
+        "utilization": tile_utilization(a, tile),
+        "kernel": decision.kernel,
+        "reason": decision.reason,
+        "tile_sparse_max_rel_diff": max_rel_diff,
+        "chosen_max_rel_diff": chosen_rel_diff,
+    }
     for size in UTILIZATION_TILES:
         counts_at_size = tile_counts(a, size)
         row[f"utilization_{size}"] = counts_utilization(counts_at_size, size)
@@ -148,9 +170,13 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     tile_records = _records("tile_sparse", m, k, n, counts, policy)
     if clock is None:  # simulated: the cost model's times on machines[0]
         machine = config.machines[0]
-        row |= {"dense_us": _predict_us(dense_records, machine), "tile_sparse_us": _predict_us(tile_records[1:], machine),
-                "tile_list_us": _predict_us(tile_records[:1], machine), "chosen_us": _predict_us(chosen_records, machine),
-                "monitor_us": float("nan")}  # fmt: skip
+        row |= {
+            "dense_us": _predict_us(dense_records, machine),
+            "tile_sparse_us": _predict_us(tile_records[1:], machine),
+            "tile_list_us": _predict_us(tile_records[:1], machine),
+            "chosen_us": _predict_us(chosen_records, machine),
+            "monitor_us": float("nan"),
+        }
     else:
         row["dense_us"] = clock(lambda: dense_matmul(a, w, precision=policy.precision, out=c))
         row["tile_sparse_us"] = clock(lambda: tile_sparse_matmul(a, w, tiles, precision=policy.precision, out=c))
@@ -183,14 +209,22 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     started = time.perf_counter()
     trace_device = f"simulated:{machine}" if simulated else ("cpu" if xp is np else device)
     rows, trace = [], []
-    for number, label in enumerate(config.workload.layers, start=1):
+    layers = config.workload.layers
+    assert isinstance(layers, list)  # a conv_layers workload: layer names
+    for number, label in enumerate(layers, start=1):
         row, records = run_layer(label, config, xp, clock, policy)
         rows.append(row)
         trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
-    summary = {"workload": "conv_layers", "backend": "gpu" if xp is not np else "cpu", "device": device,
-               "simulated": simulated, "timed_on": machine if simulated else device,
-               "seconds": sum(r["chosen_us"] for r in rows) * 1e-6,
-               "dense_seconds": sum(r["dense_us"] for r in rows) * 1e-6,
-               "tile_sparse_seconds": sum(r["tile_sparse_us"] + r["tile_list_us"] for r in rows) * 1e-6,
-               "layers": rows, "wall_seconds": time.perf_counter() - started}  # fmt: skip
+    summary = {
+        "workload": "conv_layers",
+        "backend": "gpu" if xp is not np else "cpu",
+        "device": device,
+        "simulated": simulated,
+        "timed_on": machine if simulated else device,
+        "seconds": sum(r["chosen_us"] for r in rows) * 1e-6,
+        "dense_seconds": sum(r["dense_us"] for r in rows) * 1e-6,
+        "tile_sparse_seconds": sum(r["tile_sparse_us"] + r["tile_list_us"] for r in rows) * 1e-6,
+        "layers": rows,
+        "wall_seconds": time.perf_counter() - started,
+    }
     return summary, trace

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def _simulate(trace, machines: list[str]) -> dict:
     from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
 
     frame = to_frame(trace)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in machines:
         machine, variant = resolve_machine(name)
         try:
@@ -51,12 +52,26 @@ def _record(point: Point, summary: dict, seconds: list[float], trace) -> tuple[d
     """A finished point's result record and its trace, replayed on ``machines``."""
     config = point.experiment
     has_gpu_kernels = any(r.kernel in FAMILIES for r in trace)
-    machines = _simulate(trace, config.machines) if has_gpu_kernels else {
-        name: {"seconds": None, "note": f"backend {summary['backend']} records no GPU kernels to replay"} for name in config.machines
-    }  # fmt: skip
-    return {"id": point.id, "label": point.label, "values": point.values, "config": config.model_dump(mode="json"),
-            "status": "ok", "error": None, "summary": summary, "repeat_seconds": seconds,
-            "trace": f"{point.id}.trace.csv", "machines": machines}, trace  # fmt: skip
+    machines = (
+        _simulate(trace, config.machines)
+        if has_gpu_kernels
+        else {
+            name: {"seconds": None, "note": f"backend {summary['backend']} records no GPU kernels to replay"}
+            for name in config.machines
+        }
+    )
+    return {
+        "id": point.id,
+        "label": point.label,
+        "values": point.values,
+        "config": config.model_dump(mode="json"),
+        "status": "ok",
+        "error": None,
+        "summary": summary,
+        "repeat_seconds": seconds,
+        "trace": f"{point.id}.trace.csv",
+        "machines": machines,
+    }, trace
 
 
 def run_point(point: Point) -> tuple[dict, list]:
@@ -74,7 +89,7 @@ def run_point(point: Point) -> tuple[dict, list]:
     network = cached_network(workload.network, workload.layers)
     inputs = cached_inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
-    options = {}
+    options: dict[str, Any] = {}
     # auto is the rows kernel here (the one the cost model is calibrated for); gpu-merged is named
     backend = resolve_backend(config.backend) if config.mode == "measured" else config.backend
     if engine_class("gpu" if backend == "auto" else backend).takes_kernel_options:
@@ -83,14 +98,35 @@ def run_point(point: Point) -> tuple[dict, list]:
         if config.rows_per_tile:
             options["rows_per_tile"] = config.rows_per_tile
     machine = config.machines[0] if config.mode == "simulated" else None
-    results = [infer(network, inputs, backend=backend, truth=workload.truth, load_seconds=load_seconds,
-                     mode=config.mode, machine=machine, run_id=point.id, **options)]  # fmt: skip
+    results = [
+        infer(
+            network,
+            inputs,
+            backend=backend,
+            truth=workload.truth,
+            load_seconds=load_seconds,
+            mode=config.mode,
+            machine=machine,
+            run_id=point.id,
+            **options,
+        )
+    ]
     engine = None
     for _ in range(config.repeats - 1):  # the same engine: prepared (planned, compiled, uploaded) once
         if engine is None:
             engine = make_engine(twin_backend(backend) if config.mode == "simulated" else backend, network, **options)
-        results.append(infer(network, inputs, truth=workload.truth, load_seconds=load_seconds, mode=config.mode,
-                             machine=machine, run_id=point.id, engine=engine))  # fmt: skip
+        results.append(
+            infer(
+                network,
+                inputs,
+                truth=workload.truth,
+                load_seconds=load_seconds,
+                mode=config.mode,
+                machine=machine,
+                run_id=point.id,
+                engine=engine,
+            )
+        )
     seconds = [r.seconds for r in results]
     last = results[-1]
     summary = last.summary()
@@ -114,9 +150,15 @@ def median_trace(traces: list[list]) -> list:
 
 
 def _failed(point: Point, exc: BaseException, tb: str) -> dict:
-    return {"id": point.id, "label": point.label, "values": point.values,
-            "config": point.experiment.model_dump(mode="json"), "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}", "traceback": tb}  # fmt: skip
+    return {
+        "id": point.id,
+        "label": point.label,
+        "values": point.values,
+        "config": point.experiment.model_dump(mode="json"),
+        "status": "failed",
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": tb,
+    }
 
 
 def run_point_task(point: Point) -> tuple[dict, list]:
@@ -167,9 +209,16 @@ def run_experiment(
     """
     out = Path(out)
     (out / "points").mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {"experiment": experiment.model_dump(mode="json"),
-                                     "points": [{"id": p.id, "label": p.label, "values": p.values} for p in points]})  # fmt: skip
-    write_json(out / "environment.json", environment() | {"executor": workers.description if workers else "this process"})
+    write_json(
+        out / "config.json",
+        {
+            "experiment": experiment.model_dump(mode="json"),
+            "points": [{"id": p.id, "label": p.label, "values": p.values} for p in points],
+        },
+    )
+    write_json(
+        out / "environment.json", environment() | {"executor": workers.description if workers else "this process"}
+    )
     ran = skipped = failed = 0
     todo = []
     for point in points:
@@ -180,7 +229,9 @@ def run_experiment(
                 on_point(point, stored, True)
         else:
             todo.append(point)
-    finished = _run_on(workers, todo, retries) if workers and workers.executor else ((p, *run_point_task(p)) for p in todo)
+    finished = (
+        _run_on(workers, todo, retries) if workers and workers.executor else ((p, *run_point_task(p)) for p in todo)
+    )
     for point, record, trace in finished:
         _store(out, record, trace)
         ran += 1

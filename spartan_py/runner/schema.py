@@ -96,12 +96,16 @@ class ConvLayersWorkload(_Frozen):
     """Convolution layers as im2col GEMMs (dense weights) over generated post-ReLU maps."""
 
     kind: Literal["conv_layers"]
-    layers: list[str] = Field(["alexnet/conv2", "vgg16/conv3_2", "resnet18/conv2_x"], min_length=1,
-                              description="network/layer names, or a network name for all its layers "
-                              "(alexnet, vgg16, resnet18)")  # fmt: skip
+    layers: list[str] = Field(
+        ["alexnet/conv2", "vgg16/conv3_2", "resnet18/conv2_x"],
+        min_length=1,
+        description="network/layer names, or a network name for all its layers (alexnet, vgg16, resnet18)",
+    )
     batch: PositiveInt = Field(8, description="images per layer (GEMM rows = batch x output pixels)")
     density: float = Field(0.3, gt=0, le=1, description="fraction of non-zero input activations")
-    cluster_px: float = Field(2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)")
+    cluster_px: float = Field(
+        2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)"
+    )
     seed: int = Field(0, description="seed of the maps and weights")
 
     def short_label(self) -> str:
@@ -136,7 +140,7 @@ def _workload_kind(value) -> str:
 Workload = Annotated[
     Annotated[GraphChallengeWorkload, Tag("graph_challenge")] | Annotated[ConvLayersWorkload, Tag("conv_layers")],
     Discriminator(_workload_kind),
-]  # fmt: skip
+]
 #: Location parts pydantic adds for the workload's tag; error messages leave them out.
 WORKLOAD_TAGS = ("graph_challenge", "conv_layers")
 
@@ -178,10 +182,14 @@ class ExecutorConfig(_Frozen):
     """Where the points run; results do not depend on it (``spartan run --cluster/--workers``
     override it). See :mod:`spartan_py.executors`."""
 
-    cluster: str | None = Field(None, description="local, local-cuda, or a Dask scheduler address "
-                                "(tcp://host:8786); none: this machine, without Dask")  # fmt: skip
-    workers: PositiveInt = Field(1, description="processes (no cluster, or local); 1 with no cluster runs the "
-                                 "points one by one in this process")  # fmt: skip
+    cluster: str | None = Field(
+        None,
+        description="local, local-cuda, or a Dask scheduler address "
+        "(tcp://host:8786); none: this machine, without Dask",
+    )
+    workers: PositiveInt = Field(
+        1, description="processes (no cluster, or local); 1 with no cluster runs the points one by one in this process"
+    )
 
     @field_validator("cluster")
     @classmethod
@@ -199,22 +207,31 @@ class Experiment(_Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="names the output folder")
     description: str = ""
     workload: Workload
-    backend: Backend = "auto"
+    backend: Backend = "auto"  # type: ignore[valid-type]
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
     )
     monitor: Literal["fused", "off", "sampled", "software"] = Field(
-        "fused", description="the gpu kernel's sparsity monitor (gpu, gpu-twin): fused in its epilogue, sampled "
-        "(fused on every 4th launch), software (a separate pass and host copy after every layer) or off")
-    rows_per_tile: PositiveInt | None = Field(None, description="gpu kernel tile height (gpu, gpu-twin; default per size)")
+        "fused",
+        description="the gpu kernel's sparsity monitor (gpu, gpu-twin): fused in its epilogue, sampled "
+        "(fused on every 4th launch), software (a separate pass and host copy after every layer) or off",
+    )
+    rows_per_tile: PositiveInt | None = Field(
+        None, description="gpu kernel tile height (gpu, gpu-twin; default per size)"
+    )
     compact_every: Literal["doubling"] | PositiveInt = Field(
-        "doubling", description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count")
+        "doubling",
+        description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count",
+    )
     tile: tuple[PositiveInt, PositiveInt] | None = Field(
-        None, description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
+        None,
+        description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
         "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns; tf32: 128 "
-        "rows); default: the GEMM's default for the precision (fp32 64 x 32, tf32 128 x 32)")
+        "rows); default: the GEMM's default for the precision (fp32 64 x 32, tf32 128 x 32)",
+    )
     policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
-        "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed")
+        "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed"
+    )
     precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
     trace: Literal["chosen", "all"] = Field(
         "chosen",
@@ -256,8 +273,10 @@ class Experiment(_Frozen):
         kind = _kind(info)
         owner = next(owner for owner, names in KIND_FIELDS.items() if info.field_name in names)
         if kind is not None and kind != owner:
-            raise ValueError(f"{info.field_name} is an option of {owner} workloads; a {kind} workload takes "
-                             f"{', '.join(KIND_FIELDS[kind])}")  # fmt: skip
+            raise ValueError(
+                f"{info.field_name} is an option of {owner} workloads; a {kind} workload takes "
+                f"{', '.join(KIND_FIELDS[kind])}"
+            )
         return value
 
     @field_validator("backend")
@@ -273,7 +292,9 @@ class Experiment(_Frozen):
             raise ValueError("mode: simulated needs at least one entry in `machines` (the first times the run)")
         if self.workload.kind == "conv_layers":
             if self.mode == "simulated" and self.backend == "gpu":
-                raise ValueError("mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu")
+                raise ValueError(
+                    "mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu"
+                )
         elif self.mode == "simulated":
             from spartan_py.engines import twin_backend
             from spartan_py.errors import InputError

@@ -53,8 +53,14 @@ def environment() -> dict:
     import numpy
     import scipy
 
-    info = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": numpy.__version__,
-            "scipy": scipy.__version__, "numba": numba.__version__, "pandas": pd.__version__}  # fmt: skip
+    info = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "numba": numba.__version__,
+        "pandas": pd.__version__,
+    }
     try:
         import cupy
 
@@ -65,7 +71,9 @@ def environment() -> dict:
     if not info["commit"]:
         try:
             root = Path(__file__).resolve().parents[2]
-            commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+            )
             info["commit"] = commit.stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
             info["commit"] = None
@@ -90,12 +98,26 @@ def results_table(points: list[dict]) -> pd.DataFrame:
             continue
         summary = point["summary"]
         for layer, (live, nnz) in enumerate(zip(summary["live_rows_by_layer"], summary["nonzeros_by_layer"]), start=1):
-            rows.append({"point": point["id"], "label": point["label"], "backend": summary["backend"],
-                         "device": summary["device"], "simulated": summary["simulated"], "neurons": summary["neurons"],
-                         "layers": summary["layers"], "rows": summary["rows"], "layer": layer, "live_rows": live,
-                         "nonzeros": nnz, "density": nnz / max(summary["rows"] * summary["neurons"], 1),
-                         "seconds": summary["seconds"], "edges_per_second": summary["edges_per_second"],
-                         "monitor": point["config"]["monitor"], "rows_per_tile": point["config"]["rows_per_tile"]})  # fmt: skip
+            rows.append(
+                {
+                    "point": point["id"],
+                    "label": point["label"],
+                    "backend": summary["backend"],
+                    "device": summary["device"],
+                    "simulated": summary["simulated"],
+                    "neurons": summary["neurons"],
+                    "layers": summary["layers"],
+                    "rows": summary["rows"],
+                    "layer": layer,
+                    "live_rows": live,
+                    "nonzeros": nnz,
+                    "density": nnz / max(summary["rows"] * summary["neurons"], 1),
+                    "seconds": summary["seconds"],
+                    "edges_per_second": summary["edges_per_second"],
+                    "monitor": point["config"]["monitor"],
+                    "rows_per_tile": point["config"]["rows_per_tile"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -108,10 +130,22 @@ def dense_layer_table(points: list[dict]) -> pd.DataFrame:
             continue
         summary, config = point["summary"], point["config"]
         for layer in summary["layers"]:
-            rows.append({"point": point["id"], "label": point["label"], "backend": summary["backend"],
-                         "device": summary["device"], "simulated": summary["simulated"], "timed_on": summary["timed_on"],
-                         "monitor": config["monitor"], "policy": config["policy"], "precision": config["precision"],
-                         "batch": config["workload"]["batch"], "map_density": config["workload"]["density"], **layer})  # fmt: skip
+            rows.append(
+                {
+                    "point": point["id"],
+                    "label": point["label"],
+                    "backend": summary["backend"],
+                    "device": summary["device"],
+                    "simulated": summary["simulated"],
+                    "timed_on": summary["timed_on"],
+                    "monitor": config["monitor"],
+                    "policy": config["policy"],
+                    "precision": config["precision"],
+                    "batch": config["workload"]["batch"],
+                    "map_density": config["workload"]["density"],
+                    **layer,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -132,11 +166,22 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
         if point["status"] != "ok":
             continue
         for machine, predicted in point.get("machines", {}).items():
-            rows.append({"point": point["id"], "label": point["label"], "machine": machine, "trust": _trust(machine),
-                         "predicted_seconds": predicted["seconds"], "note": predicted.get("note", ""),
-                         "own_seconds": point["summary"]["seconds"], "own_device": point["summary"]["device"],
-                         "own_simulated": point["summary"]["simulated"],
-                         "edges": point["summary"]["edges"] * point["summary"]["rows"] if is_graph_challenge(point) else None})  # fmt: skip
+            rows.append(
+                {
+                    "point": point["id"],
+                    "label": point["label"],
+                    "machine": machine,
+                    "trust": _trust(machine),
+                    "predicted_seconds": predicted["seconds"],
+                    "note": predicted.get("note", ""),
+                    "own_seconds": point["summary"]["seconds"],
+                    "own_device": point["summary"]["device"],
+                    "own_simulated": point["summary"]["simulated"],
+                    "edges": point["summary"]["edges"] * point["summary"]["rows"]
+                    if is_graph_challenge(point)
+                    else None,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -144,7 +189,13 @@ def write_tables(out: Path) -> list[Path]:
     """(Re)build results.csv, dense-layers.csv (when there are conv_layers points) and
     simulated.csv from the point files."""
     points = load_points(out)
-    tables = {"results.csv": results_table(points), "dense-layers.csv": dense_layer_table(points),
-              "simulated.csv": simulated_table(points)}  # fmt: skip
-    return [atomic_write_bytes(out / name, frame.to_csv(index=False).encode()) for name, frame in tables.items()
-            if name != "dense-layers.csv" or not frame.empty]
+    tables = {
+        "results.csv": results_table(points),
+        "dense-layers.csv": dense_layer_table(points),
+        "simulated.csv": simulated_table(points),
+    }
+    return [
+        atomic_write_bytes(out / name, frame.to_csv(index=False).encode())
+        for name, frame in tables.items()
+        if name != "dense-layers.csv" or not frame.empty
+    ]

@@ -81,12 +81,22 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
     cases = sweep.cases if sweep else []
     known = _field_paths(Experiment)
     problems = []
-    swept = [(("sweep", kind, key), f"sweep.{kind}", key) for kind, table in (("grid", grid), ("zip", zipped)) for key in table]
-    swept += [(("sweep", "cases", number, key), f"sweep.cases[{number}]", key) for number, case in enumerate(cases) for key in case]
+    swept: list[tuple[tuple, str, str]] = [
+        (("sweep", kind, key), f"sweep.{kind}", key)
+        for kind, table in (("grid", grid), ("zip", zipped))
+        for key in table
+    ]
+    swept += [
+        (("sweep", "cases", number, key), f"sweep.cases[{number}]", key)
+        for number, case in enumerate(cases)
+        for key in case
+    ]
     for where, what, key in swept:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
+            hint = (
+                f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
+            )
             problems.append(f"line {marked.line_of(where)}, {what}: unknown field `{key}`{hint}")
     if problems:
         raise ConfigError(problems, path=marked.path)
@@ -103,17 +113,17 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
             point = Experiment.model_validate(data, context=context)
         except pydantic.ValidationError as exc:
             for error in exc.errors():
-                swept = ".".join(str(p) for p in error["loc"])
-                if swept in grid or swept in zipped:
-                    root: tuple = ("sweep", "grid" if swept in grid else "zip", swept)
-                elif swept in case:
-                    root = ("sweep", "cases", number, swept)
+                field_path = ".".join(str(p) for p in error["loc"])
+                if field_path in grid or field_path in zipped:
+                    root: tuple = ("sweep", "grid" if field_path in grid else "zip", field_path)
+                elif field_path in case:
+                    root = ("sweep", "cases", number, field_path)
                 else:
                     problems.append(f"point {values}: " + describe_error(error, Experiment, marked, ()))
                     continue
                 message = describe_error(error, Experiment, marked, ())
                 line = marked.line_of(root)
-                problems.append(f"line {line}, sweep value {values[swept]!r}: " + message.split(", ", 1)[-1])
+                problems.append(f"line {line}, sweep value {values[field_path]!r}: " + message.split(", ", 1)[-1])
             continue
         key = json.dumps(point.model_dump(mode="json", exclude={"executor"}), sort_keys=True)
         digest = hashlib.sha1(key.encode()).hexdigest()[:10]

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from spartan_py.sparsity.tile_gemm import dense_matmul
 class MlpRun:
     """Logits of every row, and per layer the decision taken and the profile of its output."""
 
-    logits: object
+    logits: Any
     decisions: list[Decision]
     profiles: list[LayerProfile | None]
 
@@ -68,8 +69,15 @@ class AdaptiveMlp:
     profiles, so every layer is dense. ``weights``: ``device_weights(mlp, x)`` computed
     once by the caller (else on first use, per device)."""
 
-    def __init__(self, mlp: Mlp, policy: KernelPolicy | None = None, monitor: SparsityMonitor | None = None, *,
-                 weights=None, lag: int = 1):
+    def __init__(
+        self,
+        mlp: Mlp,
+        policy: KernelPolicy | None = None,
+        monitor: SparsityMonitor | None = None,
+        *,
+        weights=None,
+        lag: int = 1,
+    ):
         if lag not in (0, 1):
             raise InputError(f"lag must be 0 (decide from this batch) or 1 (from the previous batch), got {lag!r}")
         self.mlp = mlp
@@ -104,11 +112,15 @@ class AdaptiveMlp:
         if x.shape[1] != self.mlp.sizes[0]:
             raise InputError(f"x has {x.shape[1]} columns; the MLP takes {self.mlp.sizes[0]} inputs")
         ws, bs = self._weights_for(x)
-        decisions, profiles = [], []
+        decisions: list = []
+        profiles: list = []
         a, profile = x, None
         for i, (w, b) in enumerate(zip(ws, bs)):
             decision = self._decide(i, profile, a.shape[0], w.shape[1])
-            z = dense_matmul(a, w) if decision.kernel == "dense" else self.policy.run(decision, a, w, profile)
+            if decision.kernel == "dense" or self.policy is None:  # no policy decides dense
+                z = dense_matmul(a, w)
+            else:
+                z = self.policy.run(decision, a, w, profile)
             decisions.append(decision)
             if i == len(ws) - 1:
                 z += b
@@ -122,8 +134,9 @@ class AdaptiveMlp:
         return MlpRun(z, decisions, profiles)
 
 
-def run_mlp(mlp: Mlp, x, *, policy: KernelPolicy | None = None, monitor: SparsityMonitor | None = None,
-            weights=None) -> MlpRun:
+def run_mlp(
+    mlp: Mlp, x, *, policy: KernelPolicy | None = None, monitor: SparsityMonitor | None = None, weights=None
+) -> MlpRun:
     """Forward one batch ``x`` through ``mlp`` on ``x``'s device, each layer deciding from its
     own input's profile (:class:`AdaptiveMlp` with ``lag=0``). Without a policy every layer
     is dense (cuBLAS or NumPy); without a monitor (or mode ``off``) there are no profiles, so

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,8 @@ from spartan_py.sparsity.tiles import TileList, TileShape, tile_counts
 class CompactRows:
     """The live rows of a ``rows x cols`` matrix: ``ids`` (int32, ascending) and ``values``."""
 
-    ids: object
-    values: object
+    ids: Any
+    values: Any
     rows: int
 
     @property
@@ -48,7 +49,7 @@ class CompactTiles:
     contents ``data`` (float32 ``[T x tile.rows x tile.cols]``, zero past the matrix edge)."""
 
     tiles: TileList
-    data: object
+    data: Any
 
 
 def _exclusive_scan(flags):
@@ -98,15 +99,19 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
     xp = array_module(tile_nnz)
     counts = xp.asarray(tile_nnz)
     if counts.shape != tile.grid(shape):
-        raise InputError(f"tile counts of shape {tuple(counts.shape)} do not fit a {shape} matrix in {tile} tiles "
-                         f"(expected {tile.grid(shape)})")  # fmt: skip
+        raise InputError(
+            f"tile counts of shape {tuple(counts.shape)} do not fit a {shape} matrix in {tile} tiles "
+            f"(expected {tile.grid(shape)})"
+        )
     tiles_m, tiles_n = counts.shape
     if not is_gpu_array(counts):
         flags = (counts.ravel() > 0).astype(np.int32)
-        row_ptr = np.concatenate([np.zeros(1, np.int32), np.cumsum(flags.reshape(tiles_m, tiles_n).sum(axis=1), dtype=np.int32)])
+        row_ptr = np.concatenate(
+            [np.zeros(1, np.int32), np.cumsum(flags.reshape(tiles_m, tiles_n).sum(axis=1), dtype=np.int32)]
+        )
         flat = np.flatnonzero(flags)
         coords = np.stack([flat // tiles_n, flat % tiles_n], axis=1).astype(np.int32).reshape(-1, 2)
-        return TileList(tuple(shape), tile, row_ptr, np.ascontiguousarray(coords[:, 1]), coords)
+        return TileList((int(shape[0]), int(shape[1])), tile, row_ptr, np.ascontiguousarray(coords[:, 1]), coords)
     import cupy
 
     from spartan_py.sparsity.gpu_kernels import tile_kernels
@@ -120,8 +125,10 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
     kernels = tile_kernels(cupy.cuda.Device().id)
     dims = (np.int32(tiles_m), np.int32(tiles_n))
     kernels["count_tile_rows"]((min(max(-(-tiles_m // 8), 1), 4096),), (256,), (counts, *dims, row_count))
-    kernels["list_tile_rows"]((max(-(-tiles_m // 32), 1),), (1024,), (counts, row_count, *dims, row_ptr, coords, col_index))
-    return TileList(tuple(shape), tile, row_ptr, col_index, coords)
+    kernels["list_tile_rows"](
+        (max(-(-tiles_m // 32), 1),), (1024,), (counts, row_count, *dims, row_ptr, coords, col_index)
+    )
+    return TileList((int(shape[0]), int(shape[1])), tile, row_ptr, col_index, coords)
 
 
 def compact_tiles(a, tile, tile_nnz=None, *, pack: bool = True) -> CompactTiles:

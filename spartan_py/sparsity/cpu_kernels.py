@@ -35,4 +35,3 @@ def epilogue_fused(z, bias, clamp, y, tile_rows, tile_cols, tile_nnz, row_nnz): 
                     count += 1
                     tile_nnz[ti, c // tile_cols] += 1
             row_nnz[r] = count
-

@@ -102,8 +102,15 @@ class Mlp:
         return float((self.forward(x)[-1].argmax(axis=1) == y).mean())
 
 
-def train_mlp(data: Digits, *, hidden=(256, 256, 256), epochs: int = 30, learning_rate: float = 0.05,
-              batch: int = 64, seed: int = 0) -> Mlp:
+def train_mlp(
+    data: Digits,
+    *,
+    hidden=(256, 256, 256),
+    epochs: int = 30,
+    learning_rate: float = 0.05,
+    batch: int = 64,
+    seed: int = 0,
+) -> Mlp:
     """Train a ReLU MLP ``64 -> hidden... -> 10`` on ``data``'s training part."""
     if not hidden or any(int(h) < 1 for h in hidden):
         raise InputError(f"hidden must list at least one positive layer width, got {hidden!r}")

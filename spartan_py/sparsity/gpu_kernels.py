@@ -35,7 +35,7 @@ def epilogue_grid(m: int, n: int) -> tuple[int, int]:
     return -(-n // EPILOGUE_COLS), -(-m // EPILOGUE_ROWS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tile_kernels(device_id: int) -> dict:
     """{name: RawKernel} for the epilogue, counting and compaction kernels."""
     import cupy
@@ -43,8 +43,11 @@ def tile_kernels(device_id: int) -> dict:
     names = {f"epilogue_{mode}": f"epilogue<{code}>" for mode, code in EPILOGUE_MODES.items()}
     names |= {"pack_tiles": "move_tiles<false>", "unpack_tiles": "move_tiles<true>"}
     names |= {name: name for name in ("scatter_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")}
-    module = cupy.RawModule(code=kernel_source("spartan_tiles.cu"), options=("-std=c++17", "-DSPARTAN_TILES_NO_EXPLICIT_INSTANCES"),
-                            name_expressions=list(names.values()))  # fmt: skip
+    module = cupy.RawModule(
+        code=kernel_source("spartan_tiles.cu"),
+        options=("-std=c++17", "-DSPARTAN_TILES_NO_EXPLICIT_INSTANCES"),
+        name_expressions=list(names.values()),
+    )
     kernels = {key: module.get_function(name) for key, name in names.items()}
     for mode in EPILOGUE_MODES:  # with the static shared memory, above the 48 KiB a launch gets without asking
         kernels[f"epilogue_{mode}"].max_dynamic_shared_size_bytes = EPILOGUE_SHARED_BYTES
@@ -60,17 +63,20 @@ def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:
     kernel(epilogue_grid(m, n), (EPILOGUE_THREADS,), args, shared_mem=EPILOGUE_SHARED_BYTES)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gemm_kernels(device_id: int) -> dict:
     """{("fp32", BM, BN, BK), ("fp32-balanced", BM, BN, BK) or ("tf32",): RawKernel} for the
     tile-sparse GEMM."""
     import cupy
 
-    names = {("fp32", *shape): "tile_gemm_f32<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
+    names: dict[tuple, str] = {("fp32", *shape): "tile_gemm_f32<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
     names |= {("fp32-balanced", *shape): "tile_gemm_f32_balanced<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
     names[("tf32",)] = "tile_gemm_tf32"
-    module = cupy.RawModule(code=kernel_source("tile_gemm.cu"), options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
-                            name_expressions=list(names.values()))  # fmt: skip
+    module = cupy.RawModule(
+        code=kernel_source("tile_gemm.cu"),
+        options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
+        name_expressions=list(names.values()),
+    )
     return {key: module.get_function(name) for key, name in names.items()}
 
 
@@ -79,13 +85,15 @@ def f32_block_threads(rows: int, cols: int) -> int:
     return (rows // 8) * (cols // 8)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def resident_grid(device_id: int, key: tuple) -> int:
     """Blocks of the GEMM kernel ``key`` that fit on the whole GPU at once (occupancy x SMs)."""
     import cupy
 
     kernel = gemm_kernels(device_id)[key]
-    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, f32_block_threads(*key[1:3]), 0)
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+        kernel.kernel.ptr, f32_block_threads(*key[1:3]), 0
+    )
     return max(1, per_sm) * cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 

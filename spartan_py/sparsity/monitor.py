@@ -36,6 +36,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,16 +59,16 @@ class LayerProfile:
     The scalar properties copy what they need to the host.
     """
 
-    layer: object
+    layer: Any
     mode: str
     tile: TileShape
     shape: tuple[int, int]
-    tile_nnz: object
-    row_counts: object
+    tile_nnz: Any
+    row_counts: Any
     stale: bool = False
     call: int = 0  # which call of this layer the counts come from (0-based)
-    _seconds: object = field(default=None, repr=False)  # float, or a callable resolving GPU events
-    _scalars: object = field(default=None, repr=False)  # tuple, or a callable waiting for their copy
+    _seconds: Any = field(default=None, repr=False)  # float, or a callable resolving GPU events
+    _scalars: Any = field(default=None, repr=False)  # tuple, or a callable waiting for their copy
 
     @property
     def monitor_seconds(self) -> float:
@@ -133,9 +134,18 @@ class LayerProfile:
 
     def summary(self) -> dict:
         """The scalars as plain Python values (for tables)."""
-        return {"layer": self.layer, "mode": self.mode, "tile": str(self.tile), "rows": self.shape[0],
-                "cols": self.shape[1], "density": self.density, "tile_density": self.tile_density,
-                "live_rows": self.live_rows, "stale": self.stale, "monitor_seconds": self.monitor_seconds}  # fmt: skip
+        return {
+            "layer": self.layer,
+            "mode": self.mode,
+            "tile": str(self.tile),
+            "rows": self.shape[0],
+            "cols": self.shape[1],
+            "density": self.density,
+            "tile_density": self.tile_density,
+            "live_rows": self.live_rows,
+            "stale": self.stale,
+            "monitor_seconds": self.monitor_seconds,
+        }
 
 
 def count_scalars(tile_nnz, row_counts, *, wait: bool = True):
@@ -153,8 +163,14 @@ def count_scalars(tile_nnz, row_counts, *, wait: bool = True):
 
     out = cupy.zeros(3, dtype=cupy.uint64)
     chunks = 1 if row_counts.ndim == 1 else row_counts.shape[1]
-    args = (cupy.ascontiguousarray(tile_nnz, dtype=cupy.int32), np.int32(tile_nnz.size),
-            cupy.ascontiguousarray(row_counts, dtype=cupy.int32), np.int32(row_counts.shape[0]), np.int32(chunks), out)  # fmt: skip
+    args = (
+        cupy.ascontiguousarray(tile_nnz, dtype=cupy.int32),
+        np.int32(tile_nnz.size),
+        cupy.ascontiguousarray(row_counts, dtype=cupy.int32),
+        np.int32(row_counts.shape[0]),
+        np.int32(chunks),
+        out,
+    )
     tile_kernels(cupy.cuda.Device().id)["profile_scalars"]((264,), (256,), args)
     if wait:
         return tuple(int(v) for v in out.get())
@@ -165,7 +181,8 @@ def count_scalars(tile_nnz, row_counts, *, wait: bool = True):
 
     def resolve() -> tuple[int, int, int]:
         copied.synchronize()
-        return tuple(int(v) for v in landed)
+        nnz, tiles, rows = (int(v) for v in landed)
+        return nnz, tiles, rows
 
     return resolve
 
@@ -201,7 +218,9 @@ class SparsityMonitor:
         z = as_matrix(z, "z")
         xp = array_module(z)
         m, n = z.shape
-        bias = xp.zeros(n, dtype=xp.float32) if bias is None else xp.ascontiguousarray(xp.asarray(bias, dtype=xp.float32))
+        bias = (
+            xp.zeros(n, dtype=xp.float32) if bias is None else xp.ascontiguousarray(xp.asarray(bias, dtype=xp.float32))
+        )
         if bias.shape != (n,):
             raise InputError(f"bias has shape {tuple(bias.shape)}; expected ({n},) for z of shape {(m, n)}")
         if not same_device(z, bias, out):
@@ -218,8 +237,18 @@ class SparsityMonitor:
             last = self._last.get(layer)
             if last is None or last.shape != (m, n):
                 return y, None
-            return y, LayerProfile(layer, mode, self.tile, (m, n), last.tile_nnz, last.row_counts, stale=True,
-                                   call=last.call, _seconds=0.0, _scalars=last._scalars)  # fmt: skip
+            return y, LayerProfile(
+                layer,
+                mode,
+                self.tile,
+                (m, n),
+                last.tile_nnz,
+                last.row_counts,
+                stale=True,
+                call=last.call,
+                _seconds=0.0,
+                _scalars=last._scalars,
+            )
         if mode == "off":
             _run_plain(z, bias, clamp, y)
             return y, None
@@ -242,7 +271,8 @@ class SparsityMonitor:
             _run_fused(z, bias, clamp, scratch, self.tile)
             _run_plain(z, bias, clamp, scratch)
             self._plain_seconds[key] = statistics.median(
-                _timed(lambda: _run_plain(z, bias, clamp, scratch), z) for _ in range(5))
+                _timed(lambda: _run_plain(z, bias, clamp, scratch), z) for _ in range(5)
+            )
         plain = self._plain_seconds[key]
         result = {}
         elapsed = _timed(lambda: result.update(counts=_run_fused(z, bias, clamp, y, self.tile)), z, lazy=True)
@@ -263,7 +293,9 @@ def _run_plain(z, bias, clamp, y) -> None:
         return
     m, n = z.shape
     _check_gpu_shape(n, None)
-    launch_epilogue("plain", m, n, (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(1), np.int32(4), 0, 0))
+    launch_epilogue(
+        "plain", m, n, (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(1), np.int32(4), 0, 0)
+    )
 
 
 def _run_fused(z, bias, clamp, y, tile: TileShape):
@@ -286,7 +318,18 @@ def _gpu_counts(mode: str, z, bias, clamp, y, tile: TileShape):
     chunks = epilogue_grid(m, n)[0]
     tile_nnz = cupy.empty((tm, tn), dtype=cupy.int32)
     row_part = cupy.empty((m, chunks), dtype=cupy.int32)
-    args = (z, bias, y, np.int32(m), np.int32(n), np.float32(clamp), np.int32(tile.rows), np.int32(tile.cols), tile_nnz, row_part)
+    args = (
+        z,
+        bias,
+        y,
+        np.int32(m),
+        np.int32(n),
+        np.float32(clamp),
+        np.int32(tile.rows),
+        np.int32(tile.cols),
+        tile_nnz,
+        row_part,
+    )
     launch_epilogue(mode, m, n, args)
     return tile_nnz, (row_part[:, 0] if chunks == 1 else row_part)
 

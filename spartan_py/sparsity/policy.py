@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, LIST_TILES, dense_gemm, tile_gemm
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
@@ -58,7 +59,7 @@ KERNEL_CHOICES = ("dense", "tile_sparse", "row_compact", "csr")
 class Decision:
     """The kernel chosen for one layer, the predictions behind it and a one-line reason."""
 
-    layer: object
+    layer: Any
     kernel: str
     predicted_us: dict = field(default_factory=dict)
     reason: str = ""
@@ -68,53 +69,139 @@ class Decision:
 
     def summary(self) -> dict:
         """Plain values for tables: the choice, the reason and each prediction."""
-        return {"layer": self.layer, "kernel": self.kernel, "reason": self.reason, "density": self.density,
-                "tile_density": self.tile_density, "live_row_fraction": self.live_row_fraction,
-                **{f"predicted_us_{k}": v for k, v in self.predicted_us.items()}}  # fmt: skip
+        return {
+            "layer": self.layer,
+            "kernel": self.kernel,
+            "reason": self.reason,
+            "density": self.density,
+            "tile_density": self.tile_density,
+            "live_row_fraction": self.live_row_fraction,
+            **{f"predicted_us_{k}": v for k, v in self.predicted_us.items()},
+        }
 
 
-def candidate_records(kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int,
-                      tile: TileShape, precision: str = "fp32", layer=0, resident_blocks: int = 0) -> list[TraceRecord]:
+def candidate_records(
+    kernel: str,
+    m: int,
+    k: int,
+    n: int,
+    *,
+    nnz: int,
+    tiles_active: int,
+    live_rows: int,
+    tile: TileShape,
+    precision: str = "fp32",
+    layer=0,
+    resident_blocks: int = 0,
+) -> list[TraceRecord]:
     """The trace records a candidate launches for ``[m x k] @ [k x n]`` (counts exact, no times).
     ``resident_blocks``: blocks the GPU holds at once, which decides the FP32 tile GEMM's
     schedule (:func:`~spartan_py.sparsity.tile_gemm.fp32_schedule`; 0: ``tiles``). A
     ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
-    common = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm = dict(common, cols=n, useful_macs=nnz * n)
+    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
+    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
     # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
     # geometry, so the model spreads the work over every SM with no partial last wave
     if kernel == "dense":
-        return [TraceRecord(kernel=dense_gemm(precision), rows_in=m, rows_out=m, executed_macs=m * k * n,
-                            bytes_read=4 * (m * k + k * n), bytes_written=4 * m * n, **gemm)]  # fmt: skip
+        return [
+            TraceRecord(
+                kernel=dense_gemm(precision),
+                rows_in=m,
+                rows_out=m,
+                executed_macs=m * k * n,
+                bytes_read=4 * (m * k + k * n),
+                bytes_written=4 * m * n,
+                **gemm,
+            )
+        ]
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
-        balanced = precision == "fp32" and resident_blocks > 0 and fp32_schedule(tm, -(-n // bn), resident_blocks) == "balanced"
+        balanced = (
+            precision == "fp32"
+            and resident_blocks > 0
+            and fp32_schedule(tm, -(-n // bn), resident_blocks) == "balanced"
+        )
         blocks = tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn) if balanced else tm * -(-n // bn)
         tiles = tm * tn  # counts read twice (per-row counts, then the list), the list written
-        return [TraceRecord(kernel=LIST_TILES, variant="row-scan", bytes_read=8 * tiles + 4 * tm,
-                            bytes_written=12 * tiles_active + 8 * (tm + 1),
-                            tiles_total=tm * tn, tiles_active=tiles_active, **common),
-                TraceRecord(kernel=tile_gemm(precision), variant="balanced" if balanced else "", rows_in=m, rows_out=m, tiles_total=tm * tn,
-                            tiles_active=tiles_active, tile_rows=tile.rows, tile_cols=tile.cols,
-                            executed_macs=tiles_active * tile.size * n, bytes_read=4 * (tiles_active * tile.size + k * n),
-                            bytes_written=4 * m * n, blocks=blocks, block_rows=tile.rows,
-                            block_threads=f32_block_threads(tile.rows, bn), block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
-                            resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn) if precision == "fp32" else 1,  # tf32: 162 registers a thread
-                            **gemm)]  # fmt: skip
+        return [
+            TraceRecord(
+                kernel=LIST_TILES,
+                variant="row-scan",
+                bytes_read=8 * tiles + 4 * tm,
+                bytes_written=12 * tiles_active + 8 * (tm + 1),
+                tiles_total=tm * tn,
+                tiles_active=tiles_active,
+                **common,
+            ),
+            TraceRecord(
+                kernel=tile_gemm(precision),
+                variant="balanced" if balanced else "",
+                rows_in=m,
+                rows_out=m,
+                tiles_total=tm * tn,
+                tiles_active=tiles_active,
+                tile_rows=tile.rows,
+                tile_cols=tile.cols,
+                executed_macs=tiles_active * tile.size * n,
+                bytes_read=4 * (tiles_active * tile.size + k * n),
+                bytes_written=4 * m * n,
+                blocks=blocks,
+                block_rows=tile.rows,
+                block_threads=f32_block_threads(tile.rows, bn),
+                block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+                resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn)
+                if precision == "fp32"
+                else 1,  # tf32: 162 registers a thread
+                **gemm,
+            ),
+        ]
     if kernel == "row_compact":
-        return [TraceRecord(kernel=COMPACT, variant="rows", rows_in=m, rows_out=live_rows,
-                            bytes_read=4 * live_rows * k, bytes_written=4 * live_rows * k, **common),
-                TraceRecord(kernel=dense_gemm(precision), rows_in=live_rows, rows_out=live_rows,
-                            executed_macs=live_rows * k * n, bytes_read=4 * (live_rows * k + k * n),
-                            bytes_written=4 * live_rows * n, **gemm),
-                TraceRecord(kernel=COMPACT, variant="expand_rows", rows_in=live_rows, rows_out=m,
-                            bytes_read=4 * live_rows * n, bytes_written=4 * m * n, **common)]  # fmt: skip
+        return [
+            TraceRecord(
+                kernel=COMPACT,
+                variant="rows",
+                rows_in=m,
+                rows_out=live_rows,
+                bytes_read=4 * live_rows * k,
+                bytes_written=4 * live_rows * k,
+                **common,
+            ),
+            TraceRecord(
+                kernel=dense_gemm(precision),
+                rows_in=live_rows,
+                rows_out=live_rows,
+                executed_macs=live_rows * k * n,
+                bytes_read=4 * (live_rows * k + k * n),
+                bytes_written=4 * live_rows * n,
+                **gemm,
+            ),
+            TraceRecord(
+                kernel=COMPACT,
+                variant="expand_rows",
+                rows_in=live_rows,
+                rows_out=m,
+                bytes_read=4 * live_rows * n,
+                bytes_written=4 * m * n,
+                **common,
+            ),
+        ]
     if kernel == "csr":
-        return [TraceRecord(kernel=CSR_CONVERT, rows_in=m, bytes_read=4 * m * k,
-                            bytes_written=8 * nnz + 4 * (m + 1), **common),
-                TraceRecord(kernel=CSR_GEMM_FP32, rows_in=m, rows_out=m, nnz_in=nnz, executed_macs=nnz * n,
-                            bytes_read=8 * nnz + 4 * k * n, bytes_written=4 * m * n, **gemm)]  # fmt: skip
+        return [
+            TraceRecord(
+                kernel=CSR_CONVERT, rows_in=m, bytes_read=4 * m * k, bytes_written=8 * nnz + 4 * (m + 1), **common
+            ),
+            TraceRecord(
+                kernel=CSR_GEMM_FP32,
+                rows_in=m,
+                rows_out=m,
+                nnz_in=nnz,
+                executed_macs=nnz * n,
+                bytes_read=8 * nnz + 4 * k * n,
+                bytes_written=4 * m * n,
+                **gemm,
+            ),
+        ]
     raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
 
 
@@ -148,15 +235,24 @@ class KernelPolicy:
     list and the host's decision adding time), and 0.75 x 1.37 stays under the 5% allowed
     over cuBLAS (``benchmarks/NOTES.md``)."""
 
-    def __init__(self, machine: str = DEFAULT_MACHINE, *, precision: str = "fp32", kernels=KERNEL_CHOICES,
-                 tile=None, margin: float = 0.25):
+    def __init__(
+        self,
+        machine: str = DEFAULT_MACHINE,
+        *,
+        precision: str = "fp32",
+        kernels=KERNEL_CHOICES,
+        tile=None,
+        margin: float = 0.25,
+    ):
         from spartan_py.costmodel.simulate import resolve_machine
 
         if precision not in PRECISIONS:
             raise InputError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         unknown = [k for k in kernels if k not in KERNEL_CHOICES]
         if unknown or "dense" not in kernels:
-            raise InputError(f"kernels must include 'dense' and come from {', '.join(KERNEL_CHOICES)}; got {list(kernels)}")
+            raise InputError(
+                f"kernels must include 'dense' and come from {', '.join(KERNEL_CHOICES)}; got {list(kernels)}"
+            )
         if precision == "tf32" and "csr" in kernels:
             kernels = tuple(k for k in kernels if k != "csr")  # cuSPARSE has no TF32 SpMM
         if not 0 <= margin < 1:
@@ -178,12 +274,23 @@ class KernelPolicy:
 
         out = {}
         for kernel in self.kernels:
-            records = candidate_records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows,
-                                        tile=self.tile, precision=self.precision, resident_blocks=self.resident_blocks(n))  # fmt: skip
+            records = candidate_records(
+                kernel,
+                m,
+                k,
+                n,
+                nnz=nnz,
+                tiles_active=tiles_active,
+                live_rows=live_rows,
+                tile=self.tile,
+                precision=self.precision,
+                resident_blocks=self.resident_blocks(n),
+            )
             predicted = predict(to_frame(records), self.machine, self.variant)["predicted_us"]
             out[kernel] = float(predicted.sum()) if predicted.notna().all() else float("nan")
         return out
 
+    # a policy lives as long as the run that made it; the cache keeping it alive is intended (B019)
     @functools.lru_cache(maxsize=4096)
     def _predict_cached(self, m: int, k: int, n: int, nnz: int, tiles_active: int, live_rows: int) -> tuple:
         return tuple(self.predict(m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows).items())
@@ -210,8 +317,9 @@ class KernelPolicy:
         if profile is not None and profile.tile == self.tile:
             profile.prefetch()
 
-    def choose(self, profile: LayerProfile | None, n: int, *, m: int | None = None, k: int | None = None,
-               layer=None) -> Decision:
+    def choose(
+        self, profile: LayerProfile | None, n: int, *, m: int | None = None, k: int | None = None, layer=None
+    ) -> Decision:
         """The kernel for ``input @ W`` where ``profile`` describes the input ``[M x K]`` and
         ``W`` has ``n`` columns. Without a profile the choice is ``dense``. ``m``: the rows
         of the input the kernel will run on when ``profile`` is another batch's (its counts
@@ -238,14 +346,21 @@ class KernelPolicy:
             predicted.pop("tile_sparse", None)
         dense = predicted["dense"]
         best = min((v, name) for name, v in predicted.items() if not math.isnan(v))[1]
-        stats = dict(density=nnz / max(m * k, 1), tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
-                     live_row_fraction=live / max(m, 1))  # fmt: skip
+        stats = dict(
+            density=nnz / max(m * k, 1),
+            tile_density=tiles_active / max(math.prod(self.tile.grid((m, k))), 1),
+            live_row_fraction=live / max(m, 1),
+        )
         if best != "dense" and predicted[best] <= (1 - self.margin) * dense:
-            reason = (f"{best} predicted {predicted[best]:.1f} us vs dense {dense:.1f} us on {self.machine_name}{stale}; "
-                      f"tile density {stats['tile_density']:.2f} at {self.tile}, live rows {stats['live_row_fraction']:.2f}")  # fmt: skip
+            reason = (
+                f"{best} predicted {predicted[best]:.1f} us vs dense {dense:.1f} us on {self.machine_name}{stale}; "
+                f"tile density {stats['tile_density']:.2f} at {self.tile}, live rows {stats['live_row_fraction']:.2f}"
+            )
             return Decision(layer if layer is not None else profile.layer, best, predicted, reason, **stats)
         why = "fastest predicted" if best == "dense" else f"{best} within the {self.margin:.0%} margin"
-        reason = f"dense: {why} ({dense:.1f} us on {self.machine_name}){stale}; tile density {stats['tile_density']:.2f}"
+        reason = (
+            f"dense: {why} ({dense:.1f} us on {self.machine_name}){stale}; tile density {stats['tile_density']:.2f}"
+        )
         return Decision(layer if layer is not None else profile.layer, "dense", predicted, reason, **stats)
 
     def run(self, decision: Decision, a, w, profile: LayerProfile | None = None, *, out=None):
@@ -259,14 +374,14 @@ class KernelPolicy:
         if kernel == "tile_sparse":
             from spartan_py.sparsity.compaction import tile_list
 
-            counts = self._policy_counts(profile) if fresh else None
+            counts = self._policy_counts(profile) if fresh and profile is not None else None
             if counts is None:
                 counts = tile_counts(a, self.tile)
             return tile_sparse_matmul(a, w, tile_list(counts, a.shape, self.tile), precision=self.precision, out=out)
         if kernel == "row_compact":
             from spartan_py.sparsity.compaction import compact_rows
 
-            rows = compact_rows(a, profile.row_nnz if fresh else None)
+            rows = compact_rows(a, profile.row_nnz if fresh and profile is not None else None)
             c = xp.zeros((a.shape[0], w.shape[1]), dtype=xp.float32) if out is None else out
             if out is not None:
                 c[...] = 0
@@ -285,4 +400,3 @@ class KernelPolicy:
                 return out
             return c
         raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
-

@@ -99,8 +99,15 @@ def _check_operands(a, w, precision: str):
     return a, w
 
 
-def tile_sparse_matmul(a, w, tiles: TileList | CompactTiles | None = None, *, precision: str = "fp32",
-                       schedule: str | None = None, out=None):
+def tile_sparse_matmul(
+    a,
+    w,
+    tiles: TileList | CompactTiles | None = None,
+    *,
+    precision: str = "fp32",
+    schedule: str | None = None,
+    out=None,
+):
     """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
     at :func:`default_gemm_tile` when None); ``A`` must be zero outside them. ``tiles`` may
     be a :class:`TileList` or what :func:`~spartan_py.sparsity.compact_tiles` returns. ``schedule``:
@@ -156,8 +163,16 @@ def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
     return c
 
 
-def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | None = None,
-                     schedule: str | None = None, min_steps: int = BALANCED_MIN_STEPS):
+def _gpu_tile_matmul(
+    a,
+    w,
+    tiles: TileList,
+    precision: str,
+    out,
+    block: tuple | None = None,
+    schedule: str | None = None,
+    min_steps: int = BALANCED_MIN_STEPS,
+):
     """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance, ``min_steps`` the
     balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default."""
     import cupy
@@ -188,7 +203,9 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
         if (bm, bn, bk) not in F32_SHAPES or bm != tile.rows:
             raise InputError(f"no fp32 tile GEMM instance {(bm, bn, bk)} for {tile} tiles; have {F32_SHAPES}")
     if tile.cols % bk or k % tile.cols:
-        raise InputError(f"{precision} tile GEMM: tile columns ({tile.cols}) must be a multiple of {bk} and divide K ({k})")
+        raise InputError(
+            f"{precision} tile GEMM: tile columns ({tile.cols}) must be a multiple of {bk} and divide K ({k})"
+        )
     n_pad = -(-n // bn) * bn
     w_dev = w if n_pad == n else cupy.pad(w, ((0, 0), (0, n_pad - n)))
     c = out if out is not None and n_pad == n else cupy.empty((m, n_pad), dtype=cupy.float32)
@@ -197,9 +214,17 @@ def _gpu_tile_matmul(a, w, tiles: TileList, precision: str, out, block: tuple | 
     grid = (n_pad // bn, tiles.grid[0])
     args = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k), tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
     if schedule is None:
-        schedule = "tiles" if precision == "tf32" else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
+        schedule = (
+            "tiles"
+            if precision == "tf32"
+            else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
+        )
     # the balanced kernel counts steps in int32: every tile listed, in every column block
-    if precision == "fp32" and schedule == "balanced" and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31:
+    if (
+        precision == "fp32"
+        and schedule == "balanced"
+        and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31
+    ):
         _launch_balanced(cupy, device, kernels, (bm, bn, bk), args, tiles.grid[0], min_steps)
     elif precision == "tf32":
         shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
@@ -224,7 +249,11 @@ def _launch_balanced(cupy, device: int, kernels: dict, shape: tuple, args: tuple
     blocks = resident_grid(device, key)
     partial = cupy.empty(blocks * shape[0] * shape[1], dtype=cupy.float32)
     flags = balance_flags(cupy, device, cupy.cuda.get_current_stream().ptr, blocks)
-    kernels[key]((blocks,), (f32_block_threads(*shape[:2]),), (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags))
+    kernels[key](
+        (blocks,),
+        (f32_block_threads(*shape[:2]),),
+        (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags),
+    )
 
 
 def dense_matmul(a, w, *, precision: str = "fp32", out=None):
@@ -241,14 +270,34 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None):
     m, k = a.shape
     n = w.shape[1]
     c = cupy.empty((m, n), dtype=cupy.float32) if out is None else out
-    compute = {"fp32": getattr(cublas, "CUBLAS_COMPUTE_32F", 68),
-               "tf32": getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", 77)}[precision]  # fmt: skip
+    compute = {
+        "fp32": getattr(cublas, "CUBLAS_COMPUTE_32F", 68),
+        "tf32": getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", 77),
+    }[precision]
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
     r32f = cupy.cuda.runtime.CUDA_R_32F
     # row-major C = A @ W is column-major C^T = W^T A^T
-    cublas.gemmEx(cupy.cuda.device.get_cublas_handle(), cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
-                  one.ctypes.data, w.data.ptr, r32f, n, a.data.ptr, r32f, k, zero.ctypes.data, c.data.ptr, r32f, n,
-                  compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1))  # fmt: skip
+    cublas.gemmEx(
+        cupy.cuda.device.get_cublas_handle(),
+        cublas.CUBLAS_OP_N,
+        cublas.CUBLAS_OP_N,
+        n,
+        m,
+        k,
+        one.ctypes.data,
+        w.data.ptr,
+        r32f,
+        n,
+        a.data.ptr,
+        r32f,
+        k,
+        zero.ctypes.data,
+        c.data.ptr,
+        r32f,
+        n,
+        compute,
+        getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1),
+    )
     return c
 
 
@@ -256,6 +305,7 @@ def matmul_error(c, a, w) -> dict:
     """Error of ``c`` against ``A @ W`` in float64: ``max_abs``, ``max_rel`` (|error| over
     ``|A| @ |W|``, the scale rounding errors grow with) and ``rms_rel`` (RMS error over RMS
     of the reference). Computed on the host."""
+
     def to_host(x):
         return x.get() if is_gpu_array(x) else np.asarray(x)
 
@@ -267,5 +317,8 @@ def matmul_error(c, a, w) -> dict:
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = np.where(scale > 0, error / scale, 0.0)
     rms_ref = float(np.sqrt(np.mean(reference**2))) or 1.0
-    return {"max_abs": float(error.max(initial=0.0)), "max_rel": float(relative.max(initial=0.0)),
-            "rms_rel": float(np.sqrt(np.mean(error**2))) / rms_ref}  # fmt: skip
+    return {
+        "max_abs": float(error.max(initial=0.0)),
+        "max_rel": float(relative.max(initial=0.0)),
+        "rms_rel": float(np.sqrt(np.mean(error**2))) / rms_ref,
+    }

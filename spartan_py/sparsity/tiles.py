@@ -8,6 +8,7 @@ tiles are partial. Tile ``(i, j)`` covers rows ``i*rows .. (i+1)*rows - 1`` and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class TileShape:
                 raise InputError(f"tile {name} must be a power of two >= 1, got {value!r}")
 
     @classmethod
-    def of(cls, tile) -> "TileShape":
+    def of(cls, tile) -> TileShape:
         """A TileShape from a TileShape, an int (square) or a ``(rows, cols)`` pair."""
         if isinstance(tile, TileShape):
             return tile
@@ -55,7 +56,7 @@ class TileShape:
         return f"{self.rows}x{self.cols}"
 
 
-def tile_counts(a, tile) -> "np.ndarray":
+def tile_counts(a, tile) -> np.ndarray:
     """Non-zeros per tile of ``a`` (NumPy or CuPy; the result lives on the same device)."""
     tile = TileShape.of(tile)
     xp = array_module(a)
@@ -66,7 +67,7 @@ def tile_counts(a, tile) -> "np.ndarray":
     return flags.reshape(tm, tile.rows, tn, tile.cols).sum(axis=(1, 3), dtype=xp.int32)
 
 
-def coarsen_counts(counts, tile, to) -> "np.ndarray":
+def coarsen_counts(counts, tile, to) -> np.ndarray:
     """Counts of ``tile``-shaped tiles summed into the larger tiles ``to`` (whose sides are
     multiples of ``tile``'s)."""
     tile, to = TileShape.of(tile), TileShape.of(to)
@@ -91,9 +92,9 @@ class TileList:
 
     shape: tuple[int, int]
     tile: TileShape
-    row_ptr: object
-    col_index: object  # may be longer than count (GPU buffers)
-    coords_buffer: object = field(repr=False, default=None)
+    row_ptr: Any
+    col_index: Any  # may be longer than count (GPU buffers)
+    coords_buffer: Any = field(repr=False, default=None)
     _count: list = field(default_factory=list, repr=False, compare=False)
 
     @property

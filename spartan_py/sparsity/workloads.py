@@ -48,22 +48,42 @@ class ConvLayer:
 
 
 def _vgg16() -> list[ConvLayer]:
-    plan = [(64, 64, 224, "conv1_2"), (64, 128, 112, "conv2_1"), (128, 128, 112, "conv2_2"), (128, 256, 56, "conv3_1"),
-            (256, 256, 56, "conv3_2"), (256, 256, 56, "conv3_3"), (256, 512, 28, "conv4_1"), (512, 512, 28, "conv4_2"),
-            (512, 512, 28, "conv4_3"), (512, 512, 14, "conv5_1"), (512, 512, 14, "conv5_2"), (512, 512, 14, "conv5_3")]  # fmt: skip
+    plan = [
+        (64, 64, 224, "conv1_2"),
+        (64, 128, 112, "conv2_1"),
+        (128, 128, 112, "conv2_2"),
+        (128, 256, 56, "conv3_1"),
+        (256, 256, 56, "conv3_2"),
+        (256, 256, 56, "conv3_3"),
+        (256, 512, 28, "conv4_1"),
+        (512, 512, 28, "conv4_2"),
+        (512, 512, 28, "conv4_3"),
+        (512, 512, 14, "conv5_1"),
+        (512, 512, 14, "conv5_2"),
+        (512, 512, 14, "conv5_3"),
+    ]
     return [ConvLayer("vgg16", name, cin, cout, size) for cin, cout, size, name in plan]
 
 
 def _resnet18() -> list[ConvLayer]:
-    return [ConvLayer("resnet18", "conv2_x", 64, 64, 56), ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2),
-            ConvLayer("resnet18", "conv3_x", 128, 128, 28), ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2),
-            ConvLayer("resnet18", "conv4_x", 256, 256, 14), ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2),
-            ConvLayer("resnet18", "conv5_x", 512, 512, 7)]  # fmt: skip
+    return [
+        ConvLayer("resnet18", "conv2_x", 64, 64, 56),
+        ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2),
+        ConvLayer("resnet18", "conv3_x", 128, 128, 28),
+        ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2),
+        ConvLayer("resnet18", "conv4_x", 256, 256, 14),
+        ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2),
+        ConvLayer("resnet18", "conv5_x", 512, 512, 7),
+    ]
 
 
 def _alexnet() -> list[ConvLayer]:
-    return [ConvLayer("alexnet", "conv2", 96, 256, 27, kernel=5, pad=2), ConvLayer("alexnet", "conv3", 256, 384, 13),
-            ConvLayer("alexnet", "conv4", 384, 384, 13), ConvLayer("alexnet", "conv5", 384, 256, 13)]  # fmt: skip
+    return [
+        ConvLayer("alexnet", "conv2", 96, 256, 27, kernel=5, pad=2),
+        ConvLayer("alexnet", "conv3", 256, 384, 13),
+        ConvLayer("alexnet", "conv4", 384, 384, 13),
+        ConvLayer("alexnet", "conv5", 384, 256, 13),
+    ]
 
 
 #: network -> its convolution layers with post-ReLU inputs.
@@ -76,7 +96,7 @@ def conv_layer(label: str) -> ConvLayer:
         for layer in layers:
             if layer.label == label:
                 return layer
-    known = ", ".join(l.label for layers in CONV_LAYERS.values() for l in layers)
+    known = ", ".join(layer.label for layers in CONV_LAYERS.values() for layer in layers)
     raise InputError(f"unknown convolution layer {label!r}; known: {known}")
 
 
@@ -89,12 +109,14 @@ def im2col(x, kernel: int, stride: int = 1, pad: int = 0):
     oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
     sn, sc, sh, sw = x.strides
     windows = xp.lib.stride_tricks.as_strided(
-        x, shape=(n, oh, ow, c, kernel, kernel), strides=(sn, sh * stride, sw * stride, sc, sh, sw))
+        x, shape=(n, oh, ow, c, kernel, kernel), strides=(sn, sh * stride, sw * stride, sc, sh, sw)
+    )
     return xp.ascontiguousarray(windows.reshape(n * oh * ow, c * kernel * kernel))
 
 
-def feature_maps(batch: int, channels: int, size: int, density: float, *, cluster_px: float = 0.0,
-                 seed: int = 0) -> np.ndarray:
+def feature_maps(
+    batch: int, channels: int, size: int, density: float, *, cluster_px: float = 0.0, seed: int = 0
+) -> np.ndarray:
     """Post-ReLU NCHW maps (float32) with the given fraction of non-zeros. ``cluster_px``
     is the correlation length of the non-zero regions (0: independent pixels; larger: the
     zeros come in blobs of about that many pixels, as in real feature maps)."""
@@ -111,8 +133,9 @@ def feature_maps(batch: int, channels: int, size: int, density: float, *, cluste
     return np.where(field > threshold, values, np.float32(0)).astype(np.float32)
 
 
-def tiled_preactivations(m: int, k: int, tile_density: float, *, tile=(128, 32), fill: float = 0.5,
-                         seed: int = 0, xp=np):
+def tiled_preactivations(
+    m: int, k: int, tile_density: float, *, tile=(128, 32), fill: float = 0.5, seed: int = 0, xp=np
+):
     """Pre-activations ``[m x k]`` whose ReLU has exactly ``round(tile_density * tiles)``
     non-zero tiles of ``tile`` (chosen at random), each with about ``fill`` of its entries
     positive; elsewhere strictly negative. Feed them through a monitored epilogue to get the

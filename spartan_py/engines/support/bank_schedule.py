@@ -91,7 +91,9 @@ def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
     return slot
 
 
-def conflict_free_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int, input_count: int | None = None):
+def conflict_free_ell(
+    col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int, input_count: int | None = None
+):
     """CSC weights -> k-major ELL ``(index, weight)`` of shape (steps, neurons), bank-conflict-free.
 
     ``neurons`` outputs (columns); ``input_count`` input rows (default ``neurons``). ``index``

@@ -122,7 +122,9 @@ def duplicate_groups(inputs: np.ndarray, weights: np.ndarray) -> tuple[np.ndarra
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     _, first, bucket = np.unique(_row_hashes(inputs, weights), return_index=True, return_inverse=True)
     head = first[bucket]
-    equal = (inputs == inputs[head]).all(axis=1) & (weights.view(np.uint32) == weights.view(np.uint32)[head]).all(axis=1)
+    equal = (inputs == inputs[head]).all(axis=1) & (weights.view(np.uint32) == weights.view(np.uint32)[head]).all(
+        axis=1
+    )
     if not equal.all():  # a hash collision: compare whole rows
         packed = np.concatenate([inputs, weights.view(np.uint32).astype(np.int64)], axis=1)
         _, first, bucket = np.unique(packed, axis=0, return_index=True, return_inverse=True)
@@ -150,7 +152,9 @@ class _ColumnGroups:
 def _column_groups(matrix: sp.spmatrix) -> _ColumnGroups:
     inputs, weights = column_lists(matrix)
     groups, representatives = duplicate_groups(inputs, weights)
-    return _ColumnGroups(groups.astype(np.int32), inputs[representatives], weights[representatives], int((inputs >= 0).sum()))
+    return _ColumnGroups(
+        groups.astype(np.int32), inputs[representatives], weights[representatives], int((inputs >= 0).sum())
+    )
 
 
 def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
@@ -206,11 +210,14 @@ def merge_network(network: Network, workers: int | None = None) -> MergedNetwork
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         found = list(pool.map(lambda layer: _column_groups(network.weights[layer]), range(count)))
         widths_in = [network.neurons] + [_padded(f.inputs.shape[0]) for f in found[:-1]]
-        layers = list(pool.map(
-            lambda layer: _merged_layer(found[layer], found[layer - 1].groups if layer else None, widths_in[layer]),
-            range(count),
-        ))  # fmt: skip
+        layers = list(
+            pool.map(
+                lambda layer: _merged_layer(found[layer], found[layer - 1].groups if layer else None, widths_in[layer]),
+                range(count),
+            )
+        )
     return MergedNetwork(network.neurons, layers)
+
 
 #: Threads per block of the merged kernel.
 MERGED_THREADS = 256
@@ -225,16 +232,23 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
-def stage_words(merged: "MergedNetwork") -> int:
+def stage_words(merged: MergedNetwork) -> int:
     """4-byte words of the per-block stage: the largest layer's indices (and weights, when
     not uniform), or the last layer's ``neurons`` groups (for the monitor), whichever is
     more, up to :data:`STAGE_BUDGET_BYTES`."""
-    need = max((layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) for layer in merged.layers), default=0)
+    need = max(
+        (layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) for layer in merged.layers), default=0
+    )
     return min(max(need, merged.neurons), STAGE_BUDGET_BYTES // 4)
 
 
-def merged_tile_rows(neurons: int, width: int, block_shared_limit: int = 227 * 1024, rows_per_tile: int | None = None,
-                     stage_bytes: int = 0):
+def merged_tile_rows(
+    neurons: int,
+    width: int,
+    block_shared_limit: int = 227 * 1024,
+    rows_per_tile: int | None = None,
+    stage_bytes: int = 0,
+):
     """(rows per tile, rows per tile of the first launch, whether the first launch holds its
     n-wide input rows in shared memory) for a merged network of ``width`` columns.
 
@@ -250,7 +264,11 @@ def merged_tile_rows(neurons: int, width: int, block_shared_limit: int = 227 * 1
     elif rows_per_tile not in MERGED_TILE_ROWS:
         raise InputError(f"rows_per_tile must be one of {MERGED_TILE_ROWS} for gpu-merged, not {rows_per_tile}")
     limit = min(block_shared_limit, FIRST_LAUNCH_BUDGET_BYTES)
-    first = [r for r in MERGED_TILE_ROWS if r <= rows_per_tile and r * (row_bytes + (neurons + 32) * 4) + stage_bytes <= limit]
+    first = [
+        r
+        for r in MERGED_TILE_ROWS
+        if r <= rows_per_tile and r * (row_bytes + (neurons + 32) * 4) + stage_bytes <= limit
+    ]
     if first:
         return rows_per_tile, max(first), True
     return rows_per_tile, rows_per_tile, False
@@ -294,10 +312,22 @@ def merged_launch_records(
     seconds = list(launch_seconds or [])
     if not first_from_tile:
         rows = int(counts[0])
-        records.append(TraceRecord(run=run_id, layer=0, kernel=SCATTER_ROWS, variant="dense-inputs", rows_in=rows,
-                                   rows_out=rows, cols=n, nnz_in=input_nnz, nnz_out=input_nnz,
-                                   bytes_read=input_nnz * 8 + (rows + 1) * 4, bytes_written=rows * n * 4 + input_nnz * 4,
-                                   device=device))  # fmt: skip
+        records.append(
+            TraceRecord(
+                run=run_id,
+                layer=0,
+                kernel=SCATTER_ROWS,
+                variant="dense-inputs",
+                rows_in=rows,
+                rows_out=rows,
+                cols=n,
+                nnz_in=input_nnz,
+                nnz_out=input_nnz,
+                bytes_read=input_nnz * 8 + (rows + 1) * 4,
+                bytes_written=rows * n * 4 + input_nnz * 4,
+                device=device,
+            )
+        )
     for launch, length in enumerate(chunks):
         stop = start + length
         rows_in, rows_out = int(counts[start]), int(counts[stop])
@@ -311,32 +341,66 @@ def merged_launch_records(
         monitored = launch_monitored(mode, launch, monitor_every)
         count_bytes = rows_out * (n // 32 + 4)
         monitor_bytes = count_bytes * monitored
-        weight_bytes = sum(layer.plan.index.size * 4 + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
-                           + layer.width * 4 + n * 4 for layer in chunk)  # fmt: skip
+        weight_bytes = sum(
+            layer.plan.index.size * 4
+            + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
+            + layer.width * 4
+            + n * 4
+            for layer in chunk
+        )
         entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
         executed = sum(
             (tiles if tile_layers is None else int(tile_layers[start + i])) * tile * layer.width * layer.plan.steps
             for i, layer in enumerate(chunk)
         )
-        shared = tile * (2 * (stride + 32) + stride // 32 + ((n + 32) if start == 0 and first_from_tile else 0)) * 4 + stage_bytes
+        shared = (
+            tile * (2 * (stride + 32) + stride // 32 + ((n + 32) if start == 0 and first_from_tile else 0)) * 4
+            + stage_bytes
+        )
         records.append(
             TraceRecord(
-                run=run_id, layer=start + 1, kernel=GC_MERGED,
+                run=run_id,
+                layer=start + 1,
+                kernel=GC_MERGED,
                 variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
-                rows_in=rows_in, rows_out=rows_out, cols=n, nnz_in=entering[0], nnz_out=int(nnz[stop]),
-                tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
-                bytes_read=read + weight_bytes, bytes_written=rows_out * (chunk[-1].width * 4 + 4) + monitor_bytes,
+                rows_in=rows_in,
+                rows_out=rows_out,
+                cols=n,
+                nnz_in=entering[0],
+                nnz_out=int(nnz[stop]),
+                tiles_total=rows_out * (n // 32),
+                tile_rows=1,
+                tile_cols=32,
+                bytes_read=read + weight_bytes,
+                bytes_written=rows_out * (chunk[-1].width * 4 + 4) + monitor_bytes,
                 useful_macs=sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk)),
-                executed_macs=executed, monitor_mode=mode if monitored else "off", monitor_bytes=monitor_bytes,
-                blocks=tiles, block_rows=tile, block_threads=threads, block_shared_bytes=shared, fused_layers=length,
-                measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"), device=device,
+                executed_macs=executed,
+                monitor_mode=mode if monitored else "off",
+                monitor_bytes=monitor_bytes,
+                blocks=tiles,
+                block_rows=tile,
+                block_threads=threads,
+                block_shared_bytes=shared,
+                fused_layers=length,
+                measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"),
+                device=device,
             )
-        )  # fmt: skip
+        )
         start = stop
     final = int(counts[len(layers)])
-    records.append(TraceRecord(run=run_id, layer=len(layers), kernel=EXPAND, variant="final-rows", rows_in=final,
-                               rows_out=final, cols=n, bytes_read=final * layers[-1].width * 4 + n * 4,
-                               bytes_written=final * n * 4,
-                               measured_us=seconds[len(chunks)] * 1e6 if len(seconds) > len(chunks) else float("nan"),
-                               device=device))  # fmt: skip
+    records.append(
+        TraceRecord(
+            run=run_id,
+            layer=len(layers),
+            kernel=EXPAND,
+            variant="final-rows",
+            rows_in=final,
+            rows_out=final,
+            cols=n,
+            bytes_read=final * layers[-1].width * 4 + n * 4,
+            bytes_written=final * n * 4,
+            measured_us=seconds[len(chunks)] * 1e6 if len(seconds) > len(chunks) else float("nan"),
+            device=device,
+        )
+    )
     return records

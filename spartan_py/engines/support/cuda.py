@@ -4,6 +4,7 @@ with events, the paired work buffers, and copying the final rows back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,9 @@ def import_cupy():
     try:
         import cupy
     except ImportError as exc:
-        raise BackendUnavailableError(f"CuPy is not installed ({exc}); install spartan-py[gpu] or [gpu-cuda13]") from None
+        raise BackendUnavailableError(
+            f"CuPy is not installed ({exc}); install spartan-py[gpu] or [gpu-cuda13]"
+        ) from None
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise BackendUnavailableError("no CUDA device is visible")
@@ -53,7 +56,7 @@ class EventTimer:
         self._cupy = cupy
         self.seconds = float("nan")
 
-    def __enter__(self) -> "EventTimer":
+    def __enter__(self) -> EventTimer:
         self._start.record()
         return self
 
@@ -67,8 +70,8 @@ class EventTimer:
 class Buffers:
     """One of a batch's two activation buffers: row values and their input-row ids."""
 
-    values: object
-    ids: object
+    values: Any
+    ids: Any
 
 
 def download_rows(cp, ids, values, alive: int, n: int) -> tuple[np.ndarray, np.ndarray, float]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -18,8 +20,24 @@ class GpuEngineBase(Engine):
     ``_bytes_per_row``, the attributes ``cp``, ``_device``, ``chunks``, ``rows_per_tile`` and
     ``max_batch_rows``, and the batch's ``final_rows``."""
 
-    cp = None
+    cp: Any = None  # the cupy module, once the engine is made
     use_graph = True
+    _device: str
+    chunks: list[int]
+    rows_per_tile: int
+    max_batch_rows: int | None
+
+    def upload(self, inputs: sp.csr_matrix) -> Any:
+        """A batch of input rows on the device with its work buffers."""
+        raise NotImplementedError
+
+    def _launch_layers(self, batch: Any, events: list | None = None) -> None:
+        """Queue every launch of a batch (with an event before each and one at the end)."""
+        raise NotImplementedError
+
+    def _records(self, batch: Any, counts, nnz, input_nnz: int, run_id: str) -> list[TraceRecord]:
+        """The trace records of one batch's launches."""
+        raise NotImplementedError
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -96,9 +114,15 @@ class GpuEngineBase(Engine):
             value_parts.append(values)
             trace += self._records(batch, counts, nnz, part.nnz, run_id)
             trace += transfer_records(
-                part.shape[0], part.nnz, ids.size, network.neurons, network.layers,
-                device=self.device, run_id=run_id, seconds=(batch.upload_seconds, download_seconds),
-            )  # fmt: skip
+                part.shape[0],
+                part.nnz,
+                ids.size,
+                network.neurons,
+                network.layers,
+                device=self.device,
+                run_id=run_id,
+                seconds=(batch.upload_seconds, download_seconds),
+            )
             del batch
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
         values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)

@@ -163,35 +163,77 @@ def launch_records(
         useful = sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers))
         records.append(
             TraceRecord(
-                run=run_id, layer=start + 1, kernel=GC_LAYER,
-                variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}" + ("-uniform" if uniform else ""),
-                rows_in=rows_in, rows_out=rows_out, cols=n,
-                nnz_in=entering[0], nnz_out=int(nnz[stop]),
-                tiles_total=rows_out * (n // 32), tile_rows=1, tile_cols=32,
-                bytes_read=read + sum(layer.device_bytes for layer in layers), bytes_written=written,
-                useful_macs=useful, executed_macs=sum(
+                run=run_id,
+                layer=start + 1,
+                kernel=GC_LAYER,
+                variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}"
+                + ("-uniform" if uniform else ""),
+                rows_in=rows_in,
+                rows_out=rows_out,
+                cols=n,
+                nnz_in=entering[0],
+                nnz_out=int(nnz[stop]),
+                tiles_total=rows_out * (n // 32),
+                tile_rows=1,
+                tile_cols=32,
+                bytes_read=read + sum(layer.device_bytes for layer in layers),
+                bytes_written=written,
+                useful_macs=useful,
+                executed_macs=sum(
                     (tiles if tile_layers is None else int(tile_layers[start + i])) * rows_per_tile * n * layer.steps
                     for i, layer in enumerate(layers)
                 ),
-                monitor_mode=mode if monitored else "off", monitor_bytes=monitor_bytes,
-                blocks=tiles, block_rows=rows_per_tile, block_threads=threads,
-                block_shared_bytes=rows_per_tile * (n + 32) * 4, resident_blocks_per_sm=resident_blocks_per_sm,
+                monitor_mode=mode if monitored else "off",
+                monitor_bytes=monitor_bytes,
+                blocks=tiles,
+                block_rows=rows_per_tile,
+                block_threads=threads,
+                block_shared_bytes=rows_per_tile * (n + 32) * 4,
+                resident_blocks_per_sm=resident_blocks_per_sm,
                 fused_layers=length,
                 measured_us=launch_seconds[launch] * 1e6 if launch_seconds else float("nan"),
                 device=device,
             )
-        )  # fmt: skip
+        )
         if mode == "software":
             records += [
-                TraceRecord(run=run_id, layer=stop, kernel=MONITOR_PASS, variant="count-1x32", rows_in=rows_out,
-                            cols=n, tile_rows=1, tile_cols=32, bytes_read=rows_out * n * 4, bytes_written=count_bytes,
-                            monitor_mode="software", monitor_bytes=count_bytes, device=device),
-                TraceRecord(run=run_id, layer=stop, kernel=COPY_D2H, variant="monitor-counts", rows_in=rows_out,
-                            bytes_read=count_bytes, bytes_written=count_bytes, monitor_mode="software",
-                            monitor_bytes=count_bytes, device=device),
-                TraceRecord(run=run_id, layer=stop, kernel=SYNC, variant="monitor", host_syncs=2,
-                            monitor_mode="software", device=device),
-            ]  # fmt: skip
+                TraceRecord(
+                    run=run_id,
+                    layer=stop,
+                    kernel=MONITOR_PASS,
+                    variant="count-1x32",
+                    rows_in=rows_out,
+                    cols=n,
+                    tile_rows=1,
+                    tile_cols=32,
+                    bytes_read=rows_out * n * 4,
+                    bytes_written=count_bytes,
+                    monitor_mode="software",
+                    monitor_bytes=count_bytes,
+                    device=device,
+                ),
+                TraceRecord(
+                    run=run_id,
+                    layer=stop,
+                    kernel=COPY_D2H,
+                    variant="monitor-counts",
+                    rows_in=rows_out,
+                    bytes_read=count_bytes,
+                    bytes_written=count_bytes,
+                    monitor_mode="software",
+                    monitor_bytes=count_bytes,
+                    device=device,
+                ),
+                TraceRecord(
+                    run=run_id,
+                    layer=stop,
+                    kernel=SYNC,
+                    variant="monitor",
+                    host_syncs=2,
+                    monitor_mode="software",
+                    device=device,
+                ),
+            ]
         start = stop
     return records
 
@@ -214,10 +256,33 @@ def transfer_records(
     down = final_rows * (neurons * 4 + 4)
     h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
     return [
-        TraceRecord(run=run_id, layer=0, kernel=COPY_H2D, variant="input-csr", rows_in=input_rows, rows_out=input_rows,
-                    cols=neurons, nnz_in=input_nnz, nnz_out=input_nnz, bytes_read=up, bytes_written=up,
-                    measured_us=h2d * 1e6, device=device),
+        TraceRecord(
+            run=run_id,
+            layer=0,
+            kernel=COPY_H2D,
+            variant="input-csr",
+            rows_in=input_rows,
+            rows_out=input_rows,
+            cols=neurons,
+            nnz_in=input_nnz,
+            nnz_out=input_nnz,
+            bytes_read=up,
+            bytes_written=up,
+            measured_us=h2d * 1e6,
+            device=device,
+        ),
         TraceRecord(run=run_id, layer=layers, kernel=SYNC, variant="stream", host_syncs=1, device=device),
-        TraceRecord(run=run_id, layer=layers, kernel=COPY_D2H, variant="live-rows", rows_in=final_rows, rows_out=final_rows,
-                    cols=neurons, bytes_read=down, bytes_written=down, measured_us=d2h * 1e6, device=device),
-    ]  # fmt: skip
+        TraceRecord(
+            run=run_id,
+            layer=layers,
+            kernel=COPY_D2H,
+            variant="live-rows",
+            rows_in=final_rows,
+            rows_out=final_rows,
+            cols=neurons,
+            bytes_read=down,
+            bytes_written=down,
+            measured_us=d2h * 1e6,
+            device=device,
+        ),
+    ]

@@ -18,8 +18,16 @@ class TwinEngine(Engine):
     layer loop with compaction (rows kept in input order). A subclass provides
     ``_compute_layer``, ``_tile_rows``, ``_final_values`` and ``_launch_records``."""
 
-    def __init__(self, network: Network, *, monitor: str, monitor_every: int, max_batch_rows: int | None,
-                 compact_every: str | int, device: str):  # fmt: skip
+    def __init__(
+        self,
+        network: Network,
+        *,
+        monitor: str,
+        monitor_every: int,
+        max_batch_rows: int | None,
+        compact_every: str | int,
+        device: str,
+    ):
         super().__init__(network)
         self.monitor = monitor
         self.monitor_every = max(int(monitor_every), 1)
@@ -66,7 +74,10 @@ class TwinEngine(Engine):
             rows = self._compute_layer(layer, rows, bias, clamp, row_nnz)
             live = row_nnz > 0
             counts[layer + 1], nnz[layer + 1] = int(live.sum()), int(row_nnz.sum())
-            rows, ids = np.ascontiguousarray(rows[live]), ids[live]  # dead rows stay zero: dropping them changes no count
+            rows, ids = (
+                np.ascontiguousarray(rows[live]),
+                ids[live],
+            )  # dead rows stay zero: dropping them changes no count
         return ids, self._final_values(rows), counts, nnz, tile_layers
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
@@ -94,6 +105,12 @@ class TwinEngine(Engine):
         live_rows = np.concatenate(live_parts) if live_parts else np.zeros(0, np.int64)
         values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
         return EngineOutput(
-            live_rows, live_rows_matrix(live_rows, values, total), live_total.tolist(), nnz_total.tolist(),
-            seconds, self.device, trace, simulated=True,
-        )  # fmt: skip
+            live_rows,
+            live_rows_matrix(live_rows, values, total),
+            live_total.tolist(),
+            nnz_total.tolist(),
+            seconds,
+            self.device,
+            trace,
+            simulated=True,
+        )

@@ -32,7 +32,9 @@ class LayerStore:
     ``budget_bytes``: device memory the weights may use; None: half the free memory.
     """
 
-    def __init__(self, cp, layers: Sequence[dict[str, np.ndarray | None]], chunks: Sequence[int], budget_bytes: int | None = None):
+    def __init__(
+        self, cp, layers: Sequence[dict[str, np.ndarray | None]], chunks: Sequence[int], budget_bytes: int | None = None
+    ):
         self.cp = cp
         names = list(layers[0]) if layers else []
         offsets, sizes = [], []
@@ -57,7 +59,8 @@ class LayerStore:
         if self.streamed and 2 * self.slot_bytes > self.budget_bytes:
             raise DeviceMemoryError(
                 f"the weights ({self.total_bytes} bytes) exceed the device budget ({self.budget_bytes} bytes), and two "
-                f"launches' worth ({2 * self.slot_bytes} bytes) to stream them do not fit it either; launch fewer layers at once"
+                f"launches' worth ({2 * self.slot_bytes} bytes) to stream them do not fit it either; "
+                "launch fewer layers at once"
             )
         # streamed weights stay in pinned host memory (copies overlap compute); resident ones
         # are packed in ordinary memory, uploaded once and dropped
@@ -81,9 +84,13 @@ class LayerStore:
             need = 2 * self.slot_bytes if self.streamed else self.total_bytes
             raise DeviceMemoryError(f"layer weights ({need} bytes on the device) do not fit the GPU") from None
         self.pointers = {
-            name: cp.asarray(np.array([base + place[name] if name in place else 0 for base, place in zip(bases, offsets)], dtype=np.uint64))
+            name: cp.asarray(
+                np.array(
+                    [base + place[name] if name in place else 0 for base, place in zip(bases, offsets)], dtype=np.uint64
+                )
+            )
             for name in names
-        }  # fmt: skip
+        }
         self._copy_stream = cp.cuda.Stream(non_blocking=True) if self.streamed else None
 
     @staticmethod
@@ -97,9 +104,12 @@ class LayerStore:
         size = int(self._starts[b] - self._starts[a])
         if size:
             self.cp.cuda.runtime.memcpyAsync(
-                self._slots[chunk % 2].data.ptr, self._host.ctypes.data + int(self._starts[a]), size, _HOST_TO_DEVICE,
-                self._copy_stream.ptr,
-            )  # fmt: skip
+                self._slots[chunk % 2].data.ptr,
+                self._host.ctypes.data + int(self._starts[a]),  # type: ignore[union-attr]  # set when streaming is on, as here
+                size,
+                _HOST_TO_DEVICE,
+                self._copy_stream.ptr,  # type: ignore[union-attr]  # set when streaming is on, as here
+            )
 
     def launches(self, stream):
         """Yield each launch's number once its layers are on the device; the caller launches it
