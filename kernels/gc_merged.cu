@@ -1,4 +1,4 @@
-// Sparse DNN Graph Challenge on merged columns (spartan_py/engines/gpu_merge.py): outputs
+// Sparse DNN Graph Challenge on merged columns (spartan_py/engines/support/column_merge.py): outputs
 // with identical weight columns are computed once, so a row's state after layer l is
 // Z_l (width_l floats) and Y_l[:, j] = Z_l[:, groups_l[j]]. Same layer semantics, live-row
 // compaction, counters and fused monitor as kernels/gc_layer.cu; compiled at run time by

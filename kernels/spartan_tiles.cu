@@ -12,7 +12,7 @@
 // and with the monitor's the fused kernel needed 90 and fitted 2 blocks per SM where the
 // plain one fitted 3 (VGG-16 conv5_2's 392 blocks then took 1.5 waves fused, 1 plain). As
 // split, every mode takes 38-46 registers and fits 4 blocks per SM (all 16 staged: 3, by
-// shared memory, and a larger monitor cost on AlexNet conv2; benchmarks/NOTES.md).
+// shared memory, and a larger monitor cost on AlexNet conv2; docs/performance-notes.md).
 //
 // The monitor adds little to that loop: a lane keeps its own non-zeros of rows 4q .. 4q + 3
 // as the four bytes of packed[q] (at most 4 each). After the loop, four warp reductions of
