@@ -35,8 +35,6 @@ COPY_D2H = "gpu.copy_d2h"
 """A device-to-host copy."""
 SYNC = "gpu.sync"
 """A host synchronisation with the device."""
-PRECISIONS = ("fp32", "tf32", "bf16")
-"""GEMM precisions a family name may end in."""
 
 
 def dense_gemm(precision: str) -> str:

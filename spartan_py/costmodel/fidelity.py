@@ -29,7 +29,8 @@ from spartan_py.costmodel.families import (
     TIMED_FAMILIES,
 )
 from spartan_py.costmodel.machine import Machine
-from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.model import predict, run_totals
+from spartan_py.costmodel.validation import kernel_error_table
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace
 
@@ -67,18 +68,20 @@ def with_errors(predicted: pd.DataFrame) -> pd.DataFrame:
 
 
 def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
-    """Per family: launches, median and 90th-percentile absolute per-launch error (percent)."""
-    frame = with_errors(predicted)
-    error = frame["error_pct"].abs().groupby(frame["kernel"])
-    table = pd.DataFrame(
-        {
-            "launches": error.size(),
-            "median_pct": error.median(),
-            "p90_pct": error.quantile(0.9),
-            "bias_pct": frame["error_pct"].groupby(frame["kernel"]).median(),
+    """Per family: launches, median and 90th-percentile absolute per-launch error, and the
+    median signed error (percent); :func:`~spartan_py.costmodel.validation.kernel_error_table`
+    with the bias beside it."""
+    table = kernel_error_table(predicted).rename(
+        columns={
+            "kernel": "family",
+            "records": "launches",
+            "median_abs_error_pct": "median_pct",
+            "p90_abs_error_pct": "p90_pct",
         }
     )
-    return table.reset_index().rename(columns={"kernel": "family"})
+    bias = with_errors(predicted).groupby("kernel")["error_pct"].median()
+    table["bias_pct"] = table["family"].map(bias)
+    return table[["family", "launches", "median_pct", "p90_pct", "bias_pct"]]
 
 
 def run_names(frame: pd.DataFrame) -> pd.Series:
@@ -90,19 +93,9 @@ def run_names(frame: pd.DataFrame) -> pd.Series:
 
 def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     """Per whole run (:func:`run_names`): the measured and predicted sums of its
-    :data:`WHOLE_RUN_FAMILIES` launches and the error."""
-    frame = with_errors(predicted)
-    frame = frame[frame["kernel"].isin(WHOLE_RUN_FAMILIES)]
-    grouped = frame.groupby(run_names(frame).rename("run"), sort=False)
-    table = pd.DataFrame(
-        {
-            "launches": grouped.size(),
-            "measured_us": grouped["measured_us"].sum(),
-            "predicted_us": grouped["predicted_us"].sum(),
-        }
-    )
-    table["error_pct"] = 100 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]
-    return table.reset_index()
+    :data:`WHOLE_RUN_FAMILIES` launches and the error (:func:`~spartan_py.costmodel.model.run_totals`)."""
+    totals = run_totals(predicted.assign(run=run_names(predicted)), WHOLE_RUN_FAMILIES)
+    return totals.rename(columns={"records": "launches"})
 
 
 def summary(predicted: pd.DataFrame) -> dict:
