@@ -22,7 +22,7 @@ from spartan_py.costmodel.fidelity import (
     summary,
     whole_run_errors,
 )
-from spartan_py.costmodel.machine import FamilyCalibration
+from spartan_py.costmodel.machine import FamilyCalibration, machine_for_device
 from spartan_py.costmodel.simulate import trust
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace, to_frame, write_trace
@@ -125,6 +125,8 @@ def test_machines_say_whether_they_were_validated():
     assert h200.validated and h200.validation.blind
     assert not a100.validated and trust("a100-sxm").startswith("not validated")
     assert "does not exist" in trust("h100-sxm+hw-monitor")
+    assert machine_for_device("NVIDIA H200") == "h200-sxm" and machine_for_device("NVIDIA T4 GPU") is None
+    assert machine_for_device("NVIDIA H100 80GB HBM3", ["a100-sxm", "h100-sxm+tile-8"]) == "h100-sxm+tile-8"
     # the H200's calibration is the frozen H100 fit carried over: nothing fitted on the H200
     assert all(
         family.records == 0 and "carried over from h100-sxm" in family.source for family in h200.calibration.values()

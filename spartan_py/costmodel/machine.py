@@ -172,6 +172,15 @@ def machine_names() -> list[str]:
     return sorted(p.stem for p in sim_folder().glob("*.yaml") if p.stem != "variants")
 
 
+def machine_for_device(device: str, names: list[str] | None = None) -> str | None:
+    """The first of ``names`` (``NAME`` or ``NAME+VARIANT``; default every machine in ``sim/``)
+    whose ``device_names`` include ``device``, as the CUDA runtime names the GPU; or None."""
+    for name in machine_names() if names is None else names:
+        if device in load_machine(name.split("+", 1)[0]).device_names:
+            return name
+    return None
+
+
 def machine_path(name: str | Path) -> Path:
     """Path of a machine file from its name (``h100-sxm``) or a path to a YAML file."""
     candidate = Path(name)

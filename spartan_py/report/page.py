@@ -32,13 +32,10 @@ def _traces(out: Path, points: list[dict]) -> pd.DataFrame:
 
 def _machine_for(point: dict) -> str:
     """The point's listed machine that describes the GPU it ran on (its first otherwise)."""
-    from spartan_py.costmodel.simulate import resolve_machine
+    from spartan_py.costmodel.machine import machine_for_device
 
     names = point["config"]["machines"]
-    for name in names:
-        if point["summary"]["device"] in resolve_machine(name)[0].device_names:
-            return name
-    return names[0]
+    return machine_for_device(point["summary"]["device"], names) or names[0]
 
 
 def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
@@ -139,22 +136,21 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     """Sections and figures comparing this run with the same experiment measured on the GPU
     the model was fitted on (``against``), and with blind ``predictions`` made before it."""
     from spartan_py.costmodel.fidelity import compare, run_traces
-    from spartan_py.costmodel.simulate import resolve_machine
+    from spartan_py.costmodel.machine import Machine, load_machine, machine_for_device
 
-    def machine_of(trace: pd.DataFrame):
+    def machine_of(trace: pd.DataFrame) -> Machine:
         device = str(trace["device"].iloc[0])
-        from spartan_py.costmodel import load_machine, machine_names
-
-        for name in machine_names():
-            if device in load_machine(name).device_names:
-                return resolve_machine(name)[0]
-        raise InputError(f"no machine in sim/ names the device {device!r} in its device_names")
+        name = machine_for_device(device)
+        if name is None:
+            raise InputError(f"no machine in sim/ names the device {device!r} in its device_names")
+        return load_machine(name)
 
     here, there = run_traces(out), run_traces(against)
     blind = json.loads(Path(predictions).read_text()) if predictions else None
-    tables = compare(there, here, machine_of(there), machine_of(here), blind)
+    fitted_on, other = machine_of(there), machine_of(here)
+    tables = compare(there, here, fitted_on, other, blind)
     blind_frame = tables.pop("blind_predicted").assign(label=lambda f: f["kernel"])
-    a, b = machine_of(there).name, machine_of(here).name
+    a, b = fitted_on.name, other.name
     sections = [
         (
             f"Cost model per family: {a} held out, {b} blind (predicted before it was measured), "
