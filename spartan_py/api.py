@@ -51,28 +51,41 @@ class InferenceResult:
     @property
     def edges_per_second(self) -> float:
         """Challenge rate: inputs x edges / inference seconds."""
-        return self.rows * self.edges / self.seconds if self.seconds > 0 else float("inf")
+        return edge_rate(self.rows, self.edges, self.seconds)
 
     def summary(self) -> dict:
         """The run as a JSON-ready dict (no arrays but the per-layer counts)."""
         return {
-            "backend": self.backend,
             "device": self.device,
-            "neurons": self.neurons,
-            "layers": self.layers,
-            "rows": self.rows,
-            "edges": self.edges,
-            "categories": int(self.categories.size),
-            "passed": self.passed,
-            "seconds": self.seconds,
+            **run_summary(self),
             "load_seconds": self.load_seconds,
             "prepare_seconds": self.prepare_seconds,
-            "edges_per_second": self.edges_per_second,
             "simulated": self.simulated,
             "machine": self.machine,
-            "live_rows_by_layer": [int(v) for v in self.live_rows_by_layer],
-            "nonzeros_by_layer": [int(v) for v in self.nonzeros_by_layer],
         }
+
+
+def edge_rate(rows: int, edges: int, seconds: float) -> float:
+    """The challenge's rate: input rows x network edges / seconds (inf for no time)."""
+    return rows * edges / seconds if seconds > 0 else float("inf")
+
+
+def run_summary(result) -> dict:
+    """The fields every Graph Challenge result reports, one run or merged shards: backend,
+    sizes, categories (count), truth check, seconds, rate and the per-layer counts."""
+    return {
+        "backend": result.backend,
+        "neurons": result.neurons,
+        "layers": result.layers,
+        "rows": result.rows,
+        "edges": result.edges,
+        "categories": int(result.categories.size),
+        "passed": result.passed,
+        "seconds": result.seconds,
+        "edges_per_second": result.edges_per_second,
+        "live_rows_by_layer": [int(v) for v in result.live_rows_by_layer],
+        "nonzeros_by_layer": [int(v) for v in result.nonzeros_by_layer],
+    }
 
 
 def _generated_spec(spec: str, what: str) -> tuple[int, int]:

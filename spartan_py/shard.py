@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.api import cached_inputs, cached_network
+from spartan_py.api import cached_inputs, cached_network, edge_rate, run_summary
 from spartan_py.errors import InputError
 from spartan_py.executors import Workers, gpu_count, run_all
 
@@ -174,28 +174,18 @@ class ShardedResult:
     @property
     def edges_per_second(self) -> float:
         """Challenge rate over all rows: rows x edges / :attr:`seconds`."""
-        return self.rows * self.edges / self.seconds if self.seconds > 0 else float("inf")
+        return edge_rate(self.rows, self.edges, self.seconds)
 
     def summary(self) -> dict:
         """JSON-ready fields (no arrays but the per-layer counts and per-shard figures)."""
         return {
-            "backend": self.backend,
             "devices": self.devices,
-            "neurons": self.neurons,
-            "layers": self.layers,
-            "rows": self.rows,
-            "edges": self.edges,
-            "categories": int(self.categories.size),
-            "passed": self.passed,
-            "seconds": self.seconds,
-            "edges_per_second": self.edges_per_second,
+            **run_summary(self),
             "wall_seconds": self.wall_seconds,
             "shards": len(self.shard_rows),
             "shard_rows": self.shard_rows,
             "shard_seconds": self.shard_seconds,
             "executor": self.executor,
-            "live_rows_by_layer": self.live_rows_by_layer,
-            "nonzeros_by_layer": self.nonzeros_by_layer,
         }
 
 
