@@ -90,6 +90,18 @@ def is_graph_challenge(point: dict) -> bool:
     return point["status"] == "ok" and point["summary"].get("workload", "graph_challenge") == "graph_challenge"
 
 
+def _point_columns(point: dict) -> dict:
+    """The columns that name a finished point in every table: id, label, backend, device."""
+    summary = point["summary"]
+    return {
+        "point": point["id"],
+        "label": point["label"],
+        "backend": summary["backend"],
+        "device": summary["device"],
+        "simulated": summary["simulated"],
+    }
+
+
 def results_table(points: list[dict]) -> pd.DataFrame:
     """One row per Graph Challenge point and layer: live rows, non-zeros, the point's time and rate."""
     rows = []
@@ -100,11 +112,7 @@ def results_table(points: list[dict]) -> pd.DataFrame:
         for layer, (live, nnz) in enumerate(zip(summary["live_rows_by_layer"], summary["nonzeros_by_layer"]), start=1):
             rows.append(
                 {
-                    "point": point["id"],
-                    "label": point["label"],
-                    "backend": summary["backend"],
-                    "device": summary["device"],
-                    "simulated": summary["simulated"],
+                    **_point_columns(point),
                     "neurons": summary["neurons"],
                     "layers": summary["layers"],
                     "rows": summary["rows"],
@@ -132,11 +140,7 @@ def dense_layer_table(points: list[dict]) -> pd.DataFrame:
         for layer in summary["layers"]:
             rows.append(
                 {
-                    "point": point["id"],
-                    "label": point["label"],
-                    "backend": summary["backend"],
-                    "device": summary["device"],
-                    "simulated": summary["simulated"],
+                    **_point_columns(point),
                     "timed_on": summary["timed_on"],
                     "monitor": config["monitor"],
                     "policy": config["policy"],
@@ -162,16 +166,19 @@ def _trust(machine: str) -> str:
 def simulated_table(points: list[dict]) -> pd.DataFrame:
     """One row per point and simulated machine: predicted seconds beside the point's own time."""
     rows = []
+    trusts: dict[str, str] = {}  # each machine file read once
     for point in points:
         if point["status"] != "ok":
             continue
         for machine, predicted in point.get("machines", {}).items():
+            if machine not in trusts:
+                trusts[machine] = _trust(machine)
             rows.append(
                 {
                     "point": point["id"],
                     "label": point["label"],
                     "machine": machine,
-                    "trust": _trust(machine),
+                    "trust": trusts[machine],
                     "predicted_seconds": predicted["seconds"],
                     "note": predicted.get("note", ""),
                     "own_seconds": point["summary"]["seconds"],

@@ -100,20 +100,22 @@ def candidate_records(
     ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
     common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
     gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-    # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-    # geometry, so the model spreads the work over every SM with no partial last wave
+
+    def dense(rows: int) -> TraceRecord:
+        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
+        # geometry, so the model spreads the work over every SM with no partial last wave
+        return TraceRecord(
+            kernel=dense_gemm(precision),
+            rows_in=rows,
+            rows_out=rows,
+            executed_macs=rows * k * n,
+            bytes_read=4 * (rows * k + k * n),
+            bytes_written=4 * rows * n,
+            **gemm,
+        )
+
     if kernel == "dense":
-        return [
-            TraceRecord(
-                kernel=dense_gemm(precision),
-                rows_in=m,
-                rows_out=m,
-                executed_macs=m * k * n,
-                bytes_read=4 * (m * k + k * n),
-                bytes_written=4 * m * n,
-                **gemm,
-            )
-        ]
+        return [dense(m)]
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
@@ -167,15 +169,7 @@ def candidate_records(
                 bytes_written=4 * live_rows * k,
                 **common,
             ),
-            TraceRecord(
-                kernel=dense_gemm(precision),
-                rows_in=live_rows,
-                rows_out=live_rows,
-                executed_macs=live_rows * k * n,
-                bytes_read=4 * (live_rows * k + k * n),
-                bytes_written=4 * live_rows * n,
-                **gemm,
-            ),
+            dense(live_rows),
             TraceRecord(
                 kernel=COMPACT,
                 variant="expand_rows",
