@@ -49,7 +49,7 @@ def cpu_name() -> str:
 
 def write_result(name: str, device: str, payload: dict, out_dir: Path | None = None) -> Path:
     """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically."""
-    from spartan_py.files import atomic_write_bytes
+    from spartan_py.files import atomic_write_text
 
     now = _dt.datetime.now(_dt.timezone.utc)
     record = {
@@ -62,5 +62,5 @@ def write_result(name: str, device: str, payload: dict, out_dir: Path | None = N
         **payload,
     }
     path = (out_dir or RESULTS) / f"{name}-{now:%Y%m%d-%H%M%S}.json"
-    atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path

@@ -32,7 +32,7 @@ from spartan_py.costmodel.fidelity import (
     summary,
     whole_run_errors,
 )
-from spartan_py.files import atomic_write_bytes
+from spartan_py.files import atomic_write_text
 from spartan_py.trace import read_trace, write_trace
 
 OUT = RESULTS / "fidelity"
@@ -52,7 +52,7 @@ def _set_header(path: Path, key: str, value) -> None:
     line = f"{key}: {json.dumps(value)}"
     lines = [x for x in lines if not x.startswith(f"{key}:")]
     lines.insert(next(i for i, x in enumerate(lines) if x.startswith("specs:")), line)
-    atomic_write_bytes(path, ("\n".join(lines) + "\n").encode())
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def cmd_calibrate(args) -> dict:

@@ -227,7 +227,7 @@ def apply_variant(machine: Machine, variant: Variant | None) -> Machine:
 
 def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> Path:
     """Replace the ``calibration:`` block at the end of a machine file, keeping the rest as written."""
-    from spartan_py.files import atomic_write_bytes
+    from spartan_py.files import atomic_write_text
 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
@@ -237,4 +237,4 @@ def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> 
         raise InputError("the calibration block must be the last block of a machine file", path=path, line=cut + 1)
     block = {"calibration": {family: values.model_dump(exclude_none=True) for family, values in calibration.items()}}
     body = "\n".join(lines[:cut]).rstrip() + "\n\n" + yaml.safe_dump(block, sort_keys=False, width=120)
-    return atomic_write_bytes(path, body.encode())
+    return atomic_write_text(path, body)

@@ -22,7 +22,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError
-from spartan_py.files import atomic_write_bytes
+from spartan_py.files import atomic_write_bytes, atomic_write_text
 
 TRIPLE_HINT = "expected three numbers 'row<TAB>col<TAB>value' with 1-based integer row and col"
 
@@ -212,4 +212,4 @@ def write_triples(path: str | os.PathLike, matrix: sp.spmatrix) -> Path:
 def write_truth(path: str | os.PathLike, categories: np.ndarray) -> Path:
     """Write 1-based category indices, one per line, atomically."""
     text = "".join(f"{int(v)}\n" for v in np.sort(np.asarray(categories)))
-    return atomic_write_bytes(path, text.encode())
+    return atomic_write_text(path, text)

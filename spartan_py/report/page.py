@@ -11,7 +11,7 @@ import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES, GC_LAYER
 from spartan_py.errors import InputError
-from spartan_py.files import atomic_write_bytes
+from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.report import figures
 from spartan_py.report.published import published_rates
 from spartan_py.report.tables import html_table, markdown_table
@@ -287,6 +287,6 @@ def write_report(
             f"<h2>{html.escape(heading)}</h2><img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>"
         )
     page.append("</body></html>")
-    html_path = atomic_write_bytes(out / "report.html", "\n".join(page).encode())
-    md_path = atomic_write_bytes(out / "report.md", "\n".join(markdown).encode())
+    html_path = atomic_write_text(out / "report.html", "\n".join(page))
+    md_path = atomic_write_text(out / "report.md", "\n".join(markdown))
     return html_path, md_path

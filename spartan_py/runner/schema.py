@@ -141,8 +141,6 @@ Workload = Annotated[
     Annotated[GraphChallengeWorkload, Tag("graph_challenge")] | Annotated[ConvLayersWorkload, Tag("conv_layers")],
     Discriminator(_workload_kind),
 ]
-#: Location parts pydantic adds for the workload's tag; error messages leave them out.
-WORKLOAD_TAGS = ("graph_challenge", "conv_layers")
 
 
 def _kind(info: ValidationInfo) -> str | None:

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from spartan_py.files import atomic_write_bytes
+from spartan_py.files import atomic_write_text
 
 
 def write_json(path: Path, payload: dict) -> Path:
     """Write JSON atomically."""
-    return atomic_write_bytes(path, (json.dumps(payload, indent=1, default=str) + "\n").encode())
+    return atomic_write_text(path, json.dumps(payload, indent=1, default=str) + "\n")
 
 
 def point_path(out: Path, point_id: str) -> Path:
@@ -202,7 +202,7 @@ def write_tables(out: Path) -> list[Path]:
         "simulated.csv": simulated_table(points),
     }
     return [
-        atomic_write_bytes(out / name, frame.to_csv(index=False).encode())
+        atomic_write_text(out / name, frame.to_csv(index=False))
         for name, frame in tables.items()
         if name != "dense-layers.csv" or not frame.empty
     ]
