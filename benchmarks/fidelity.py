@@ -108,18 +108,16 @@ def cmd_compare(args) -> dict:
     h200 = run_traces(args.run_h200)
     write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
     blind = json.loads(Path(args.predictions).read_text())
-    tables = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
-    now = predict(h200, load_machine("h200-sxm"))
-    reverse = tables.pop("reverse_whole_runs")
+    found = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
     return {
         "predictions": str(args.predictions),
         "h200_device": str(h200["device"].iloc[0]),
         "h200_trace": "benchmarks/results/fidelity/validate-h200.trace.csv.gz",
-        "h200_blind": _tables(tables.pop("blind_predicted")),
-        "h200_current_model": _tables(now),
-        "h100_all_points": _tables(predict(h100, load_machine("h100-sxm"))),
-        "reverse_whole_runs": reverse.round(3).to_dict(orient="records"),
-        **{name: table.round(3).to_dict(orient="records") for name, table in tables.items()},
+        "h200_blind": _tables(found.blind),
+        "h200_current_model": _tables(found.now),
+        "h100_all_points": _tables(found.first),
+        "reverse_whole_runs": whole_run_errors(found.reverse).round(3).to_dict(orient="records"),
+        **{name: table.round(3).to_dict(orient="records") for name, table in found.tables.items()},
     }
 
 

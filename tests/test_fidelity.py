@@ -97,7 +97,7 @@ def test_blind_predictions_round_trip_and_errors(two_instances, tmp_path):
     table = speedups(first, second).set_index("family")
     ratio = first["measured_us"].sum() / second["measured_us"].sum()
     assert table.loc["gpu.gc_layer", "measured_speedup"] == pytest.approx(ratio)
-    tables = compare(first, measured, h100, h200, blind, holdout="^c$")
+    tables = compare(first, measured, h100, h200, blind, holdout="^c$").tables
     assert {"families", "whole_runs", "speedups", "reverse_families"} <= set(tables)
     assert set(tables["whole_runs"]["h100-sxm role"]) == {"fitted", "held out"}
 

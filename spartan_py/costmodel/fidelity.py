@@ -13,6 +13,7 @@ density 0.05, say); measured against predicted.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,20 @@ def _side_by_side(tables: dict[str, pd.DataFrame], key: str, columns: list[str])
     return merged.reset_index()
 
 
+@dataclass
+class Comparison:
+    """What :func:`compare` found: its ``tables`` (``families``, ``whole_runs``, ``speedups``,
+    ``reverse_families``) and the launches behind them, each with ``predicted_us``: the
+    first machine's by its own model, the second's by the blind predictions and by the
+    model now, and the first's by a fit on the second (``reverse``)."""
+
+    tables: dict[str, pd.DataFrame]
+    first: pd.DataFrame
+    blind: pd.DataFrame
+    now: pd.DataFrame
+    reverse: pd.DataFrame
+
+
 def compare(
     first: pd.DataFrame,
     second: pd.DataFrame,
@@ -193,15 +208,15 @@ def compare(
     second_machine: Machine,
     blind: dict | None = None,
     holdout: str = HOLDOUT_POINTS,
-) -> dict[str, pd.DataFrame]:
+) -> Comparison:
     """The cross-machine tables: ``first`` (measured on the machine the model was fitted on,
     ``holdout`` naming its held-out points) and ``second`` (measured on another, ``blind``
     its committed :func:`predictions`, made before it was measured).
 
-    Returns ``families`` (launches and median / p90 per-launch error: first machine held
+    The tables: ``families`` (launches and median / p90 per-launch error: first machine held
     out, second blind, second with the current model), ``whole_runs`` (the same per run),
-    ``speedups`` (measured and predicted, first over second) and ``reverse`` (fit on the
-    second machine, carried over to predict the first).
+    ``speedups`` (measured and predicted, first over second) and ``reverse_families`` (fit
+    on the second machine, carried over to predict the first).
     """
     from spartan_py.costmodel.calibrate import calibrate, carry_over
 
@@ -229,11 +244,10 @@ def compare(
     )
     runs.insert(1, f"{a} role", np.where(runs["run"].str.contains(holdout), "held out", "fitted"))
     reverse_table = _side_by_side({f"{a} from {b} fit": family_errors(reverse)}, "family", family_columns)
-    return {
+    tables = {
         "families": families,
         "whole_runs": runs,
         "speedups": speedups(on_first, now),
         "reverse_families": reverse_table,
-        "reverse_whole_runs": whole_run_errors(reverse),
-        "blind_predicted": blind_frame,
     }
+    return Comparison(tables, first=on_first, blind=blind_frame, now=now, reverse=reverse)

@@ -148,8 +148,9 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     here, there = run_traces(out), run_traces(against)
     blind = json.loads(Path(predictions).read_text()) if predictions else None
     fitted_on, other = machine_of(there), machine_of(here)
-    tables = compare(there, here, fitted_on, other, blind)
-    blind_frame = tables.pop("blind_predicted").assign(label=lambda f: f["kernel"])
+    found = compare(there, here, fitted_on, other, blind)
+    tables = found.tables
+    blind_frame = found.blind.assign(label=lambda f: f["kernel"])
     a, b = fitted_on.name, other.name
     sections = [
         (
