@@ -113,7 +113,7 @@ class Machine(_Frozen):
         """``validated (...)`` with the error figures, or ``not validated (...)`` in words."""
         v = self.validation
         if v is None:
-            carried = any("carried over" in family.source for family in self.calibration.values())
+            carried = any(family.records == 0 for family in self.calibration.values())  # carry_over fits none
             why = "calibration carried over from another GPU" if carried else "no measurement on it"
             return f"not validated ({why}): what-if estimates"
         how = "blind" if v.blind else "fitted here"
