@@ -84,6 +84,15 @@ class TraceRecord:
     device: str = "cpu"
 
 
+def pass_through(
+    run: str, layer: int, kernel: str, variant: str = "", *, rows: int, cols: int = 0, nnz: int = 0, **fields
+) -> TraceRecord:
+    """The record of a step that passes rows through unchanged (a copy, a scatter, an
+    expansion, a repack): as many rows and non-zeros out as in."""
+    # positional: run, layer, kernel, variant, rows_in, rows_out, cols, nnz_in, nnz_out
+    return TraceRecord(run, layer, kernel, variant, rows, rows, cols, nnz, nnz, **fields)
+
+
 TRACE_COLUMNS = tuple(f.name for f in fields(TraceRecord))
 _DTYPES = {f.name: {"str": str, "int": np.int64, "float": np.float64}[str(f.type)] for f in fields(TraceRecord)}
 

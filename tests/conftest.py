@@ -57,3 +57,15 @@ def official_proxy(gc_data):
 
     inputs = load_inputs(gc_data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
     return inputs, read_truth(gc_data / "neuron1024-l120-categories-proxy60k.tsv")
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    """The array module a test runs on: NumPy (CPU path) or CuPy (GPU path)."""
+    if request.param == "cupy":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy

@@ -32,16 +32,6 @@ from spartan_py.sparsity import (
 from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
 
 
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def xp(request):
-    """The array module a test runs on: NumPy (CPU path) or CuPy (GPU path)."""
-    if request.param == "cupy":
-        import cupy
-
-        return cupy
-    return np
-
-
 def host(array):
     return array.get() if hasattr(array, "get") else np.asarray(array)
 

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.support import cpu_kernels
 from spartan_py.graph_challenge.network import Network
-from spartan_py.trace import TraceRecord
+from spartan_py.trace import TraceRecord, pass_through
 
 #: Default bound on the activation buffer of one batch of rows.
 DEFAULT_BATCH_BYTES = 512 * 2**20
@@ -153,15 +153,13 @@ class CpuEngine(Engine):
                 )
                 if repacked:
                     records.append(
-                        TraceRecord(
-                            run=run_id,
-                            layer=index + 1,
-                            kernel="cpu.repack",
-                            rows_in=live,
-                            rows_out=live,
+                        pass_through(
+                            run_id,
+                            index + 1,
+                            "cpu.repack",
+                            rows=live,
                             cols=neurons,
-                            nnz_in=nnz_out,
-                            nnz_out=nnz_out,
+                            nnz=nnz_out,
                             tile_rows=lanes,
                             tile_cols=neurons,
                             bytes_read=live * neurons * 4,

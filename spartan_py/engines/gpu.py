@@ -18,24 +18,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
-from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, EventTimer, device_name, download_rows, import_cupy
-from spartan_py.engines.support.gpu_base import GpuEngineBase
+from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, import_cupy
+from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
     LayerPlan,
+    RowKernelTrace,
     chunk_schedule,
     gc_monitor_mode,
     kernel_shapes,
     launch_monitored,
-    launch_records,
     plan_layer,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
-from spartan_py.trace import TraceRecord
 
 
 @functools.cache
@@ -58,7 +57,7 @@ class _DeviceLayer:
     weight: Any | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
 
 
-class GpuEngine(GpuEngineBase):
+class GpuEngine(RowKernelTrace, GpuEngineBase):
     """Fused layer kernel with on-device compaction and a fused per-tile sparsity monitor."""
 
     name = "gpu"
@@ -136,7 +135,7 @@ class GpuEngine(GpuEngineBase):
     # -- device state for one batch of rows -------------------------------------------------
     def upload(self, inputs: sp.csr_matrix) -> DeviceBatch:
         """Put a batch of input rows and its work buffers on the device (not timed)."""
-        return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32))
+        return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32), self.network.neurons)
 
     def _grid(self) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
@@ -207,72 +206,5 @@ class GpuEngine(GpuEngineBase):
         """Two activation buffers with ids, the monitor's counts."""
         return 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
 
-    def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
-        """The trace of one batch: one record per launch (see :func:`launch_records`)."""
-        return launch_records(
-            self.plans,
-            self.chunks,
-            self.rows_per_tile,
-            self.cols_per_thread,
-            counts,
-            nnz,
-            input_nnz,
-            monitor=self.monitor,
-            monitor_every=self.monitor_every,
-            device=self.device,
-            run_id=run_id,
-            launch_seconds=batch.layer_seconds,
-            tile_layers=batch.tile_layers.get(),
-            resident_blocks_per_sm=self._grid() // self.sm_count,
-        )
-
-
-class DeviceBatch:
-    """A batch of input rows on the device with its work buffers and counters.
-
-    Buffers are poisoned with NaN (ids with -1) so that an element a kernel should have
-    written but did not shows up in the checks.
-    """
-
-    def __init__(self, engine: GpuEngine, inputs: sp.csr_matrix):
-        cp = engine.cp
-        n = engine.network.neurons
-        self.rows = rows = inputs.shape[0]
-        capacity = max(rows, 1)
-        try:
-            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            with EventTimer(cp) as upload:
-                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
-            self.upload_seconds = upload.seconds
-            self.buffers = [
-                Buffers(cp.empty(capacity * n, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32)) for _ in range(2)
-            ]
-            self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
-            self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
-            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
-            self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
-            self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
-        except cp.cuda.memory.OutOfMemoryError:
-            need = 2 * capacity * n * 4
-            raise DeviceMemoryError(
-                f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
-            ) from None
-        for buffer in self.buffers:
-            buffer.values.fill(np.nan)
-            buffer.ids.fill(-1)
-        self.counts[0] = rows
-        self.nnz_counts[0] = inputs.nnz
-        # The uploads and fills above ran on the default stream; the layers run on a
-        # non-blocking stream that does not wait for it.
-        cp.cuda.Device().synchronize()
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graph = None
-        self.layer_seconds: list[float] = []
-
-    def final_rows(self, engine: GpuEngine) -> tuple[np.ndarray, np.ndarray, float]:
-        """(batch-local ids of the rows live after the last layer, their values (live x n),
-        seconds), sorted by id. The rows come back into pinned host memory; ``seconds`` times
-        those copies alone (CUDA events)."""
-        alive = int(self.counts[engine.network.layers].get())
-        final = self.buffers[len(engine.chunks) % 2]
-        return download_rows(engine.cp, final.ids, final.values, alive, engine.network.neurons)
+    def _trace_options(self) -> dict:
+        return {"resident_blocks_per_sm": self._grid() // self.sm_count}

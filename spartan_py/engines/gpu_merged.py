@@ -24,21 +24,20 @@ from spartan_py.engines.support.column_merge import (
     MERGED_TILE_ROWS as TILE_ROWS,
 )
 from spartan_py.engines.support.column_merge import (
+    MergedKernelTrace,
     MergedNetwork,
     merge_network,
-    merged_launch_records,
     merged_tile_rows,
     monitor_masks,
     stage_words,
 )
-from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, EventTimer, device_name, download_rows, import_cupy
-from spartan_py.engines.support.gpu_base import GpuEngineBase
+from spartan_py.engines.support.cuda import NULL_POINTER, device_name, import_cupy
+from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
 from spartan_py.engines.support.layer_plan import chunk_schedule, gc_monitor_mode, launch_monitored
 from spartan_py.engines.support.weight_store import LayerStore
-from spartan_py.errors import DeviceMemoryError, InputError
+from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
-from spartan_py.trace import TraceRecord
 
 
 @functools.cache
@@ -56,7 +55,7 @@ def _merged_kernels(device_id: int):
     return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
 
 
-class GpuMergedEngine(GpuEngineBase):
+class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
     name = "gpu-merged"
@@ -94,6 +93,7 @@ class GpuMergedEngine(GpuEngineBase):
         self._device = device_name(cp)
         self.stride = self.merged.width
         self.stage_words = stage_words(self.merged)
+        self.stage_bytes = 4 * self.stage_words
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.stride, self._block_shared_limit, rows_per_tile, 4 * self.stage_words
         )
@@ -233,27 +233,8 @@ class GpuMergedEngine(GpuEngineBase):
         last entry of ``batch.layer_seconds`` is the expansion), one at the end."""
         return len(self.chunks) + 2
 
-    def _records(self, batch, counts, nnz, input_nnz, run_id) -> list[TraceRecord]:
-        """The trace of one batch (see :func:`merged_launch_records`)."""
-        return merged_launch_records(
-            self.merged,
-            self.chunks,
-            self.rows_per_tile,
-            self.first_rows,
-            counts,
-            nnz,
-            input_nnz,
-            monitor=self.monitor,
-            monitor_every=self.monitor_every,
-            device=self.device,
-            run_id=run_id,
-            launch_seconds=batch.layer_seconds,
-            tile_layers=batch.tile_layers.get(),
-            threads=THREADS,
-            first_from_tile=self.first_from_tile,
-            streamed=self.weights.streamed,
-            stage_bytes=4 * self.stage_words,
-        )
+    def _trace_options(self) -> dict:
+        return {"streamed": self.weights.streamed}
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when
@@ -262,50 +243,21 @@ class GpuMergedEngine(GpuEngineBase):
         return 2 * (self.stride * 4 + 4) + n // 32 + 4 + n * 4 + (0 if self.first_from_tile else n * 4)
 
 
-class MergedBatch:
-    """A batch of input rows on the device with its work buffers and counters (poisoned with
-    NaN and -1, as the rows kernel's, so unwritten elements show up in checks)."""
+class MergedBatch(DeviceBatch):
+    """A batch of the merged kernel: merged-width row buffers, the expanded n-wide output and,
+    when the inputs are too wide for shared memory, their dense copy (see
+    :class:`~spartan_py.engines.support.gpu_base.DeviceBatch`)."""
 
     def __init__(self, engine: GpuMergedEngine, inputs: sp.csr_matrix):
-        cp = engine.cp
         n = engine.network.neurons
-        self.rows = rows = inputs.shape[0]
-        capacity = max(rows, 1)
-        try:
-            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            with EventTimer(cp) as upload:
-                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
-            self.upload_seconds = upload.seconds
-            self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
-            self.buffers = [
-                Buffers(cp.empty(capacity * engine.stride, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32))
-                for _ in range(2)
-            ]
-            self.expanded = cp.empty(capacity * n, dtype=cp.float32)
-            self.counts = cp.zeros(engine.network.layers + 1, dtype=cp.int32)
-            self.nnz_counts = cp.zeros(engine.network.layers + 1, dtype=cp.uint64)
-            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
-            self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
-            self.tile_layers = cp.zeros(engine.network.layers, dtype=cp.int32)
-        except cp.cuda.memory.OutOfMemoryError:
-            need = capacity * (2 * engine.stride + n + (0 if engine.first_from_tile else n)) * 4
-            raise DeviceMemoryError(
-                f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
-            ) from None
-        for buffer in self.buffers:
-            buffer.values.fill(np.nan)
-            buffer.ids.fill(-1)
-        self.expanded.fill(np.nan)
-        self.counts[0] = rows
-        self.nnz_counts[0] = inputs.nnz
-        cp.cuda.Device().synchronize()  # the fills ran on the default stream; the layers run on another
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graph = None
-        self.layer_seconds: list[float] = []
+        self.extra_bytes_per_row = 4 * (n + (0 if engine.first_from_tile else n))
+        super().__init__(engine, inputs, engine.stride)
 
-    def final_rows(self, engine: GpuMergedEngine) -> tuple[np.ndarray, np.ndarray, float]:
-        """(batch-local ids of the live rows after the last layer, their n-wide values, seconds
-        of the copies into pinned host memory), sorted by id."""
-        alive = int(self.counts[engine.network.layers].get())
-        final = self.buffers[len(engine.chunks) % 2]
-        return download_rows(engine.cp, final.ids, self.expanded, alive, engine.network.neurons)
+    def _allocate(self, engine, capacity: int) -> None:
+        cp, n = engine.cp, engine.network.neurons
+        self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
+        self.expanded = cp.empty(capacity * n, dtype=cp.float32)
+        self.expanded.fill(np.nan)
+
+    def _final_values(self, engine):
+        return self.expanded

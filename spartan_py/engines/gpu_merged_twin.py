@@ -16,9 +16,8 @@ from numba import prange
 
 from spartan_py.engines.gpu_merged import GpuMergedEngine
 from spartan_py.engines.support.column_merge import (
-    MERGED_THREADS,
+    MergedKernelTrace,
     merge_network,
-    merged_launch_records,
     merged_tile_rows,
     stage_words,
 )
@@ -55,7 +54,7 @@ def twin_merged_layer(
     return out
 
 
-class GpuMergedTwinEngine(TwinEngine):
+class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
     """The merged GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-merged-twin"
@@ -104,22 +103,3 @@ class GpuMergedTwinEngine(TwinEngine):
 
     def _final_values(self, rows):
         return rows[:, self.merged.layers[-1].groups] if self.merged.layers else rows
-
-    def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id):
-        return merged_launch_records(
-            self.merged,
-            self.chunks,
-            self.rows_per_tile,
-            self.first_rows,
-            counts,
-            nnz,
-            input_nnz,
-            monitor=self.monitor,
-            monitor_every=self.monitor_every,
-            device=self.device,
-            run_id=run_id,
-            tile_layers=tile_layers,
-            threads=MERGED_THREADS,
-            first_from_tile=self.first_from_tile,
-            stage_bytes=self.stage_bytes,
-        )

@@ -22,8 +22,8 @@ from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
+    RowKernelTrace,
     gc_monitor_mode,
-    launch_records,
     plan_layer,
 )
 from spartan_py.engines.support.twin_base import TwinEngine
@@ -64,7 +64,7 @@ def twin_layer(rows, index, weight, uniform, use_uniform, bias, clamp, row_nnz):
             row_nnz[first + b] = lit[b]
 
 
-class GpuTwinEngine(TwinEngine):
+class GpuTwinEngine(RowKernelTrace, TwinEngine):
     """The GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-twin"
@@ -114,19 +114,3 @@ class GpuTwinEngine(TwinEngine):
 
     def _tile_rows(self, launch_start):
         return self.rows_per_tile
-
-    def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id):
-        return launch_records(
-            self.plans,
-            self.chunks,
-            self.rows_per_tile,
-            self.cols_per_thread,
-            counts,
-            nnz,
-            input_nnz,
-            monitor=self.monitor,
-            monitor_every=self.monitor_every,
-            device=self.device,
-            run_id=run_id,
-            tile_layers=tile_layers,
-        )

@@ -23,6 +23,16 @@ def _png(figure) -> bytes:
     return buffer.getvalue()
 
 
+def _bars(table: pd.DataFrame, size: tuple[float, float], *, ylabel: str, title: str) -> bytes:
+    """Grouped bars: one group per row of ``table``, one bar per column, labels slanted."""
+    figure, axes = plt.subplots(figsize=size)
+    table.plot.bar(ax=axes, rot=30)
+    axes.set_xticklabels(table.index, ha="right", fontsize=7)
+    axes.set(ylabel=ylabel, title=title)
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
 def live_rows_by_layer(results: pd.DataFrame) -> bytes | None:
     """Live rows and activation density by layer, one line per point."""
     if results.empty:
@@ -66,12 +76,12 @@ def what_if(simulated: pd.DataFrame) -> bytes | None:
     if len(table.columns) > 6:  # many points: one group per point, one bar per machine
         table = table.T
     bars = len(table.index) * max(1, len(table.columns))
-    figure, axes = plt.subplots(figsize=(min(16, max(6, 0.25 * bars + 0.3 * len(table.index))), 4.5))
-    table.mul(1e3).plot.bar(ax=axes, rot=30)
-    axes.set_xticklabels(table.index, ha="right", fontsize=7)
-    axes.set(ylabel="predicted ms (kernel launches)", title="what if: the same run on other GPUs (cost model)")
-    axes.legend(fontsize=7)
-    return _png(figure)
+    return _bars(
+        table.mul(1e3),
+        (min(16, max(6, 0.25 * bars + 0.3 * len(table.index))), 4.5),
+        ylabel="predicted ms (kernel launches)",
+        title="what if: the same run on other GPUs (cost model)",
+    )
 
 
 def model_error(predicted: pd.DataFrame) -> bytes | None:
@@ -107,12 +117,7 @@ def monitor_overhead(overhead: pd.DataFrame) -> bytes | None:
     if overhead.empty:
         return None
     table = overhead.pivot_table(index="group", columns="mode", values="overhead_pct", sort=False)
-    figure, axes = plt.subplots(figsize=(6, 3.5))
-    table.plot.bar(ax=axes, rot=30)
-    axes.set_xticklabels(table.index, ha="right", fontsize=7)
-    axes.set(ylabel="% of the time without monitor", title="profiling overhead by monitor mode")
-    axes.legend(fontsize=7)
-    return _png(figure)
+    return _bars(table, (6, 3.5), ylabel="% of the time without monitor", title="profiling overhead by monitor mode")
 
 
 def tile_utilization(utilization: pd.DataFrame) -> bytes | None:

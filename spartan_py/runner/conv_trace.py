@@ -32,20 +32,12 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
 
     from spartan_py.sparsity import compact_rows, dense_matmul, tile_list, tile_sparse_matmul
     from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
-    from spartan_py.sparsity.policy import candidate_records
 
     m, k = a.shape
     n = w.shape[1]
     precision = policy.precision
     nnz, active, live = policy.profile_counts(counted)
-    common = dict(
-        nnz=nnz,
-        tiles_active=active,
-        live_rows=live,
-        tile=policy.tile,
-        precision=precision,
-        resident_blocks=policy.resident_blocks(n),
-    )
+    counts = dict(nnz=nnz, tiles_active=active, live_rows=live)
     out = cp.empty((m, n), dtype=cp.float32)
     records: list[TraceRecord] = []
 
@@ -54,12 +46,12 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
         # 50x slower median of one launch among hundreds) does not become the launch's time
         records.append(replace(record, measured_us=min(clock(work), clock(work))))
 
-    (dense,) = candidate_records("dense", m, k, n, **common)
+    (dense,) = policy.records("dense", m, k, n, **counts)
     timed(dense, lambda: dense_matmul(a, w, precision=precision, out=out))
-    listing, tiled = candidate_records("tile_sparse", m, k, n, **common)
+    listing, tiled = policy.records("tile_sparse", m, k, n, **counts)
     timed(listing, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
     timed(tiled, lambda: tile_sparse_matmul(a, w, tiles, precision=precision, out=out))
-    gather, live_gemm, expand = candidate_records("row_compact", m, k, n, **common)
+    gather, live_gemm, expand = policy.records("row_compact", m, k, n, **counts)
     packed = compact_rows(a, counted.row_nnz)
     timed(gather, lambda: compact_rows(a, counted.row_nnz))
     if packed.live:
@@ -74,7 +66,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     if precision == "fp32" and counted.density <= CSR_MAX_DENSITY:
         import cupyx.scipy.sparse as sparse
 
-        convert, spmm = candidate_records("csr", m, k, n, **common)
+        convert, spmm = policy.records("csr", m, k, n, **counts)
         timed(convert, lambda: sparse.csr_matrix(a))
         csr = sparse.csr_matrix(a)
         timed(spmm, lambda: csr @ w)

@@ -90,23 +90,6 @@ class _Clock:
         return self._time(work)
 
 
-def _records(kernel: str, m: int, k: int, n: int, counts: tuple[int, int, int], policy) -> list[TraceRecord]:
-    from spartan_py.sparsity.policy import candidate_records
-
-    nnz, tiles_active, live = counts
-    return candidate_records(
-        kernel,
-        m,
-        k,
-        n,
-        nnz=nnz,
-        tiles_active=tiles_active,
-        live_rows=live,
-        tile=policy.tile,
-        precision=policy.precision,
-    )
-
-
 def _predict_us(records: list[TraceRecord], machine: str) -> float:
     from spartan_py.costmodel.model import predict
     from spartan_py.costmodel.simulate import resolve_machine
@@ -130,7 +113,7 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     a, profile = monitor.epilogue(a, out=a)
     # the GEMM kernels need counts even when the monitor is off: count them apart, untimed
     counted = profile if profile is not None else SparsityMonitor(tile=tile, mode="fused", timed=False).epilogue(a)[1]
-    nnz, tiles_active, live = counts = policy.profile_counts(counted)
+    nnz, tiles_active, live = policy.profile_counts(counted)
     tiles = tile_list(counted.tile_nnz, a.shape, tile)
     c = xp.empty((m, n), dtype=xp.float32)
     reference = dense_matmul(a, w, precision=policy.precision)
@@ -165,9 +148,10 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         counts_at_size = tile_counts(a, size)
         row[f"utilization_{size}"] = counts_utilization(counts_at_size, size)
         row[f"tile_density_{size}"] = float((counts_at_size > 0).mean())
-    chosen_records = _records(decision.kernel, m, k, n, counts, policy)
-    dense_records = _records("dense", m, k, n, counts, policy)
-    tile_records = _records("tile_sparse", m, k, n, counts, policy)
+    chosen_records, dense_records, tile_records = (
+        policy.records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live)
+        for kernel in (decision.kernel, "dense", "tile_sparse")
+    )
     if clock is None:  # simulated: the cost model's times on machines[0]
         machine = config.machines[0]
         row |= {

@@ -159,26 +159,23 @@ def candidate_records(
             ),
         ]
     if kernel == "row_compact":
+
+        def compact(variant: str, rows_in: int, rows_out: int, moved: tuple[int, int]) -> TraceRecord:
+            read, written = moved
+            return TraceRecord(
+                kernel=COMPACT,
+                variant=variant,
+                rows_in=rows_in,
+                rows_out=rows_out,
+                bytes_read=read,
+                bytes_written=written,
+                **common,
+            )
+
         return [
-            TraceRecord(
-                kernel=COMPACT,
-                variant="rows",
-                rows_in=m,
-                rows_out=live_rows,
-                bytes_read=4 * live_rows * k,
-                bytes_written=4 * live_rows * k,
-                **common,
-            ),
+            compact("rows", m, live_rows, (4 * live_rows * k, 4 * live_rows * k)),
             dense(live_rows),
-            TraceRecord(
-                kernel=COMPACT,
-                variant="expand_rows",
-                rows_in=live_rows,
-                rows_out=m,
-                bytes_read=4 * live_rows * n,
-                bytes_written=4 * m * n,
-                **common,
-            ),
+            compact("expand_rows", live_rows, m, (4 * live_rows * n, 4 * m * n)),
         ]
     if kernel == "csr":
         return [
@@ -227,7 +224,7 @@ class KernelPolicy:
     ``benchmarks/spartan_machinery.py``: over eight H100 runs a pick near the margin ran at
     most 1.37x the time ratio predicted for it (cuBLAS predicted up to 18% slow; the tile
     list and the host's decision adding time), and 0.75 x 1.37 stays under the 5% allowed
-    over cuBLAS (``benchmarks/NOTES.md``)."""
+    over cuBLAS (``docs/performance-notes.md``)."""
 
     def __init__(
         self,
@@ -262,24 +259,29 @@ class KernelPolicy:
         """FP32 tile-GEMM blocks the machine holds at once for ``n`` output columns."""
         return f32_blocks_per_sm(self.tile.rows, fp32_block_width(n)) * self.machine.specs.sm_count
 
+    def records(self, kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int):
+        """The trace records ``kernel`` launches for ``[m x k] @ [k x n]`` at this policy's
+        tile, precision and machine (:func:`candidate_records`)."""
+        return candidate_records(
+            kernel,
+            m,
+            k,
+            n,
+            nnz=nnz,
+            tiles_active=tiles_active,
+            live_rows=live_rows,
+            tile=self.tile,
+            precision=self.precision,
+            resident_blocks=self.resident_blocks(n),
+        )
+
     def predict(self, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int) -> dict[str, float]:
         """Predicted microseconds of every candidate kernel (NaN where the model cannot say)."""
         from spartan_py.costmodel.model import predict
 
         out = {}
         for kernel in self.kernels:
-            records = candidate_records(
-                kernel,
-                m,
-                k,
-                n,
-                nnz=nnz,
-                tiles_active=tiles_active,
-                live_rows=live_rows,
-                tile=self.tile,
-                precision=self.precision,
-                resident_blocks=self.resident_blocks(n),
-            )
+            records = self.records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows)
             predicted = predict(to_frame(records), self.machine, self.variant)["predicted_us"]
             out[kernel] = float(predicted.sum()) if predicted.notna().all() else float("nan")
         return out

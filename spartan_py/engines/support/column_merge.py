@@ -31,10 +31,10 @@ import scipy.sparse as sp
 
 from spartan_py.costmodel.families import EXPAND, GC_MERGED, SCATTER_ROWS
 from spartan_py.engines.support.bank_schedule import BANKS, conflict_free_ell
-from spartan_py.engines.support.layer_plan import LayerPlan, gc_monitor_mode, launch_monitored
+from spartan_py.engines.support.layer_plan import LaunchCost, LayerKernelTrace, LayerPlan, executed_macs
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
-from spartan_py.trace import TraceRecord
+from spartan_py.trace import pass_through
 
 
 @dataclass
@@ -274,29 +274,11 @@ def merged_tile_rows(
     return rows_per_tile, rows_per_tile, False
 
 
-def merged_launch_records(
-    merged: MergedNetwork,
-    chunks: list[int],
-    rows_per_tile: int,
-    first_rows: int,
-    counts: np.ndarray,
-    nnz: np.ndarray,
-    input_nnz: int,
-    *,
-    monitor: bool | str,
-    device: str,
-    threads: int,
-    first_from_tile: bool,
-    run_id: str = "",
-    monitor_every: int = 4,
-    launch_seconds: list[float] | None = None,
-    tile_layers: np.ndarray | None = None,
-    streamed: bool = False,
-    stage_bytes: int = 0,
-) -> list[TraceRecord]:
-    """One trace record per launch of ``gpu.gc_merged`` over a batch, then the expansion of
+class MergedKernelTrace(LayerKernelTrace):
+    """The trace of ``gpu.gc_merged``: its launches (as
+    :class:`~spartan_py.engines.support.layer_plan.LayerKernelTrace`), then the expansion of
     the final rows (``gpu.expand``); with too-wide inputs, first their scatter to dense rows
-    (``gpu.scatter_rows``). Arguments as :func:`~spartan_py.engines.support.layer_plan.launch_records`.
+    (``gpu.scatter_rows``).
 
     ``executed_macs`` counts the merged multiply-adds done (tiles x rows x width x steps);
     ``useful_macs`` the original network's (one per non-zero input and outgoing edge), so
@@ -304,43 +286,24 @@ def merged_launch_records(
     host memory by a copy overlapping the previous launch; their bytes are in ``bytes_read``
     either way.
     """
-    mode = gc_monitor_mode(monitor)
-    n = merged.neurons
-    layers = merged.layers
-    stride = merged.width
-    records, start = [], 0
-    seconds = list(launch_seconds or [])
-    if not first_from_tile:
-        rows = int(counts[0])
-        records.append(
-            TraceRecord(
-                run=run_id,
-                layer=0,
-                kernel=SCATTER_ROWS,
-                variant="dense-inputs",
-                rows_in=rows,
-                rows_out=rows,
-                cols=n,
-                nnz_in=input_nnz,
-                nnz_out=input_nnz,
-                bytes_read=input_nnz * 8 + (rows + 1) * 4,
-                bytes_written=rows * n * 4 + input_nnz * 4,
-                device=device,
-            )
-        )
-    for launch, length in enumerate(chunks):
-        stop = start + length
-        rows_in, rows_out = int(counts[start]), int(counts[stop])
-        tile = first_rows if start == 0 else rows_per_tile
+
+    kernel_family = GC_MERGED
+    merged: MergedNetwork
+    rows_per_tile: int
+    first_rows: int
+    first_from_tile: bool
+    stage_bytes: int
+
+    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False):
+        """``streamed``: the weights come from host memory (named in the variant)."""
+        n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
+        tile = self.first_rows if start == 0 else self.rows_per_tile
         tiles = -(-rows_in // tile)
         chunk = layers[start:stop]
         if start == 0:
-            read = input_nnz * 8 + (rows_in + 1) * 4 if first_from_tile else rows_in * n * 4
+            read = input_nnz * 8 + (rows_in + 1) * 4 if self.first_from_tile else rows_in * n * 4
         else:
             read = rows_in * (layers[start - 1].width * 4 + 4)
-        monitored = launch_monitored(mode, launch, monitor_every)
-        count_bytes = rows_out * (n // 32 + 4)
-        monitor_bytes = count_bytes * monitored
         weight_bytes = sum(
             layer.plan.index.size * 4
             + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
@@ -348,59 +311,54 @@ def merged_launch_records(
             + n * 4
             for layer in chunk
         )
-        entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
-        executed = sum(
-            (tiles if tile_layers is None else int(tile_layers[start + i])) * tile * layer.width * layer.plan.steps
-            for i, layer in enumerate(chunk)
+        input_tile = (n + 32) if start == 0 and self.first_from_tile else 0
+        return LaunchCost(
+            variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
+            tile_rows=tile,
+            tiles=tiles,
+            bytes_read=read + weight_bytes,
+            row_bytes_written=chunk[-1].width * 4 + 4,
+            useful_macs=sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk)),
+            executed_macs=executed_macs(
+                [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
+            ),
+            block_threads=MERGED_THREADS,
+            block_shared_bytes=tile * (2 * (stride + 32) + stride // 32 + input_tile) * 4 + self.stage_bytes,
         )
-        shared = (
-            tile * (2 * (stride + 32) + stride // 32 + ((n + 32) if start == 0 and first_from_tile else 0)) * 4
-            + stage_bytes
-        )
-        records.append(
-            TraceRecord(
-                run=run_id,
-                layer=start + 1,
-                kernel=GC_MERGED,
-                variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
-                rows_in=rows_in,
-                rows_out=rows_out,
+
+    def records_before(self, counts, input_nnz, run_id):
+        if self.first_from_tile:
+            return []
+        rows, n = int(counts[0]), self.merged.neurons
+        return [
+            pass_through(
+                run_id,
+                0,
+                SCATTER_ROWS,
+                "dense-inputs",
+                rows=rows,
                 cols=n,
-                nnz_in=entering[0],
-                nnz_out=int(nnz[stop]),
-                tiles_total=rows_out * (n // 32),
-                tile_rows=1,
-                tile_cols=32,
-                bytes_read=read + weight_bytes,
-                bytes_written=rows_out * (chunk[-1].width * 4 + 4) + monitor_bytes,
-                useful_macs=sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk)),
-                executed_macs=executed,
-                monitor_mode=mode if monitored else "off",
-                monitor_bytes=monitor_bytes,
-                blocks=tiles,
-                block_rows=tile,
-                block_threads=threads,
-                block_shared_bytes=shared,
-                fused_layers=length,
-                measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"),
-                device=device,
+                nnz=input_nnz,
+                bytes_read=input_nnz * 8 + (rows + 1) * 4,
+                bytes_written=rows * n * 4 + input_nnz * 4,
+                device=self.device,
             )
-        )
-        start = stop
-    final = int(counts[len(layers)])
-    records.append(
-        TraceRecord(
-            run=run_id,
-            layer=len(layers),
-            kernel=EXPAND,
-            variant="final-rows",
-            rows_in=final,
-            rows_out=final,
-            cols=n,
-            bytes_read=final * layers[-1].width * 4 + n * 4,
-            bytes_written=final * n * 4,
-            measured_us=seconds[len(chunks)] * 1e6 if len(seconds) > len(chunks) else float("nan"),
-            device=device,
-        )
-    )
-    return records
+        ]
+
+    def records_after(self, counts, seconds, run_id):
+        layers, n = self.merged.layers, self.merged.neurons
+        final = int(counts[len(layers)])
+        return [
+            pass_through(
+                run_id,
+                len(layers),
+                EXPAND,
+                "final-rows",
+                rows=final,
+                cols=n,
+                bytes_read=final * layers[-1].width * 4 + n * 4,
+                bytes_written=final * n * 4,
+                measured_us=seconds[len(self.chunks)] * 1e6 if len(seconds) > len(self.chunks) else float("nan"),
+                device=self.device,
+            )
+        ]

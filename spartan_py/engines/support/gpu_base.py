@@ -8,15 +8,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.cuda import cupy_unavailable_reason
+from spartan_py.engines.support.cuda import Buffers, EventTimer, cupy_unavailable_reason, download_rows
 from spartan_py.engines.support.layer_plan import transfer_records
+from spartan_py.errors import DeviceMemoryError
 from spartan_py.trace import TraceRecord
 
 
 class GpuEngineBase(Engine):
     """What the CuPy-driven Graph Challenge engines share: timing a batch's launches with
     CUDA events (or a CUDA graph replay) and running inputs batch by batch. A subclass
-    provides ``upload``, ``_launch_layers(batch, events)``, ``_event_count``, ``_records``,
+    provides ``upload``, ``_launch_layers(batch, events)``, ``_event_count``, ``launch_trace``,
     ``_bytes_per_row``, the attributes ``cp``, ``_device``, ``chunks``, ``rows_per_tile`` and
     ``max_batch_rows``, and the batch's ``final_rows``."""
 
@@ -35,9 +36,13 @@ class GpuEngineBase(Engine):
         """Queue every launch of a batch (with an event before each and one at the end)."""
         raise NotImplementedError
 
-    def _records(self, batch: Any, counts, nnz, input_nnz: int, run_id: str) -> list[TraceRecord]:
-        """The trace records of one batch's launches."""
+    def launch_trace(self, counts, nnz, input_nnz: int, **measured) -> list[TraceRecord]:
+        """One batch's launch records (a kernel's trace class provides it)."""
         raise NotImplementedError
+
+    def _trace_options(self) -> dict:
+        """What the kernel's trace needs of the engine beyond the batch's counters."""
+        return {}
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -112,7 +117,15 @@ class GpuEngineBase(Engine):
             nnz_total += nnz[1:].astype(np.int64)
             live_parts.append(ids + first)
             value_parts.append(values)
-            trace += self._records(batch, counts, nnz, part.nnz, run_id)
+            trace += self.launch_trace(
+                counts,
+                nnz,
+                part.nnz,
+                run_id=run_id,
+                tile_layers=batch.tile_layers.get(),
+                launch_seconds=batch.layer_seconds,
+                **self._trace_options(),
+            )
             trace += transfer_records(
                 part.shape[0],
                 part.nnz,
@@ -128,3 +141,69 @@ class GpuEngineBase(Engine):
         values = np.concatenate(value_parts) if value_parts else np.zeros((0, network.neurons), np.float32)
         final = live_rows_matrix(live_rows, values, rows)
         return EngineOutput(live_rows, final, live_total.tolist(), nnz_total.tolist(), seconds, self.device, trace)
+
+
+class DeviceBatch:
+    """A batch of input rows on the device with its work buffers and counters: the input CSR,
+    two buffers of ``width``-wide rows with their ids (one launch reads one, writes the other),
+    the per-layer live-row and non-zero counters, the monitor's counts and a stream.
+
+    Buffers are poisoned with NaN (ids with -1) so that an element a kernel should have
+    written but did not shows up in the checks. A subclass adds its own arrays in
+    ``_allocate`` (``extra_bytes_per_row`` sizes the out-of-memory message).
+    """
+
+    extra_bytes_per_row = 0
+
+    def __init__(self, engine: GpuEngineBase, inputs: sp.csr_matrix, width: int):
+        cp = engine.cp
+        n = engine.network.neurons
+        layers = engine.network.layers
+        self.rows = rows = inputs.shape[0]
+        capacity = max(rows, 1)
+        try:
+            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
+            with EventTimer(cp) as upload:
+                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
+            self.upload_seconds = upload.seconds
+            self.buffers = [
+                Buffers(cp.empty(capacity * width, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32))
+                for _ in range(2)
+            ]
+            self.counts = cp.zeros(layers + 1, dtype=cp.int32)
+            self.nnz_counts = cp.zeros(layers + 1, dtype=cp.uint64)
+            self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
+            self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
+            self.tile_layers = cp.zeros(layers, dtype=cp.int32)
+            self._allocate(engine, capacity)
+        except cp.cuda.memory.OutOfMemoryError:
+            need = capacity * (2 * width * 4 + self.extra_bytes_per_row)
+            raise DeviceMemoryError(
+                f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
+            ) from None
+        for buffer in self.buffers:
+            buffer.values.fill(np.nan)
+            buffer.ids.fill(-1)
+        self.counts[0] = rows
+        self.nnz_counts[0] = inputs.nnz
+        # The uploads and fills above ran on the default stream; the layers run on a
+        # non-blocking stream that does not wait for it.
+        cp.cuda.Device().synchronize()
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graph = None
+        self.layer_seconds: list[float] = []
+
+    def _allocate(self, engine: GpuEngineBase, capacity: int) -> None:
+        """A subclass's own device arrays (allocated, and poisoned, before the sync)."""
+
+    def _final_values(self, engine: GpuEngineBase):
+        """The device array holding the final rows' n-wide values, in the final buffer's order."""
+        return self.buffers[len(engine.chunks) % 2].values
+
+    def final_rows(self, engine: GpuEngineBase) -> tuple[np.ndarray, np.ndarray, float]:
+        """(batch-local ids of the rows live after the last layer, their n-wide values,
+        seconds), sorted by id. The rows come back into pinned host memory; ``seconds`` times
+        those copies alone (CUDA events)."""
+        alive = int(self.counts[engine.network.layers].get())
+        final = self.buffers[len(engine.chunks) % 2]
+        return download_rows(engine.cp, final.ids, self._final_values(engine), alive, engine.network.neurons)

@@ -16,11 +16,12 @@ import scipy.sparse as sp
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.bank_schedule import conflict_free_ell
 from spartan_py.errors import InputError
-from spartan_py.trace import TraceRecord
+from spartan_py.graph_challenge.network import Network
+from spartan_py.trace import TraceRecord, pass_through
 
 #: Threads per block (one kernel build each); output columns per thread = neurons / threads.
 THREAD_CHOICES = (1024, 512)
-#: The default: one block of 32 warps per SM (measured faster than 512; benchmarks/NOTES.md).
+#: The default: one block of 32 warps per SM (measured faster than 512; docs/performance-notes.md).
 DEFAULT_THREADS = 1024
 #: neurons -> default rows per tile (the tile, R x (neurons + 32) floats, is ~64 KiB).
 ROWS_PER_TILE: dict[int, int] = {1024: 16, 4096: 4, 16384: 1}
@@ -113,129 +114,217 @@ def plan_layer(matrix: sp.spmatrix) -> LayerPlan:
     return LayerPlan(index.astype(np.uint16), weight, uniform, int(csc.nnz))
 
 
-def launch_records(
-    plans: list[LayerPlan],
-    chunks: list[int],
-    rows_per_tile: int,
-    cols_per_thread: int,
-    counts: np.ndarray,
-    nnz: np.ndarray,
-    input_nnz: int,
-    *,
-    monitor: bool | str,
-    device: str,
-    run_id: str = "",
-    monitor_every: int = 4,
-    launch_seconds: list[float] | None = None,
-    tile_layers: np.ndarray | None = None,
-    resident_blocks_per_sm: int = 1,
-) -> list[TraceRecord]:
-    """One trace record per launch of the kernel over one batch of rows.
+@dataclass(frozen=True)
+class LaunchCost:
+    """What one launch of a layer kernel reads and computes, as the kernel's trace works it out
+    (the rest of its record is the same for every layer kernel: see :class:`LayerKernelTrace`).
 
-    ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows);
-    ``nnz[l]``: non-zeros entering layer l. Rows are compacted only at a chunk's end, and a
-    tile computes every layer of the chunk until all its rows are dead.
-    ``tile_layers[l]``: tiles that computed layer l (the GPU counts them; the twin works
-    them out for rows kept in order); without it every entering tile is counted (an upper
-    bound). ``resident_blocks_per_sm``: the GPU engine's grid / SMs (one for every shipped
-    kernel instance on the H100: 1024 threads and their registers fill an SM; a GPU test
-    checks it). ``executed_macs`` = tiles x rows per tile x n x steps, summed over layers;
-    ``useful_macs`` = one multiply-add per non-zero input activation and outgoing edge.
-    ``monitor``: a mode of :data:`GC_MONITOR_MODES`; ``software`` adds, after each launch, the
-    counting pass, the copy of its counts and the host syncs it costs.
+    ``bytes_read``: activations and weights; ``row_bytes_written``: per live output row, its
+    values and id (the monitor's counts are added by the caller).
     """
-    mode = gc_monitor_mode(monitor)
-    n = plans[0].index.shape[1] if plans else 0
-    threads = n // cols_per_thread if cols_per_thread else 0
-    records, start = [], 0
-    for launch, length in enumerate(chunks):
-        stop = start + length
-        rows_in, rows_out = int(counts[start]), int(counts[stop])
-        tiles = -(-rows_in // rows_per_tile)
-        layers = plans[start:stop]
-        read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
-        monitored = launch_monitored(mode, launch, monitor_every)
-        count_bytes = rows_out * (n // 32 + 4)  # a byte per 32-column tile, an int per row
-        monitor_bytes = count_bytes * monitored
-        written = rows_out * (n * 4 + 4) + monitor_bytes
-        uniform = all(layer.uniform is not None for layer in layers)
-        entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
-        useful = sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers))
-        records.append(
-            TraceRecord(
-                run=run_id,
-                layer=start + 1,
-                kernel=GC_LAYER,
-                variant=f"R{rows_per_tile}xC{cols_per_thread}-layers{start + 1}-{stop}"
-                + ("-uniform" if uniform else ""),
-                rows_in=rows_in,
-                rows_out=rows_out,
-                cols=n,
-                nnz_in=entering[0],
-                nnz_out=int(nnz[stop]),
-                tiles_total=rows_out * (n // 32),
-                tile_rows=1,
-                tile_cols=32,
-                bytes_read=read + sum(layer.device_bytes for layer in layers),
-                bytes_written=written,
-                useful_macs=useful,
-                executed_macs=sum(
-                    (tiles if tile_layers is None else int(tile_layers[start + i])) * rows_per_tile * n * layer.steps
-                    for i, layer in enumerate(layers)
-                ),
-                monitor_mode=mode if monitored else "off",
-                monitor_bytes=monitor_bytes,
-                blocks=tiles,
-                block_rows=rows_per_tile,
-                block_threads=threads,
-                block_shared_bytes=rows_per_tile * (n + 32) * 4,
-                resident_blocks_per_sm=resident_blocks_per_sm,
-                fused_layers=length,
-                measured_us=launch_seconds[launch] * 1e6 if launch_seconds else float("nan"),
-                device=device,
-            )
-        )
-        if mode == "software":
-            records += [
+
+    variant: str
+    tile_rows: int
+    tiles: int
+    bytes_read: int
+    row_bytes_written: int
+    useful_macs: int
+    executed_macs: int
+    block_threads: int
+    block_shared_bytes: int
+    resident_blocks_per_sm: int = 0
+
+
+class LayerKernelTrace:
+    """The trace of a layer kernel's launches over one batch, from attributes the GPU engine and
+    its CPU twin both hold, so the twin writes the GPU's trace by construction. A kernel's
+    subclass provides ``kernel_family`` and :meth:`launch_cost`, and may add records before
+    the launches, after each and after all.
+
+    ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows); ``nnz[l]``:
+    non-zeros entering layer l. Rows are compacted only at a launch's end, and a tile computes
+    every layer of the launch until all its rows are dead. ``tile_layers[l]``: tiles that
+    computed layer l (the GPU counts them; the twin works them out for rows kept in order);
+    without it every entering tile is counted (an upper bound). ``launch_seconds``: the GPU's
+    measured time of each launch (and of what follows the launches). ``monitor``: a mode of
+    :data:`GC_MONITOR_MODES`; a monitored launch also writes a byte per 32-column tile and an
+    int per row.
+    """
+
+    kernel_family: str
+    network: Network
+    chunks: list[int]
+    monitor: str
+    monitor_every: int
+    device: str
+
+    def launch_trace(
+        self,
+        counts: np.ndarray,
+        nnz: np.ndarray,
+        input_nnz: int,
+        *,
+        run_id: str = "",
+        tile_layers: np.ndarray | None = None,
+        launch_seconds: list[float] | None = None,
+        **options,
+    ) -> list[TraceRecord]:
+        """One trace record per launch (and the kernel's own records around them);
+        ``options``: the kernel's, passed to :meth:`launch_cost`."""
+        mode = gc_monitor_mode(self.monitor)
+        n = self.network.neurons
+        seconds = list(launch_seconds or [])
+        records = self.records_before(counts, input_nnz, run_id)
+        start = 0
+        for launch, length in enumerate(self.chunks):
+            stop = start + length
+            rows_in, rows_out = int(counts[start]), int(counts[stop])
+            entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
+            cost = self.launch_cost(start, stop, rows_in, entering, input_nnz, tile_layers, **options)
+            monitored = launch_monitored(mode, launch, self.monitor_every)
+            count_bytes = rows_out * (n // 32 + 4)  # a byte per 32-column tile, an int per row
+            monitor_bytes = count_bytes * monitored
+            records.append(
                 TraceRecord(
                     run=run_id,
-                    layer=stop,
-                    kernel=MONITOR_PASS,
-                    variant="count-1x32",
-                    rows_in=rows_out,
+                    layer=start + 1,
+                    kernel=self.kernel_family,
+                    variant=cost.variant,
+                    rows_in=rows_in,
+                    rows_out=rows_out,
                     cols=n,
+                    nnz_in=entering[0],
+                    nnz_out=int(nnz[stop]),
+                    tiles_total=rows_out * (n // 32),
                     tile_rows=1,
                     tile_cols=32,
-                    bytes_read=rows_out * n * 4,
-                    bytes_written=count_bytes,
-                    monitor_mode="software",
-                    monitor_bytes=count_bytes,
-                    device=device,
-                ),
-                TraceRecord(
-                    run=run_id,
-                    layer=stop,
-                    kernel=COPY_D2H,
-                    variant="monitor-counts",
-                    rows_in=rows_out,
-                    bytes_read=count_bytes,
-                    bytes_written=count_bytes,
-                    monitor_mode="software",
-                    monitor_bytes=count_bytes,
-                    device=device,
-                ),
-                TraceRecord(
-                    run=run_id,
-                    layer=stop,
-                    kernel=SYNC,
-                    variant="monitor",
-                    host_syncs=2,
-                    monitor_mode="software",
-                    device=device,
-                ),
-            ]
-        start = stop
-    return records
+                    bytes_read=cost.bytes_read,
+                    bytes_written=rows_out * cost.row_bytes_written + monitor_bytes,
+                    useful_macs=cost.useful_macs,
+                    executed_macs=cost.executed_macs,
+                    monitor_mode=mode if monitored else "off",
+                    monitor_bytes=monitor_bytes,
+                    blocks=cost.tiles,
+                    block_rows=cost.tile_rows,
+                    block_threads=cost.block_threads,
+                    block_shared_bytes=cost.block_shared_bytes,
+                    resident_blocks_per_sm=cost.resident_blocks_per_sm,
+                    fused_layers=length,
+                    measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"),
+                    device=self.device,
+                )
+            )
+            records += self.records_after_launch(mode, stop, rows_out, count_bytes, run_id)
+            start = stop
+        return records + self.records_after(counts, seconds, run_id)
+
+    def launch_cost(
+        self, start: int, stop: int, rows_in: int, entering: list[int], input_nnz: int, tile_layers, **options
+    ) -> LaunchCost:
+        """The launch computing layers ``start .. stop - 1`` of ``rows_in`` live rows
+        (``entering``: the non-zeros entering each of those layers)."""
+        raise NotImplementedError
+
+    def records_before(self, counts: np.ndarray, input_nnz: int, run_id: str) -> list[TraceRecord]:
+        """Records of the steps before the first launch (none by default)."""
+        return []
+
+    def records_after_launch(
+        self, mode: str, layer: int, rows_out: int, count_bytes: int, run_id: str
+    ) -> list[TraceRecord]:
+        """Records of the steps after each launch (none by default)."""
+        return []
+
+    def records_after(self, counts: np.ndarray, seconds: list[float], run_id: str) -> list[TraceRecord]:
+        """Records of the steps after the last launch (none by default)."""
+        return []
+
+
+def executed_macs(
+    layers: list, start: int, tiles: int, tile_rows: int, widths: list[int], tile_layers: np.ndarray | None
+) -> int:
+    """Multiply-adds a launch executes: tiles that computed each layer x rows per tile x
+    output width x the layer's steps (every entering tile when ``tile_layers`` is not known)."""
+    return sum(
+        (tiles if tile_layers is None else int(tile_layers[start + i])) * tile_rows * width * layer.steps
+        for i, (layer, width) in enumerate(zip(layers, widths))
+    )
+
+
+class RowKernelTrace(LayerKernelTrace):
+    """The trace of the rows kernel (``gpu.gc_layer``); after each launch, in the software
+    monitor mode, the counting pass, the copy of its counts and the host syncs it costs."""
+
+    kernel_family = GC_LAYER
+    plans: list[LayerPlan]
+    rows_per_tile: int
+    cols_per_thread: int
+
+    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, resident_blocks_per_sm=1):
+        """``resident_blocks_per_sm``: the GPU engine's grid / SMs (one for every shipped
+        kernel instance on the H100: 1024 threads and their registers fill an SM; a GPU test
+        checks it). ``useful_macs``: one multiply-add per non-zero input activation and
+        outgoing edge."""
+        n = self.network.neurons
+        rows_per_tile = self.rows_per_tile
+        layers = self.plans[start:stop]
+        tiles = -(-rows_in // rows_per_tile)
+        read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
+        uniform = all(layer.uniform is not None for layer in layers)
+        return LaunchCost(
+            variant=f"R{rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}"
+            + ("-uniform" if uniform else ""),
+            tile_rows=rows_per_tile,
+            tiles=tiles,
+            bytes_read=read + sum(layer.device_bytes for layer in layers),
+            row_bytes_written=n * 4 + 4,
+            useful_macs=sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers)),
+            executed_macs=executed_macs(layers, start, tiles, rows_per_tile, [n] * len(layers), tile_layers),
+            block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
+            block_shared_bytes=rows_per_tile * (n + 32) * 4,
+            resident_blocks_per_sm=resident_blocks_per_sm,
+        )
+
+    def records_after_launch(self, mode, layer, rows_out, count_bytes, run_id):
+        if mode != "software":
+            return []
+        n, device = self.network.neurons, self.device
+        software_sync = {"monitor_mode": "software", "device": device}
+        software = software_sync | {"monitor_bytes": count_bytes}
+        return [
+            TraceRecord(
+                run=run_id,
+                layer=layer,
+                kernel=MONITOR_PASS,
+                variant="count-1x32",
+                rows_in=rows_out,
+                cols=n,
+                tile_rows=1,
+                tile_cols=32,
+                bytes_read=rows_out * n * 4,
+                bytes_written=count_bytes,
+                **software,
+            ),
+            TraceRecord(
+                run=run_id,
+                layer=layer,
+                kernel=COPY_D2H,
+                variant="monitor-counts",
+                rows_in=rows_out,
+                bytes_read=count_bytes,
+                bytes_written=count_bytes,
+                **software,
+            ),
+            TraceRecord(
+                run=run_id,
+                layer=layer,
+                kernel=SYNC,
+                variant="monitor",
+                host_syncs=2,
+                monitor_mode="software",
+                device=device,
+            ),
+        ]
 
 
 def transfer_records(
@@ -256,29 +345,26 @@ def transfer_records(
     down = final_rows * (neurons * 4 + 4)
     h2d, d2h = seconds if seconds else (float("nan"), float("nan"))
     return [
-        TraceRecord(
-            run=run_id,
-            layer=0,
-            kernel=COPY_H2D,
-            variant="input-csr",
-            rows_in=input_rows,
-            rows_out=input_rows,
+        pass_through(
+            run_id,
+            0,
+            COPY_H2D,
+            "input-csr",
+            rows=input_rows,
             cols=neurons,
-            nnz_in=input_nnz,
-            nnz_out=input_nnz,
+            nnz=input_nnz,
             bytes_read=up,
             bytes_written=up,
             measured_us=h2d * 1e6,
             device=device,
         ),
         TraceRecord(run=run_id, layer=layers, kernel=SYNC, variant="stream", host_syncs=1, device=device),
-        TraceRecord(
-            run=run_id,
-            layer=layers,
-            kernel=COPY_D2H,
-            variant="live-rows",
-            rows_in=final_rows,
-            rows_out=final_rows,
+        pass_through(
+            run_id,
+            layers,
+            COPY_D2H,
+            "live-rows",
+            rows=final_rows,
             cols=neurons,
             bytes_read=down,
             bytes_written=down,

@@ -16,7 +16,7 @@ from spartan_py.trace import TraceRecord
 class TwinEngine(Engine):
     """What the CPU twins of the GPU kernels share: the launch schedule, the batch loop and the
     layer loop with compaction (rows kept in input order). A subclass provides
-    ``_compute_layer``, ``_tile_rows``, ``_final_values`` and ``_launch_records``."""
+    ``_compute_layer``, ``_tile_rows``, ``_final_values`` and ``launch_trace``."""
 
     def __init__(
         self,
@@ -51,8 +51,8 @@ class TwinEngine(Engine):
         """The last layer's live rows as n-wide activations."""
         return rows
 
-    def _launch_records(self, counts, nnz, input_nnz, tile_layers, run_id) -> list[TraceRecord]:
-        """One batch's launch records."""
+    def launch_trace(self, counts, nnz, input_nnz: int, *, run_id: str, tile_layers) -> list[TraceRecord]:
+        """One batch's launch records (a kernel's trace mixin provides it)."""
         raise NotImplementedError
 
     def _run_batch(self, inputs: sp.csr_matrix):
@@ -97,7 +97,7 @@ class TwinEngine(Engine):
             nnz_total += nnz[1:]
             live_parts.append(ids + first)
             value_parts.append(values)
-            trace += self._launch_records(counts, nnz, part.nnz, tile_layers, run_id)
+            trace += self.launch_trace(counts, nnz, part.nnz, run_id=run_id, tile_layers=tile_layers)
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
             )
