@@ -77,11 +77,14 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
     ref = dense_matmul(a, w)
     scale = float(cp.abs(ref).max()) + 1e-6
 
+    errors = {}
+
     def check(name: str, product, tolerance: float) -> None:
-        error = float(cp.abs(product[:m] - ref).max()) / scale
+        errors[name] = error = float(cp.abs(product[:m] - ref).max()) / scale
         assert error <= tolerance, f"{label} d={density} {name}: max error {error:.2e} of the largest output"
 
-    check("tile fp32", tile_sparse_matmul(a, w, tiles, out=c), 1e-4)
+    check("tile_fp32", tile_sparse_matmul(a, w, tiles, out=c), 1e-4)
+    check("tile_tf32", tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c), 3e-3)
     bell = {}
     for name, block, dtype in BELL_VARIANTS:
         ell = to_blocked_ell(a, block, counts=profile.tile_nnz, tile=profile.tile, dtype=dtype)
@@ -89,7 +92,8 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
             w if ell.shape[1] == k else cp.pad(w, ((0, ell.shape[1] - k), (0, 0))), dtype=dtype
         )
         out = cp.empty((ell.shape[0], n), dtype=cp.float32)
-        check(name, blocked_ell_matmul(ell, w_ell, out=out), 1e-4 if dtype == "float32" else 2e-3)
+        # cuSPARSE's FP32 Blocked-ELL product rounds like TF32 (3e-4 of the largest output measured)
+        check(name, blocked_ell_matmul(ell, w_ell, out=out), 3e-3)
         bell[name] = (block, dtype, ell, w_ell, out)
     decision = policy.choose(profile, n)
     cases = {
@@ -121,6 +125,7 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
         "floor_compute_us": floors["compute"],
         "floor_tf32_us": floors_tf32["floor"],
         **{f"{name}_us": value for name, value in us.items()},
+        **{f"{name}_max_error": value for name, value in errors.items()},
     }
     for name, (_, _, ell, _, _) in bell.items():
         row[f"{name}_stored_fraction"] = ell.stored_fraction
