@@ -16,6 +16,7 @@ whether the policy's pick meets the bar of issue 24 (0.7 / density over cuBLAS o
 1.6x the floor; never more than 5% slower than the fastest of cuBLAS and Blocked-ELL).
 
     python3 benchmarks/tile_gemm.py --out benchmarks/results
+    python3 benchmarks/tile_gemm.py --table benchmarks/results/tile-gemm-<date>.json   # the docs' table
 """
 
 from __future__ import annotations
@@ -153,12 +154,37 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
     return row
 
 
+def markdown(result: Path) -> str:
+    """The docs' table of a result file: per point the times (us), the floor and the pick."""
+    import json
+
+    rows = json.loads(result.read_text())["sweep"]
+    lines = [
+        "| layer | tile density | cuBLAS FP32 | cuBLAS TF32 | Blocked-ELL 32 (TF32-level) | + conversion "
+        "| tile FP32 + list | floor | tile / floor | policy pick | pick, decision included | bars |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for r in rows:
+        bars = ("yes" if r["bar_speedup_or_floor"] else "no") + " / " + ("yes" if r["bar_baselines"] else "no")
+        lines.append(
+            f"| {r['layer']} | {r['tile_density']:.2f} | {r['cublas_fp32_us']:.0f} | {r['cublas_tf32_us']:.0f} "
+            f"| {r['bell32_fp32_us']:.0f} | {r['bell32_fp32_with_convert_us']:.0f} "
+            f"| {r['tile_fp32_us'] + r['tile_list_us']:.0f} | {r['floor_us']:.0f} | {r['tile_fp32_over_floor']:.2f} "
+            f"| {r['adaptive_kernel']} | {r['adaptive_us']:.0f} | {bars} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--table", type=Path, help="print the markdown table of this result file and stop")
     parser.add_argument("--quick", action="store_true", help="two layers, three densities (a smoke run)")
     parser.add_argument("--machine", default="h100-sxm", help="the policy's cost-model machine")
     args = parser.parse_args()
+    if args.table:
+        print(markdown(args.table))
+        return 0
     import cupy as cp
 
     from spartan_py.engines.support.cuda import device_name

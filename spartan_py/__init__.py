@@ -41,6 +41,7 @@ from spartan_py.graph_challenge import (
 )
 from spartan_py.sparsity import (
     AdaptiveMlp,
+    BlockedEll,
     CompactRows,
     CompactTiles,
     Decision,
@@ -49,6 +50,7 @@ from spartan_py.sparsity import (
     SparsityMonitor,
     TileList,
     TileShape,
+    blocked_ell_matmul,
     compact_rows,
     compact_tiles,
     dense_matmul,
@@ -57,6 +59,7 @@ from spartan_py.sparsity import (
     run_mlp,
     tile_list,
     tile_sparse_matmul,
+    to_blocked_ell,
 )
 from spartan_py.trace import TraceRecord, read_trace, to_frame, write_trace
 
@@ -76,6 +79,7 @@ __all__ = [
     "DeviceMemoryError",
     "InferenceResult",
     "InputError",
+    "BlockedEll",
     "KernelPolicy",
     "LayerProfile",
     "Machine",
@@ -112,7 +116,9 @@ __all__ = [
     "run_mlp",
     "simulate_trace",
     "tile_list",
+    "blocked_ell_matmul",
     "tile_sparse_matmul",
+    "to_blocked_ell",
     "to_frame",
     "trust",
     "write_trace",

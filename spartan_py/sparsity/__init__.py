@@ -3,6 +3,7 @@
 - :class:`SparsityMonitor` profiles a layer's output per tile (modes ``off``, ``software``,
   ``fused``, ``sampled``) and yields a :class:`LayerProfile`.
 - :func:`compact_rows` / :func:`compact_tiles` and their inverses compact activations.
+- :func:`to_blocked_ell` / :func:`blocked_ell_matmul`: cuSPARSE's block-sparse SpMM, a baseline.
 - :func:`tile_sparse_matmul` multiplies skipping zero tiles (``fp32`` or ``tf32``);
   :func:`dense_matmul` is the cuBLAS / NumPy baseline; :func:`matmul_error` measures either
   against float64.
@@ -17,6 +18,7 @@ returns results on the same device.
 """
 
 from spartan_py.sparsity.adaptive import AdaptiveMlp, MlpRun, run_mlp
+from spartan_py.sparsity.blocked_ell import BlockedEll, blocked_ell_matmul, to_blocked_ell
 from spartan_py.sparsity.compaction import (
     CompactRows,
     CompactTiles,
@@ -47,6 +49,7 @@ __all__ = [
     "MONITOR_MODES",
     "PRECISIONS",
     "AdaptiveMlp",
+    "BlockedEll",
     "CompactRows",
     "CompactTiles",
     "Decision",
@@ -56,6 +59,7 @@ __all__ = [
     "SparsityMonitor",
     "TileList",
     "TileShape",
+    "blocked_ell_matmul",
     "coarsen_counts",
     "compact_rows",
     "compact_tiles",
@@ -70,4 +74,5 @@ __all__ = [
     "tile_list",
     "tile_sparse_matmul",
     "tile_utilization",
+    "to_blocked_ell",
 ]
