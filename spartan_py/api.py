@@ -16,7 +16,7 @@ from spartan_py.engines import Engine, make_engine, twin_backend
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.formats import read_truth
 from spartan_py.graph_challenge.generate import generate_inputs, generate_network
-from spartan_py.graph_challenge.network import Network, load_inputs, load_network
+from spartan_py.graph_challenge.network import Network, load_inputs, load_network, network_width
 from spartan_py.trace import TraceRecord
 
 
@@ -98,6 +98,17 @@ def _generated_spec(spec: str, what: str) -> tuple[int, int]:
     except ValueError:
         raise InputError(f"bad {what} {spec!r}: N and SEED must be integers") from None
     return numbers[0], numbers[1] if len(numbers) > 1 else 0
+
+
+def network_neurons(spec: str | Path | Network) -> int:
+    """The width of the network ``spec`` names, read from the spec or the layer files'
+    names: nothing is generated or loaded."""
+    if isinstance(spec, Network):
+        return spec.neurons
+    text = str(spec)
+    if text.startswith("generated:"):
+        return _generated_spec(text, "network")[0]
+    return network_width(Path(text))
 
 
 def resolve_network(spec: str | Path | Network, layers: int | None = None) -> Network:

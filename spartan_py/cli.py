@@ -58,9 +58,19 @@ def _cmd_infer_sharded(args) -> int:
     return 0
 
 
+def _check_request(args) -> None:
+    """Refuse a backend that cannot run the network before anything is loaded (exit 2)."""
+    from spartan_py.api import network_neurons
+    from spartan_py.engines import check_backend, twin_backend
+
+    backend = twin_backend(args.backend) if args.mode == "simulated" else args.backend
+    check_backend(backend, network_neurons(args.network))
+
+
 def _cmd_infer(args) -> int:
     from spartan_py.api import infer, resolve_inputs, resolve_network
 
+    _check_request(args)
     if args.shards > 1 or args.cluster:
         return _cmd_infer_sharded(args)
     from spartan_py.graph_challenge.formats import read_truth, write_truth

@@ -108,6 +108,19 @@ def test_bad_input_exits_2(args, fragment):
     assert fragment in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("network", ["generated:65536", "folder"])
+def test_a_network_the_backend_cannot_run_is_refused_before_loading(tmp_path, network):
+    if network == "folder":  # an official-format folder: its width comes from the file names
+        (tmp_path / "n65536-l1.tsv").write_text("not read\n")
+        network = str(tmp_path)
+    run = spartan(
+        "infer", "--network", network, "--layers", "1920", "--inputs", "generated:60000", "--backend", "gpu-twin"
+    )
+    assert run.returncode == 2, run.stderr
+    assert "runs networks of 1024, 4096, 16384 neurons, not 65536; use cpu" in run.stderr
+    assert "loading network" not in run.stderr and "Traceback" not in run.stderr
+
+
 def test_malformed_inputs_file_names_line(tmp_path):
     (tmp_path / "in.tsv").write_text("1\t1\t1\n1\t2\n")
     run = spartan("infer", "--network", "generated:1024", "--inputs", str(tmp_path / "in.tsv"), "--layers", "2")

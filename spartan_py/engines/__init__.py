@@ -55,6 +55,31 @@ def resolve_backend(name: str) -> str:
     return "gpu" if unavailable_reason("gpu") is None else "cpu"
 
 
+#: Backends suggested instead of one that cannot run a request, fastest first.
+_SUGGESTED = ("gpu-merged", "gpu", "cpu")
+
+
+def check_backend(name: str, neurons: int) -> None:
+    """Refuse, before anything is loaded, a backend that cannot run here or cannot run a
+    network of ``neurons`` (:class:`InputError`, naming what to use instead)."""
+    if name == "auto":
+        return
+    cls = engine_class(name)
+
+    def runs(backend: str) -> bool:
+        sizes = engine_class(backend).supported_neurons
+        return sizes is None or neurons in sizes
+
+    instead = [b for b in _SUGGESTED if b != name and runs(b) and engine_class(b).unavailable_reason() is None]
+    use = f"use {' or '.join(instead)}" if instead else "no backend here runs it"
+    if not runs(name):
+        sizes = ", ".join(str(n) for n in cls.supported_neurons or ())
+        raise InputError(f"backend {name!r} runs networks of {sizes} neurons, not {neurons}; {use}")
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        raise InputError(f"backend {name!r} cannot run here: {reason}; {use}")
+
+
 def twin_backend(name: str) -> str:
     """The CPU twin that simulated mode runs for backend ``name`` (``auto``: the ``gpu`` kernel's).
 
@@ -93,6 +118,7 @@ __all__ = [
     "BACKEND_CHOICES",
     "Engine",
     "EngineOutput",
+    "check_backend",
     "engine_class",
     "make_engine",
     "resolve_backend",

@@ -51,6 +51,8 @@ class Engine(ABC):
     #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost
     #: model replays; empty for backends the model does not describe.
     trace_families: ClassVar[tuple[str, ...]] = ()
+    #: The network widths it runs (None: any); checked before a network is loaded.
+    supported_neurons: ClassVar[tuple[int, ...] | None] = None
 
     def __init__(self, network: Network):
         self.network = network

@@ -65,6 +65,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
     takes_kernel_options = True
     uses_gpu = True
     trace_families = (GC_LAYER, MONITOR_PASS, COPY_H2D, COPY_D2H, SYNC)
+    supported_neurons = tuple(ROWS_PER_TILE)  # an activation row tile must fit shared memory
 
     def __init__(
         self,

@@ -71,6 +71,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
     cpu_twin = "gpu-twin"
     takes_kernel_options = True
     trace_families = GpuEngine.trace_families
+    supported_neurons = GpuEngine.supported_neurons
 
     def __init__(
         self,

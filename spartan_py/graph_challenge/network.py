@@ -112,6 +112,17 @@ def _read_layer(path: Path, neurons: int) -> sp.csr_matrix:
     return read_triples_matrix(path, (neurons, neurons), what=f"{neurons} neurons")
 
 
+def network_width(directory: Path) -> int:
+    """The neurons of the network in ``directory``, from its layer files' names alone."""
+    if not directory.is_dir():
+        raise InputError("network directory not found", path=directory)
+    sizes = sorted(_layer_files(directory))
+    if len(sizes) != 1:
+        found = ", ".join(str(n) for n in sizes) or "none"
+        raise InputError(f"expected layer files n{{N}}-l{{i}} of one size (found sizes: {found})", path=directory)
+    return sizes[0]
+
+
 def load_network(
     directory: str | Path,
     *,
