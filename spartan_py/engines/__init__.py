@@ -70,14 +70,16 @@ def check_backend(name: str, neurons: int) -> None:
         sizes = engine_class(backend).supported_neurons
         return sizes is None or neurons in sizes
 
-    instead = [b for b in _SUGGESTED if b != name and runs(b) and engine_class(b).unavailable_reason() is None]
-    use = f"use {' or '.join(instead)}" if instead else "no backend here runs it"
+    def instead() -> str:  # only worked out on a refusal: it asks every suggestion whether it runs here
+        usable = [b for b in _SUGGESTED if b != name and runs(b) and engine_class(b).unavailable_reason() is None]
+        return f"use {' or '.join(usable)}" if usable else "no backend here runs it"
+
     if not runs(name):
         sizes = ", ".join(str(n) for n in cls.supported_neurons or ())
-        raise InputError(f"backend {name!r} runs networks of {sizes} neurons, not {neurons}; {use}")
+        raise InputError(f"backend {name!r} runs networks of {sizes} neurons, not {neurons}; {instead()}")
     reason = cls.unavailable_reason()
     if reason is not None:
-        raise InputError(f"backend {name!r} cannot run here: {reason}; {use}")
+        raise InputError(f"backend {name!r} cannot run here: {reason}; {instead()}")
 
 
 def twin_backend(name: str) -> str:

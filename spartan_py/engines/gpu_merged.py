@@ -95,7 +95,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         self.stage_words = stage_words(self.merged)
         self.stage_bytes = 4 * self.stage_words
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
-            network.neurons, self.stride, self._block_shared_limit, rows_per_tile, 4 * self.stage_words
+            network.neurons, self.stride, self._block_shared_limit, rows_per_tile, self.stage_bytes
         )
         kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
         self.kernel, self.first_kernel = kernels[self.rows_per_tile], kernels[self.first_rows]
@@ -105,7 +105,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
         # masks only where a tile's one-byte counts fit the stage, which holds them (else lookups)
-        counts_fit = max(self.rows_per_tile, self.first_rows) * (network.neurons // 32) <= 4 * self.stage_words
+        counts_fit = max(self.rows_per_tile, self.first_rows) * (network.neurons // 32) <= self.stage_bytes
         masks = [
             monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None
             for m in self.merged.layers
@@ -133,7 +133,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
 
     def _shared_bytes(self, rows: int, input_tile: bool) -> int:
         buffers = 2 * (self.stride + 32) + self.stride // 32 + ((self.network.neurons + 32) if input_tile else 0)
-        return 4 * rows * buffers + 4 * self.stage_words
+        return 4 * rows * buffers + self.stage_bytes
 
     def _grid(self, kernel, shared: int) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""

@@ -112,15 +112,27 @@ def _read_layer(path: Path, neurons: int) -> sp.csr_matrix:
     return read_triples_matrix(path, (neurons, neurons), what=f"{neurons} neurons")
 
 
-def network_width(directory: Path) -> int:
-    """The neurons of the network in ``directory``, from its layer files' names alone."""
+def _layer_files_of(directory: Path) -> dict[int, dict[int, Path]]:
+    """:func:`_layer_files` of a directory that exists and has some."""
     if not directory.is_dir():
         raise InputError("network directory not found", path=directory)
-    sizes = sorted(_layer_files(directory))
-    if len(sizes) != 1:
-        found = ", ".join(str(n) for n in sizes) or "none"
-        raise InputError(f"expected layer files n{{N}}-l{{i}} of one size (found sizes: {found})", path=directory)
-    return sizes[0]
+    by_size = _layer_files(directory)
+    if not by_size:
+        raise InputError("no layer files named n{N}-l{i}.tsv, .tsv.gz or .mtx", path=directory)
+    return by_size
+
+
+def _only_size(by_size: dict[int, dict[int, Path]], directory: Path) -> int:
+    """The one network width present, or an error asking which."""
+    if len(by_size) > 1:
+        sizes = ", ".join(str(n) for n in sorted(by_size))
+        raise InputError(f"layer files for several sizes ({sizes}); say which neurons to use", path=directory)
+    return next(iter(by_size))
+
+
+def network_width(directory: Path) -> int:
+    """The neurons of the network in ``directory``, from its layer files' names alone."""
+    return _only_size(_layer_files_of(directory), directory)
 
 
 def load_network(
@@ -138,16 +150,9 @@ def load_network(
     wrong size or a malformed line raises :class:`InputError` naming the file.
     """
     directory = Path(directory)
-    if not directory.is_dir():
-        raise InputError("network directory not found", path=directory)
-    by_size = _layer_files(directory)
-    if not by_size:
-        raise InputError("no layer files named n{N}-l{i}.tsv, .tsv.gz or .mtx", path=directory)
+    by_size = _layer_files_of(directory)
     if neurons is None:
-        if len(by_size) > 1:
-            sizes = ", ".join(str(n) for n in sorted(by_size))
-            raise InputError(f"layer files for several sizes ({sizes}); say which neurons to use", path=directory)
-        neurons = next(iter(by_size))
+        neurons = _only_size(by_size, directory)
     files = by_size.get(neurons)
     if not files:
         sizes = ", ".join(str(n) for n in sorted(by_size))

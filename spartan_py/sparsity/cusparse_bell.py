@@ -114,8 +114,10 @@ def spmm_blocked_ell(ell: Any, w: Any, out: Any) -> None:
         buffer = cp.empty(max(size.value, 1), dtype=cp.uint8)
         _check(lib.cusparseSpMM(*args, _CUDA_R_32F, _SPMM_BLOCKED_ELL_ALG1, _c_void_p(buffer.data.ptr)), "cusparseSpMM")
     finally:
-        for matrix, destroy in ((mat_a, lib.cusparseDestroySpMat), (mat_b, lib.cusparseDestroyDnMat)):
+        for matrix, destroy in (
+            (mat_a, lib.cusparseDestroySpMat),
+            (mat_b, lib.cusparseDestroyDnMat),
+            (mat_c, lib.cusparseDestroyDnMat),
+        ):
             if matrix.value:
                 destroy(matrix)
-        if mat_c.value:
-            lib.cusparseDestroyDnMat(mat_c)
