@@ -41,5 +41,9 @@ class DeviceMemoryError(SpartanError):
     """Something did not fit in device memory even after batching."""
 
 
+class TimeLimitError(SpartanError):
+    """A run stopped because it went past the time limit it was given."""
+
+
 class OptionalDependencyError(SpartanError):
     """A feature needs an optional extra that is not installed (the message says which)."""

@@ -82,12 +82,14 @@ def check_backend(name: str, neurons: int) -> None:
         raise InputError(f"backend {name!r} cannot run here: {reason}; {instead()}")
 
 
-def twin_backend(name: str) -> str:
-    """The CPU twin that simulated mode runs for backend ``name`` (``auto``: the ``gpu`` kernel's).
+def twin_backend(name: str, network: Network | None = None) -> str:
+    """The CPU twin that simulated mode runs for backend ``name`` (``auto``: the twin of
+    :func:`gpu_backend_for` the ``network``, of the ``gpu`` kernel without one).
 
     Raises :class:`InputError` for a backend without one.
     """
-    twin = engine_class("gpu" if name == "auto" else name).cpu_twin
+    kernel = name if name != "auto" else gpu_backend_for(network) if network is not None else "gpu"
+    twin = engine_class(kernel).cpu_twin
     if twin is None:
         with_twins = sorted(n for n in BACKENDS if engine_class(n).cpu_twin is not None)
         raise InputError(
@@ -97,21 +99,31 @@ def twin_backend(name: str) -> str:
     return twin
 
 
+def gpu_backend_for(network: Network) -> str:
+    """The GPU kernel ``auto`` picks for ``network``: ``gpu-merged`` when its first layer has
+    at most half as many distinct weight columns as outputs (RadiX-Net networks have 1/16),
+    else ``gpu``."""
+    from spartan_py.engines.support.column_merge import first_layer_merge_factor
+
+    return "gpu-merged" if network.layers and first_layer_merge_factor(network) >= 2 else "gpu"
+
+
+def choose_backend(name: str, network: Network) -> str:
+    """The backend that runs ``network`` for ``name``: ``auto`` is :func:`gpu_backend_for` on
+    a GPU, ``cpu`` without one; other names are returned as they are (unknown ones raise
+    :class:`InputError`)."""
+    if name != "auto" or resolve_backend(name) != "gpu":
+        return resolve_backend(name)
+    return gpu_backend_for(network)
+
+
 def make_engine(name: str, network: Network, **options) -> Engine:
-    """A ready engine for ``network``; raises :class:`BackendUnavailableError` with the reason.
-
-    ``auto`` on a GPU takes ``gpu-merged`` when the network's first layer has at most half
-    as many distinct weight columns as outputs (RadiX-Net networks have 1/16), else ``gpu``.
-    """
-    if name == "auto" and resolve_backend(name) == "gpu" and "threads" not in options:
-        from spartan_py.engines.support.column_merge import first_layer_merge_factor
-
-        name = "gpu-merged" if network.layers and first_layer_merge_factor(network) >= 2 else "gpu"
-    name = resolve_backend(name)
-    cls = engine_class(name)
+    """A ready engine for ``network`` (``auto``: :func:`choose_backend`); raises
+    :class:`BackendUnavailableError` with the reason."""
+    cls = engine_class(choose_backend(name, network))
     reason = cls.unavailable_reason()
     if reason is not None:
-        raise BackendUnavailableError(f"backend {name!r} is unavailable: {reason}")
+        raise BackendUnavailableError(f"backend {cls.name!r} is unavailable: {reason}")
     return cls(network, **options)
 
 
@@ -121,6 +133,8 @@ __all__ = [
     "Engine",
     "EngineOutput",
     "check_backend",
+    "choose_backend",
+    "gpu_backend_for",
     "engine_class",
     "make_engine",
     "resolve_backend",

@@ -51,6 +51,10 @@ class Engine(ABC):
     #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost
     #: model replays; empty for backends the model does not describe.
     trace_families: ClassVar[tuple[str, ...]] = ()
+    #: Whether it is a stock-library path (cuBLAS/cuSPARSE through CuPy), the baseline ours
+    #: are compared with; those take ``time_limit_seconds`` (the run stops with
+    #: :class:`~spartan_py.errors.TimeLimitError` when its inference goes past it).
+    stock_library: ClassVar[bool] = False
     #: The network widths it runs (None: any); checked before a network is loaded.
     supported_neurons: ClassVar[tuple[int, ...] | None] = None
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -45,7 +47,9 @@ class CpuEngine(Engine):
         super().__init__(network)
         # two lane-major buffers of batch_rows x neurons float32 each
         self.batch_rows = max(cpu_kernels.TILE_ROWS, batch_bytes // (8 * network.neurons))
-        self._layers = [_GatherWeights(w) for w in network.weights]
+        # SciPy's conversions release the GIL; a generated network builds its layers here too
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            self._layers = list(pool.map(lambda layer: _GatherWeights(network.weights[layer]), range(network.layers)))
         self._bias = np.float32(network.bias)
         self._clamp = np.float32(network.clamp)
         self._warm_up()

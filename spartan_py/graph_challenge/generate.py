@@ -79,28 +79,47 @@ class GeneratedLayers(Sequence):
             raise IndexError(index)
         return self._build(index)
 
+    @property
+    def edges(self) -> int:
+        """Weights over all layers (every row holds ``2 * BLOCKS``), known without building any."""
+        return self.layer_count * self.neurons * 2 * BLOCKS
+
     def _make(self, index: int) -> sp.csr_matrix:
         shift = 1 << (index % self._period)
         if index < self._period:
             return butterfly_layer(self.neurons, shift)
-        # butterfly_layer(...)[relabel_inputs][:, relabel_outputs], built row by row: new
-        # input row r is old row i = relabel_inputs[r], which feeds the old outputs of
-        # in-block lanes i mod M and (i mod M - shift) mod M in every block.
+        # butterfly_layer(...)[relabel_inputs][:, relabel_outputs]: see _relabelled_columns.
         rng = np.random.default_rng([self.seed, index])
         relabel_inputs = rng.permutation(self.neurons)
         relabel_outputs = rng.permutation(self.neurons)
         new_label = np.empty(self.neurons, dtype=np.int64)
         new_label[relabel_outputs] = np.arange(self.neurons)
-        block = self.neurons // BLOCKS
-        lane = relabel_inputs % block
-        starts = np.arange(BLOCKS) * block
-        old = np.concatenate(
-            [starts[None, :] + lane[:, None], starts[None, :] + ((lane - shift) % block)[:, None]], axis=1
-        )
-        columns = np.sort(new_label[old], axis=1).astype(np.int32)
+        columns = _relabelled_columns(relabel_inputs, new_label, self.neurons // BLOCKS, shift)
         indptr = np.arange(0, columns.size + 1, 2 * BLOCKS, dtype=np.int32)
         data = np.full(columns.size, WEIGHT, dtype=np.float32)
         return sp.csr_matrix((data, columns.ravel(), indptr), shape=(self.neurons, self.neurons))
+
+
+@numba.njit(cache=True, nogil=True)  # serial: callers build layers on several threads
+def _relabelled_columns(relabel_inputs, new_label, block, shift):  # pragma: no cover - compiled
+    """The sorted output columns (neurons x 32, int32) of each input row of a relabelled
+    butterfly layer: new input row ``r`` is old row ``i = relabel_inputs[r]``, which feeds the
+    old outputs of in-block lanes ``i mod M`` and ``(i mod M - shift) mod M`` in every block."""
+    neurons = relabel_inputs.size
+    blocks = neurons // block
+    columns = np.empty((neurons, 2 * blocks), dtype=np.int32)
+    for r in range(neurons):
+        lane = relabel_inputs[r] % block
+        back = (lane - shift) % block
+        row = columns[r]
+        for k in range(2 * blocks):
+            value = new_label[(k % blocks) * block + (lane if k < blocks else back)]
+            j = k
+            while j > 0 and row[j - 1] > value:  # insertion sort: 32 values, no allocation
+                row[j] = row[j - 1]
+                j -= 1
+            row[j] = value
+    return columns
 
 
 def generate_network(neurons: int, layers: int, seed: int = 0) -> Network:
@@ -146,12 +165,12 @@ _SEGMENTS = [_glyph_segments(d) for d in range(10)]
 _MAX_SEGMENTS = max(s.shape[0] for s in _SEGMENTS)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True)
 def _rasterize(segments, valid, radius, side):  # pragma: no cover - compiled
     """Lit-pixel masks (B, side*side) of B images: pixel centres within ``radius`` of a segment."""
     count = segments.shape[0]
     masks = np.zeros((count, side * side), dtype=np.bool_)
-    for image in range(count):
+    for image in numba.prange(count):
         r = radius[image]
         r2 = r * r
         for s in range(segments.shape[1]):
@@ -175,6 +194,25 @@ def _rasterize(segments, valid, radius, side):  # pragma: no cover - compiled
                     if ex * ex + ey * ey <= r2:
                         masks[image, py * side + px] = True
     return masks
+
+
+@numba.njit(parallel=True, cache=True)
+def _lit_pixels(masks):  # pragma: no cover - compiled
+    """The CSR (indptr, indices) of the ``True`` entries of a boolean (rows x pixels) mask,
+    without the pixels x 4-byte float copy a SciPy conversion makes."""
+    rows, pixels = masks.shape
+    counts = np.zeros(rows + 1, dtype=np.int64)
+    for r in numba.prange(rows):
+        counts[r + 1] = np.count_nonzero(masks[r])
+    indptr = np.cumsum(counts)
+    indices = np.empty(indptr[-1], dtype=np.int32)
+    for r in numba.prange(rows):
+        at = indptr[r]
+        for p in range(pixels):
+            if masks[r, p]:
+                indices[at] = p
+                at += 1
+    return indptr, indices
 
 
 def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 8192) -> sp.csr_matrix:
@@ -217,6 +255,7 @@ def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 
             segments[..., k] = centre_x[:, None] + cos[:, None] * x - sin[:, None] * y
             segments[..., k + 1] = centre_y[:, None] + sin[:, None] * x + cos[:, None] * y
         radius = rng.uniform(1.0, 1.6, count) * scale_px
-        masks = _rasterize(segments, valid, radius, side)
-        pieces.append(sp.csr_matrix(masks.astype(np.float32)))
+        indptr, indices = _lit_pixels(_rasterize(segments, valid, radius, side))
+        data = np.ones(indices.size, dtype=np.float32)
+        pieces.append(sp.csr_matrix((data, indices, indptr), shape=(count, neurons)))
     return sp.vstack(pieces, format="csr", dtype=np.float32)

@@ -70,8 +70,10 @@ class Network:
 
     @property
     def edges(self) -> int:
-        """Total number of weights (non-zeros) over all layers."""
-        return int(sum(matrix.nnz for matrix in self.weights))
+        """Total number of weights (non-zeros) over all layers (a lazy sequence of layers that
+        knows its count, as a generated network's does, is not built to count them)."""
+        known = getattr(self.weights, "edges", None)
+        return int(known) if known is not None else int(sum(matrix.nnz for matrix in self.weights))
 
     def truncated(self, layers: int) -> Network:
         """The first ``layers`` layers of this network."""

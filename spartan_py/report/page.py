@@ -15,7 +15,14 @@ from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.report import figures
 from spartan_py.report.published import published_rates
 from spartan_py.report.tables import html_table, markdown_table
-from spartan_py.runner.store import dense_layer_table, is_graph_challenge, load_points, results_table, simulated_table
+from spartan_py.runner.store import (
+    challenge_table,
+    dense_layer_table,
+    is_graph_challenge,
+    load_points,
+    results_table,
+    simulated_table,
+)
 from spartan_py.trace import read_trace
 
 
@@ -239,6 +246,17 @@ def write_report(
     )
     empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all() and c != "error"]
     sections = [("Points", summary.drop(columns=empty))]
+    challenge = challenge_table(points)
+    if not challenge.empty:
+        total = challenge["seconds"].sum()
+        setup = challenge["setup_seconds"].sum()
+        sections.append(
+            (
+                f"Graph Challenge networks ({len(challenge)}; inference {total:.3g} s in all, "
+                f"set-up {setup:.3g} s; model_error: predicted / measured - 1)",
+                challenge,
+            )
+        )
     if not simulated.empty:
         sections.append(
             (

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from spartan_py.costmodel.families import FAMILIES
-from spartan_py.engines import engine_class, make_engine, resolve_backend, twin_backend
+from spartan_py.engines import choose_backend, engine_class, make_engine, twin_backend
 from spartan_py.errors import SpartanError
 from spartan_py.executors import Workers, run_all
 from spartan_py.runner.schema import Experiment
@@ -89,17 +89,21 @@ def run_point(point: Point) -> tuple[dict, list]:
     network = cached_network(workload.network, workload.layers)
     inputs = cached_inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
+    backend = (
+        choose_backend(config.backend, network) if config.mode == "measured" else twin_backend(config.backend, network)
+    )
+    cls = engine_class(backend)
     options: dict[str, Any] = {}
-    # auto is the rows kernel here (the one the cost model is calibrated for); gpu-merged is named
-    backend = resolve_backend(config.backend) if config.mode == "measured" else config.backend
-    if engine_class("gpu" if backend == "auto" else backend).takes_kernel_options:
+    if cls.takes_kernel_options:
         options["monitor"] = config.monitor
         options["compact_every"] = config.compact_every
         if config.rows_per_tile:
             options["rows_per_tile"] = config.rows_per_tile
+    if cls.stock_library and config.time_limit_seconds is not None:
+        options["time_limit_seconds"] = config.time_limit_seconds
     machine = config.machines[0] if config.mode == "simulated" else None
     started = time.perf_counter()  # the engine is prepared (planned, compiled, uploaded) once for all repeats
-    engine = make_engine(twin_backend(backend) if config.mode == "simulated" else backend, network, **options)
+    engine = make_engine(backend, network, **options)
     prepare_seconds = time.perf_counter() - started
     results = [
         infer(
@@ -121,7 +125,28 @@ def run_point(point: Point) -> tuple[dict, list]:
     summary["prepare_seconds"] = prepare_seconds
     summary["edges_per_second"] = last.rows * last.edges / summary["seconds"] if summary["seconds"] > 0 else None
     summary["workload"] = "graph_challenge"
+    if workload.check_rows:
+        summary["check"] = check_categories(network, inputs, last.categories, workload.check_rows)
     return _record(point, summary, seconds, median_trace([r.trace for r in results]))
+
+
+def check_categories(network, inputs, categories: np.ndarray, rows: int) -> dict:
+    """The categories among the first ``rows`` input rows, checked against the ``cpu``
+    engine's on those rows (untimed; the CPU engine shares no code with the GPU kernels)."""
+    from spartan_py.engines.cpu import CpuEngine
+
+    rows = min(rows, inputs.shape[0])
+    started = time.perf_counter()
+    output = CpuEngine(network).run(inputs[:rows])
+    expected = output.live_rows.astype(np.int64) + 1
+    got = categories[categories <= rows]
+    return {
+        "backend": "cpu",
+        "rows": rows,
+        "categories": int(expected.size),
+        "equal": bool(np.array_equal(got, expected)),
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def median_trace(traces: list[list]) -> list:

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PositiveFloat,
     PositiveInt,
     Tag,
     ValidationInfo,
@@ -34,7 +35,7 @@ Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 CONV_BACKENDS = ("auto", "cpu", "gpu")
 #: Fields only one workload kind takes (each kind refuses the other's).
 KIND_FIELDS = {
-    "graph_challenge": ("rows_per_tile", "compact_every"),
+    "graph_challenge": ("rows_per_tile", "compact_every", "time_limit_seconds"),
     "conv_layers": ("tile", "policy", "precision", "trace"),
 }
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
@@ -65,6 +66,11 @@ class GraphChallengeWorkload(_Frozen):
     inputs: str = Field("generated:6000", description="an input-rows file, or generated:ROWS[:SEED]")
     rows: PositiveInt | None = Field(None, description="input rows (default: the file's largest row index)")
     truth: str | None = Field(None, description="truth categories file to check against")
+    check_rows: PositiveInt | None = Field(
+        None,
+        description="categories of the first check_rows input rows checked against the cpu engine's "
+        "(a second run on the CPU; untimed)",
+    )
 
     def short_label(self) -> str:
         """``network x layers, rows from inputs`` in a few words, for point labels."""
@@ -220,6 +226,11 @@ class Experiment(_Frozen):
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling",
         description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count",
+    )
+    time_limit_seconds: PositiveFloat | None = Field(
+        None,
+        description="stock-library backends (gpu-cusparse-*, gpu-cublas-dense, gpu-dense-compact) stop "
+        "when their inference runs longer than this (the point is recorded as over the limit)",
     )
     tile: tuple[PositiveInt, PositiveInt] | None = Field(
         None,

@@ -192,17 +192,85 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _is_stock(point: dict) -> bool:
+    from spartan_py.engines import engine_class
+
+    backend = point["summary"]["backend"] if point["status"] == "ok" else point["config"]["backend"]
+    return backend != "auto" and engine_class(backend).stock_library
+
+
+def _predicted(point: dict) -> tuple[str, float | None]:
+    """The point's listed machine that describes the GPU it ran on, and its prediction."""
+    from spartan_py.costmodel.machine import machine_for_device
+
+    names = point["config"]["machines"]
+    name = machine_for_device(point["summary"]["device"], names) if names else None
+    return (name or "", point.get("machines", {}).get(name, {}).get("seconds") if name else None)
+
+
+def challenge_table(points: list[dict]) -> pd.DataFrame:
+    """One row per Graph Challenge network of a run (points with the same workload): the
+    fastest of our backends (time, rate, set-up, the CPU check, the cost model's prediction
+    for the GPU it ran on and its error) beside the fastest stock-library path, or why none
+    finished (a point past ``time_limit_seconds`` or out of memory)."""
+    networks: dict[tuple, dict[str, list[dict]]] = {}
+    for point in points:
+        workload = point["config"]["workload"]
+        if workload.get("kind", "graph_challenge") != "graph_challenge" or point["config"]["mode"] != "measured":
+            continue
+        key = (workload["network"], workload["layers"], workload["inputs"], workload["rows"])
+        side = "stock" if _is_stock(point) else "ours"
+        networks.setdefault(key, {"ours": [], "stock": []})[side].append(point)
+    rows = []
+    for (network, _, _, _), sides in networks.items():
+        ours = [p for p in sides["ours"] if p["status"] == "ok"]
+        if not ours:
+            continue
+        best = min(ours, key=lambda p: p["summary"]["seconds"])
+        summary = best["summary"]
+        machine, predicted = _predicted(best)
+        check = summary.get("check")
+        stock = [p for p in sides["stock"] if p["status"] == "ok"]
+        fastest = min(stock, key=lambda p: p["summary"]["seconds"]) if stock else None
+        not_finished = "; ".join(p["error"] for p in sides["stock"] if p["status"] != "ok")
+        rows.append(
+            {
+                "neurons": summary["neurons"],
+                "layers": summary["layers"],
+                "source": network,
+                "rows": summary["rows"],
+                "backend": summary["backend"],
+                "device": summary["device"],
+                "seconds": summary["seconds"],
+                "edges_per_second": summary["edges_per_second"],
+                "setup_seconds": summary["load_seconds"] + summary["prepare_seconds"],
+                "categories": summary["categories"],
+                "checked_rows": check["rows"] if check else None,
+                "check_equal": check["equal"] if check else None,
+                "model": machine,
+                "predicted_seconds": predicted,
+                "model_error": predicted / summary["seconds"] - 1 if predicted and summary["seconds"] else None,
+                "stock_backend": fastest["summary"]["backend"] if fastest else "",
+                "stock_seconds": fastest["summary"]["seconds"] if fastest else None,
+                "speedup_vs_stock": fastest["summary"]["seconds"] / summary["seconds"] if fastest else None,
+                "stock_not_finished": not_finished,
+            }
+        )
+    return pd.DataFrame(rows).sort_values(["neurons", "layers"], ignore_index=True) if rows else pd.DataFrame()
+
+
 def write_tables(out: Path) -> list[Path]:
-    """(Re)build results.csv, dense-layers.csv (when there are conv_layers points) and
-    simulated.csv from the point files."""
+    """(Re)build results.csv, simulated.csv, and dense-layers.csv and challenge.csv (when
+    there are points of their kind) from the point files."""
     points = load_points(out)
     tables = {
         "results.csv": results_table(points),
         "dense-layers.csv": dense_layer_table(points),
         "simulated.csv": simulated_table(points),
+        "challenge.csv": challenge_table(points),
     }
     return [
         atomic_write_text(out / name, frame.to_csv(index=False))
         for name, frame in tables.items()
-        if name != "dense-layers.csv" or not frame.empty
+        if name in ("results.csv", "simulated.csv") or not frame.empty
     ]
