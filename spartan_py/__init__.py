@@ -27,7 +27,7 @@ from spartan_py.costmodel import (
 )
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.costmodel.simulate import resolve_machine, simulate_trace, trust
-from spartan_py.engines import BACKEND_CHOICES, make_engine, resolve_backend
+from spartan_py.engines import BACKEND_CHOICES, choose_backend, make_engine, resolve_backend
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError, InputError, SpartanError
 from spartan_py.graph_challenge import (
     Network,
@@ -36,6 +36,7 @@ from spartan_py.graph_challenge import (
     load_inputs,
     load_network,
     read_truth,
+    write_network,
     write_triples,
     write_truth,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "load_network",
     "load_variants",
     "machine_names",
+    "choose_backend",
     "make_engine",
     "predict",
     "read_trace",
@@ -122,6 +124,7 @@ __all__ = [
     "to_frame",
     "trust",
     "write_trace",
+    "write_network",
     "write_triples",
     "write_truth",
 ]

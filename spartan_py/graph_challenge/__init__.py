@@ -16,6 +16,7 @@ from spartan_py.graph_challenge.network import (
     load_inputs,
     load_network,
     official_bias,
+    write_network,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "read_triples",
     "read_triples_matrix",
     "read_truth",
+    "write_network",
     "write_triples",
     "write_truth",
 ]

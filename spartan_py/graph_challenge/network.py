@@ -7,16 +7,17 @@ columns = output neurons, so that a layer computes ``Y @ W``.
 
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError
-from spartan_py.graph_challenge.formats import read_matrix_market, read_triples_matrix
+from spartan_py.graph_challenge.formats import read_matrix_market, read_triples_matrix, write_triples
 
 #: Official bias by neuron count (the same value for every neuron of every layer).
 OFFICIAL_BIAS: dict[int, float] = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
@@ -51,7 +52,6 @@ class Network:
     bias: float
     clamp: float = OFFICIAL_CLAMP
     source: str = "memory"
-    _csc: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, (list, tuple)):
@@ -82,15 +82,6 @@ class Network:
         if layers == self.layers:
             return self
         return Network(self.neurons, self.weights[:layers], self.bias, self.clamp, self.source)
-
-    def column_major(self, layer: int) -> sp.csc_matrix:
-        """Layer ``layer`` (0-based) as CSC: for each output neuron, its inputs. Cached."""
-        matrix = self._csc.get(layer)
-        if matrix is None:
-            matrix = self.weights[layer].tocsc()
-            matrix.sort_indices()
-            self._csc[layer] = matrix
-        return matrix
 
 
 def _layer_files(directory: Path) -> dict[int, dict[int, Path]]:
@@ -174,7 +165,7 @@ def load_network(
         )
     paths = [files[number] for number in range(1, layers + 1)]
     # pandas' C parser releases the GIL while tokenizing, so threads overlap the reads.
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         weights = tuple(pool.map(lambda p: _read_layer(p, neurons), paths))
     return Network(
         neurons=neurons,
@@ -183,6 +174,23 @@ def load_network(
         clamp=clamp,
         source=str(directory),
     )
+
+
+def write_network(network: Network, directory: str | Path, *, suffix: str = "tsv") -> list[Path]:
+    """Write every layer of ``network`` as an official layer file ``n{N}-l{i}.{suffix}``
+    (``tsv`` or ``tsv.gz``: 1-based triples) into ``directory`` (created), one file per thread;
+    a generated network is built layer by layer as it is written. Returns the paths."""
+    if suffix not in ("tsv", "tsv.gz"):
+        raise InputError(f"layer files are written as tsv or tsv.gz, not {suffix!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def write(layer: int) -> Path:
+        path = directory / f"n{network.neurons}-l{layer + 1}.{suffix}"
+        return write_triples(path, network.weights[layer])
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(write, range(network.layers)))
 
 
 def load_inputs(path: str | Path, neurons: int, *, rows: int | None = None) -> sp.csr_matrix:

@@ -247,6 +247,8 @@ def challenge_table(points: list[dict]) -> pd.DataFrame:
                 "categories": summary["categories"],
                 "checked_rows": check["rows"] if check else None,
                 "check_equal": check["equal"] if check else None,
+                "check_seconds": check["seconds"] if check else None,
+                "wall_seconds": summary.get("wall_seconds"),
                 "model": machine,
                 "predicted_seconds": predicted,
                 "model_error": predicted / summary["seconds"] - 1 if predicted and summary["seconds"] else None,
