@@ -61,6 +61,14 @@ class _CupyBaseline(Engine):
             self.weights = [self._prepare(w) for w in network.weights]
         except self.cp.cuda.memory.OutOfMemoryError:
             raise DeviceMemoryError(f"{self.name}: the weights of {network.layers} layers do not fit the GPU") from None
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One layer on a one-row input, untimed: the library's handles, plans and kernels
+        are set up here, not in the first timed run."""
+        probe = sp.csr_matrix(np.ones((1, self.network.neurons), dtype=np.float32))
+        self._step(self._start(probe), self.weights[0])
+        self.cp.cuda.Device().synchronize()
 
     @property
     def device(self) -> str:
