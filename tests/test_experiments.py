@@ -24,6 +24,7 @@ EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 EXPECTED_FIGURES = {
     "quickstart": {"live-rows.png", "edge-rate.png", "what-if.png"},
     "graph-challenge-1024": {"live-rows.png", "edge-rate.png"},
+    "graph-challenge-all": {"live-rows.png", "edge-rate.png"},
     "profiling-overhead": {"monitor-overhead.png", "live-rows.png"},
     "what-if-gpus": {"what-if.png", "live-rows.png"},
     "tile-size-sweep": {"tile-sweep.png", "what-if.png"},
