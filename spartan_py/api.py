@@ -170,7 +170,8 @@ def infer(
     ``truth`` is an array of 1-based categories or a truth file path. ``backend`` is a name
     from :data:`spartan_py.engines.BACKEND_CHOICES`; ``auto`` takes the GPU when present.
     ``mode="simulated"`` runs the GPU kernel as its CPU twin (``gpu-twin``, or
-    ``gpu-merged-twin`` for ``gpu-merged`` and for ``auto`` on a mergeable network) and takes
+    ``gpu-merged-twin`` for ``backend="gpu-merged"``; ``auto``: ``gpu-twin``, whose launches
+    every machine file describes) and takes
     ``seconds`` from the cost model for ``machine`` (a ``sim/`` name, default
     :data:`~spartan_py.costmodel.machine.DEFAULT_MACHINE`,
     optionally ``NAME+VARIANT``); the result is marked simulated and carries the predicted
@@ -180,7 +181,7 @@ def infer(
     if mode not in ("measured", "simulated"):
         raise InputError(f"mode must be 'measured' or 'simulated', not {mode!r}")
     if mode == "simulated":
-        twin = twin_backend(backend, network)
+        twin = twin_backend(backend)
         from spartan_py.costmodel.simulate import resolve_machine
 
         machine = machine or DEFAULT_MACHINE

@@ -52,7 +52,7 @@ def test_edges_are_known_without_building_layers():
 def test_auto_picks_the_merged_kernel_for_radix_net():
     network = spy.generate_network(1024, 3)
     assert twin_backend("auto", network) == "gpu-merged-twin"
-    assert twin_backend("auto") == "gpu-twin"
+    assert twin_backend("auto") == "gpu-twin"  # simulated mode's auto: the rows kernel
     if engine_class("gpu").unavailable_reason() is not None:
         assert choose_backend("auto", network) == "cpu"
 

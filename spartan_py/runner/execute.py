@@ -89,9 +89,7 @@ def run_point(point: Point) -> tuple[dict, list]:
     network = cached_network(workload.network, workload.layers)
     inputs = cached_inputs(workload.inputs, network.neurons, workload.rows)
     load_seconds = time.perf_counter() - started
-    backend = (
-        choose_backend(config.backend, network) if config.mode == "measured" else twin_backend(config.backend, network)
-    )
+    backend = choose_backend(config.backend, network) if config.mode == "measured" else twin_backend(config.backend)
     cls = engine_class(backend)
     options: dict[str, Any] = {}
     if cls.takes_kernel_options:
