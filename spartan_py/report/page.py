@@ -18,6 +18,7 @@ from spartan_py.report.tables import html_table, markdown_table
 from spartan_py.runner.store import (
     challenge_table,
     dense_layer_table,
+    device_machine,
     is_graph_challenge,
     load_points,
     results_table,
@@ -39,10 +40,7 @@ def _traces(out: Path, points: list[dict]) -> pd.DataFrame:
 
 def _machine_for(point: dict) -> str:
     """The point's listed machine that describes the GPU it ran on (its first otherwise)."""
-    from spartan_py.costmodel.machine import machine_for_device
-
-    names = point["config"]["machines"]
-    return machine_for_device(point["summary"]["device"], names) or names[0]
+    return device_machine(point) or point["config"]["machines"][0]
 
 
 def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:

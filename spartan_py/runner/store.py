@@ -199,13 +199,12 @@ def _is_stock(point: dict) -> bool:
     return backend != "auto" and engine_class(backend).stock_library
 
 
-def _predicted(point: dict) -> tuple[str, float | None]:
-    """The point's listed machine that describes the GPU it ran on, and its prediction."""
+def device_machine(point: dict) -> str | None:
+    """The point's listed machine (``sim/`` name) that describes the GPU it ran on, or None."""
     from spartan_py.costmodel.machine import machine_for_device
 
     names = point["config"]["machines"]
-    name = machine_for_device(point["summary"]["device"], names) if names else None
-    return (name or "", point.get("machines", {}).get(name, {}).get("seconds") if name else None)
+    return machine_for_device(point["summary"]["device"], names) if names else None
 
 
 def challenge_table(points: list[dict]) -> pd.DataFrame:
@@ -228,7 +227,8 @@ def challenge_table(points: list[dict]) -> pd.DataFrame:
             continue
         best = min(ours, key=lambda p: p["summary"]["seconds"])
         summary = best["summary"]
-        machine, predicted = _predicted(best)
+        machine = device_machine(best)
+        predicted = best.get("machines", {}).get(machine, {}).get("seconds") if machine else None
         check = summary.get("check")
         stock = [p for p in sides["stock"] if p["status"] == "ok"]
         fastest = min(stock, key=lambda p: p["summary"]["seconds"]) if stock else None
@@ -249,7 +249,7 @@ def challenge_table(points: list[dict]) -> pd.DataFrame:
                 "check_equal": check["equal"] if check else None,
                 "check_seconds": check["seconds"] if check else None,
                 "wall_seconds": summary.get("wall_seconds"),
-                "model": machine,
+                "model": machine or "",
                 "predicted_seconds": predicted,
                 "model_error": predicted / summary["seconds"] - 1 if predicted and summary["seconds"] else None,
                 "stock_backend": fastest["summary"]["backend"] if fastest else "",
