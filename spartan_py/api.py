@@ -15,7 +15,12 @@ from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import Engine, make_engine, twin_backend
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.formats import read_truth
-from spartan_py.graph_challenge.generate import generate_inputs, generate_network
+from spartan_py.graph_challenge.generate import (
+    GENERATED_FAMILIES,
+    generate_inputs,
+    generate_network,
+    generated_family,
+)
 from spartan_py.graph_challenge.network import Network, load_inputs, load_network, network_width
 from spartan_py.trace import TraceRecord
 
@@ -89,12 +94,12 @@ def run_summary(result) -> dict:
 
 
 def _generated_spec(spec: str, what: str) -> tuple[int, int]:
-    """Parse ``generated:A[:SEED]`` into (A, SEED)."""
-    parts = spec.split(":")
-    if len(parts) not in (2, 3):
-        raise InputError(f"bad {what} {spec!r}: expected 'generated:N' or 'generated:N:SEED'")
+    """Parse ``PREFIX:A[:SEED]`` into (A, SEED)."""
+    prefix, *parts = spec.split(":")
+    if len(parts) not in (1, 2):
+        raise InputError(f"bad {what} {spec!r}: expected '{prefix}:N' or '{prefix}:N:SEED'")
     try:
-        numbers = [int(p) for p in parts[1:]]
+        numbers = [int(p) for p in parts]
     except ValueError:
         raise InputError(f"bad {what} {spec!r}: N and SEED must be integers") from None
     return numbers[0], numbers[1] if len(numbers) > 1 else 0
@@ -106,22 +111,26 @@ def network_neurons(spec: str | Path | Network) -> int:
     if isinstance(spec, Network):
         return spec.neurons
     text = str(spec)
-    if text.startswith("generated:"):
+    if generated_family(text):
         return _generated_spec(text, "network")[0]
     return network_width(Path(text))
 
 
 def resolve_network(spec: str | Path | Network, layers: int | None = None) -> Network:
-    """A network from a directory path, ``generated:N[:SEED]``, or an existing :class:`Network`.
+    """A network from a directory path, ``generated:N[:SEED]``,
+    ``generated-unmergeable:N[:SEED]`` or an existing :class:`Network`.
 
     ``layers`` truncates a loaded network (or sets a generated one's depth; default 120).
     """
     if isinstance(spec, Network):
         return spec if layers is None else spec.truncated(layers)
     text = str(spec)
-    if text.startswith("generated:"):
+    family = generated_family(text)
+    if family:
         neurons, seed = _generated_spec(text, "network")
-        return generate_network(neurons, 120 if layers is None else layers, seed)
+        return generate_network(
+            neurons, 120 if layers is None else layers, seed, unmergeable=GENERATED_FAMILIES[family]
+        )
     return load_network(text, layers=layers)
 
 

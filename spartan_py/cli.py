@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("infer", help="Sparse DNN Graph Challenge inference")
     run.add_argument(
-        "--network", required=True, help="directory of n{N}-l{i}.tsv[.gz]|.mtx files, or generated:N[:SEED]"
+        "--network",
+        required=True,
+        help="directory of n{N}-l{i}.tsv[.gz]|.mtx files, generated:N[:SEED] or generated-unmergeable:N[:SEED]",
     )
     run.add_argument("--inputs", required=True, help="input rows file (TSV triples or .mtx), or generated:ROWS[:SEED]")
     run.add_argument("--layers", type=int, help="layers to run (default: all files; 120 for a generated network)")

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.api import cached_inputs, cached_network, edge_rate, run_summary
+from spartan_py.api import cached_inputs, cached_network, edge_rate, network_neurons, run_summary
 from spartan_py.errors import InputError
 from spartan_py.executors import Workers, gpu_count, run_all
+from spartan_py.graph_challenge.generate import generated_family
 
 
 def shard_bounds(rows: int, shards: int) -> list[tuple[int, int]]:
@@ -45,10 +46,8 @@ def shard_bounds(rows: int, shards: int) -> list[tuple[int, int]]:
 
 def _neurons(network: str, layers: int | None) -> int:
     """The network's width, without generating a generated one."""
-    if network.startswith("generated:"):
-        from spartan_py.api import _generated_spec
-
-        return _generated_spec(network, "network")[0]
+    if generated_family(network):
+        return network_neurons(network)
     return cached_network(network, layers).neurons
 
 

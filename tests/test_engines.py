@@ -99,14 +99,20 @@ def test_cpu_batches_agree():
     assert whole.values.shape == (1000, 1024)
 
 
-def test_trace_records_every_layer():
+@pytest.mark.parametrize("merged", [False, True])
+def test_trace_records_every_layer(merged):
     network = generate_network(1024, 10, seed=0)
-    out = make_engine("cpu", network).run(generate_inputs(500, 1024))
+    out = make_engine("cpu", network, merged=merged).run(generate_inputs(500, 1024))
     layers = [r.layer for r in out.trace if r.kernel == "cpu.tile_layer"]
     assert layers == list(range(1, 11))
     first = out.trace[0]
-    assert first.executed_macs == first.rows_in * 32 * 1024
-    assert 0 < first.useful_macs < first.executed_macs
+    assert first.variant == ("merged-csr-input" if merged else "csr-input")
+    if merged:  # 64 distinct columns of 32 inputs: 1/16 of the work, the useful work unchanged
+        assert first.executed_macs == first.rows_in * 32 * 64 and first.cols == 64
+        assert first.useful_macs > first.executed_macs
+    else:
+        assert first.executed_macs == first.rows_in * 32 * 1024
+        assert 0 < first.useful_macs < first.executed_macs
     assert all(r.measured_us > 0 for r in out.trace)
 
 

@@ -101,11 +101,15 @@ def twin_backend(name: str, network: Network | None = None) -> str:
 
 def gpu_backend_for(network: Network) -> str:
     """The GPU kernel ``auto`` picks for ``network``: ``gpu-merged`` when its first layer has
-    at most half as many distinct weight columns as outputs (RadiX-Net networks have 1/16),
-    else ``gpu``."""
-    from spartan_py.engines.support.column_merge import first_layer_merge_factor
+    at most half as many distinct weight columns as outputs (RadiX-Net networks have 1/16;
+    :func:`~spartan_py.engines.support.column_merge.worth_merging`, the ``cpu`` engine's
+    rule too), else ``gpu`` where it runs the network's width, else ``cpu``."""
+    from spartan_py.engines.support.column_merge import worth_merging
 
-    return "gpu-merged" if network.layers and first_layer_merge_factor(network) >= 2 else "gpu"
+    if worth_merging(network):
+        return "gpu-merged"
+    sizes = engine_class("gpu").supported_neurons
+    return "gpu" if sizes is None or network.neurons in sizes else "cpu"
 
 
 def choose_backend(name: str, network: Network) -> str:

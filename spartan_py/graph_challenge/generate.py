@@ -8,6 +8,18 @@ holds exactly 32 non-zeros. (For N = 1024 this is exactly the official layers 1.
 Later layers repeat that butterfly pattern under random relabelings of the input and
 output neurons, as the official later layers do.
 
+In such a layer the 16 outputs of one in-block lane read the same 32 inputs, which is what
+``gpu-merged`` exploits. The *unmergeable* variant (``unmergeable=True``, spec
+``generated-unmergeable:N``) has no two equal columns. Lanes ``a`` and ``a + M/2`` of all 16
+blocks form a class of 32 neurons (for N = 1024: one image column); output ``(b, u, a)``
+(block ``b``, half ``u``, class ``a``) reads one member of class ``a`` and one of class ``a +
+shift`` from every block, chosen by a Hadamard code of ``(b, u)`` (the second class's choice
+also flipped by a bent function of the block, so that no output of one class copies one of
+another). Same degrees (32 per row and column), weights 1/16 and bias; shifts ``1, 2, ...,
+M/4`` over the classes. Random wiring without such classes loses every generated row by
+layer 4 under the official bias; with them about as many rows survive as in the RadiX-Net
+networks.
+
 Inputs are binary images of hand-drawn-looking digits: strokes of a digit template, jittered
 by a random affine map and thickness, rasterized on a ``sqrt(N) x sqrt(N)`` grid, with about
 100 lit pixels per 1024.
@@ -55,12 +67,14 @@ class GeneratedLayers(Sequence):
     """The layers of a generated network, built on demand from (seed, layer) and cached.
 
     Lazy, so a 65536-neuron x 1920-layer network (4e9 edges) never has to be held at once.
+    ``unmergeable``: the variant without equal columns (module docstring).
     """
 
-    def __init__(self, neurons: int, layers: int, seed: int, cache_layers: int = 256):
+    def __init__(self, neurons: int, layers: int, seed: int, cache_layers: int = 256, *, unmergeable: bool = False):
         self.neurons = _check_neurons(neurons)
         self.layer_count = layers
         self.seed = seed
+        self.unmergeable = unmergeable
         self._period = int(math.log2(neurons // BLOCKS))
         self._build = lru_cache(maxsize=cache_layers)(self._make)
 
@@ -71,7 +85,7 @@ class GeneratedLayers(Sequence):
         if isinstance(index, slice):
             start, stop, step = index.indices(self.layer_count)
             if start == 0 and step == 1:  # a prefix stays lazy
-                return GeneratedLayers(self.neurons, max(stop, 0), self.seed)
+                return GeneratedLayers(self.neurons, max(stop, 0), self.seed, unmergeable=self.unmergeable)
             return [self[i] for i in range(start, stop, step)]
         if index < 0:
             index += self.layer_count
@@ -85,16 +99,23 @@ class GeneratedLayers(Sequence):
         return self.layer_count * self.neurons * 2 * BLOCKS
 
     def _make(self, index: int) -> sp.csr_matrix:
-        shift = 1 << (index % self._period)
-        if index < self._period:
-            return butterfly_layer(self.neurons, shift)
-        # butterfly_layer(...)[relabel_inputs][:, relabel_outputs]: see _relabelled_columns.
-        rng = np.random.default_rng([self.seed, index])
-        relabel_inputs = rng.permutation(self.neurons)
-        relabel_outputs = rng.permutation(self.neurons)
-        new_label = np.empty(self.neurons, dtype=np.int64)
-        new_label[relabel_outputs] = np.arange(self.neurons)
-        columns = _relabelled_columns(relabel_inputs, new_label, self.neurons // BLOCKS, shift)
+        # the unmergeable layers shift classes of M/2 lanes, one period shorter
+        period = self._period - 1 if self.unmergeable else self._period
+        shift = 1 << (index % period)
+        if index < period:
+            if not self.unmergeable:
+                return butterfly_layer(self.neurons, shift)
+            relabel_inputs = new_label = np.arange(self.neurons)
+        else:
+            # the un-relabelled layer [relabel_inputs][:, relabel_outputs]: see _relabelled_columns.
+            rng = np.random.default_rng([self.seed, index])
+            relabel_inputs = rng.permutation(self.neurons)
+            relabel_outputs = rng.permutation(self.neurons)
+            new_label = np.empty(self.neurons, dtype=np.int64)
+            new_label[relabel_outputs] = np.arange(self.neurons)
+        columns = (_mixed_columns if self.unmergeable else _relabelled_columns)(
+            relabel_inputs, new_label, self.neurons // BLOCKS, shift
+        )
         indptr = np.arange(0, columns.size + 1, 2 * BLOCKS, dtype=np.int32)
         data = np.full(columns.size, WEIGHT, dtype=np.float32)
         return sp.csr_matrix((data, columns.ravel(), indptr), shape=(self.neurons, self.neurons))
@@ -113,25 +134,77 @@ def _relabelled_columns(relabel_inputs, new_label, block, shift):  # pragma: no 
         back = (lane - shift) % block
         row = columns[r]
         for k in range(2 * blocks):
-            value = new_label[(k % blocks) * block + (lane if k < blocks else back)]
-            j = k
-            while j > 0 and row[j - 1] > value:  # insertion sort: 32 values, no allocation
-                row[j] = row[j - 1]
-                j -= 1
-            row[j] = value
+            _insert(row, k, new_label[(k % blocks) * block + (lane if k < blocks else back)])
     return columns
 
 
-def generate_network(neurons: int, layers: int, seed: int = 0) -> Network:
-    """A seeded RadiX-Net-style network: 32 non-zeros of 1/16 per row and column, official bias."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(row, k, value):  # pragma: no cover - compiled
+    """Insertion sort step: ``row[:k + 1]`` sorted with ``value`` added (no allocation)."""
+    j = k
+    while j > 0 and row[j - 1] > value:
+        row[j] = row[j - 1]
+        j -= 1
+    row[j] = value
+
+
+@numba.njit(cache=True, nogil=True)
+def _parity(bits):  # pragma: no cover - compiled
+    bits ^= bits >> 2
+    bits ^= bits >> 1
+    return bits & 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _mixed_columns(relabel_inputs, new_label, block, shift):  # pragma: no cover - compiled
+    """The sorted output columns (neurons x 32, int32) of each input row of a relabelled
+    unmergeable layer (module docstring): old input ``i`` is in block ``c = i // M`` at half
+    ``u`` and class ``a`` of its lane (``i mod M = u * M/2 + a``). It feeds, in every block
+    ``b``, the output of class ``a`` at half ``u ^ <b, c>`` and the output of class ``(a -
+    shift) mod M/2`` at half ``u ^ <b, c> ^ q(c)`` (``<,>``: parity of the common bits; ``q``:
+    a bent function of the block's four bits)."""
+    neurons = relabel_inputs.size
+    blocks = neurons // block
+    half = block // 2
+    columns = np.empty((neurons, 2 * blocks), dtype=np.int32)
+    for r in range(neurons):
+        old = relabel_inputs[r]
+        c, lane = old // block, old % block
+        u, a = lane // half, lane % half
+        back = (a - shift) % half
+        q = ((c & 1) & ((c >> 1) & 1)) ^ (((c >> 2) & 1) & ((c >> 3) & 1))
+        row = columns[r]
+        for b in range(blocks):
+            h = u ^ _parity(b & c)
+            _insert(row, 2 * b, new_label[b * block + h * half + a])
+            _insert(row, 2 * b + 1, new_label[b * block + (h ^ q) * half + back])
+    return columns
+
+
+#: Spec prefix of each generated network family (``PREFIX:N[:SEED]``) -> whether it is the
+#: unmergeable variant.
+GENERATED_FAMILIES = {"generated": False, "generated-unmergeable": True}
+
+
+def generated_family(spec: str) -> str | None:
+    """The generated-network family a spec names (a key of :data:`GENERATED_FAMILIES`), or
+    None (a path)."""
+    prefix = spec.split(":", 1)[0]
+    return prefix if ":" in spec and prefix in GENERATED_FAMILIES else None
+
+
+def generate_network(neurons: int, layers: int, seed: int = 0, *, unmergeable: bool = False) -> Network:
+    """A seeded RadiX-Net-style network: 32 non-zeros of 1/16 per row and column, official
+    bias; ``unmergeable``: the variant with no two equal columns (module docstring)."""
     if layers < 1:
         raise InputError(f"layers must be at least 1, got {layers}")
+    prefix = next(name for name, flag in GENERATED_FAMILIES.items() if flag == unmergeable)
     return Network(
         neurons=neurons,
-        weights=GeneratedLayers(neurons, layers, seed),  # type: ignore[arg-type]  # a lazy sequence of them
+        weights=GeneratedLayers(neurons, layers, seed, unmergeable=unmergeable),  # type: ignore[arg-type]
         bias=OFFICIAL_BIAS[_check_neurons(neurons)],
         clamp=OFFICIAL_CLAMP,
-        source=f"generated:{neurons}:{seed}",
+        source=f"{prefix}:{neurons}:{seed}",
     )
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 from spartan_py.costmodel.families import FAMILIES, GC_LAYER
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
+from spartan_py.graph_challenge.generate import generated_family
 from spartan_py.report import figures
 from spartan_py.report.published import published_rates
 from spartan_py.report.tables import html_table, markdown_table
@@ -198,7 +199,7 @@ def write_report(
         p["summary"]["neurons"] == 1024
         and p["summary"]["layers"] == 120
         and p["summary"]["rows"] == 60000
-        and not p["config"]["workload"]["network"].startswith("generated:")
+        and generated_family(p["config"]["workload"]["network"]) is None
         for p in ok
         if is_graph_challenge(p)
     )  # the published runs used the official network and the proxy input

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from spartan_py.engines import BACKEND_CHOICES
+from spartan_py.graph_challenge.generate import generated_family
 
 Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 #: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
@@ -46,9 +47,10 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _check_source(value: str, info: ValidationInfo, what: str) -> str:
-    """A ``generated:...`` spec, or a path (relative to the experiment file) that exists."""
-    if value.startswith("generated:"):
+def _check_source(value: str, info: ValidationInfo, what: str, generated: bool) -> str:
+    """A path (relative to the experiment file) that exists or, where ``generated``, a
+    generated spec (``generated:...``; for networks also ``generated-unmergeable:...``)."""
+    if generated:
         return value
     base = (info.context or {}).get("base", Path("."))
     path = Path(value) if Path(value).is_absolute() else Path(base) / value
@@ -61,7 +63,10 @@ class GraphChallengeWorkload(_Frozen):
     """Sparse DNN Graph Challenge inference."""
 
     kind: Literal["graph_challenge"] = "graph_challenge"
-    network: str = Field("generated:1024", description="a folder of layer files, or generated:N[:SEED]")
+    network: str = Field(
+        "generated:1024",
+        description="a folder of layer files, generated:N[:SEED] or generated-unmergeable:N[:SEED]",
+    )
     layers: PositiveInt | None = Field(None, description="layers to run (default: all files, 120 if generated)")
     inputs: str = Field("generated:6000", description="an input-rows file, or generated:ROWS[:SEED]")
     rows: PositiveInt | None = Field(None, description="input rows (default: the file's largest row index)")
@@ -81,12 +86,12 @@ class GraphChallengeWorkload(_Frozen):
     @field_validator("network")
     @classmethod
     def _network_exists(cls, value: str, info: ValidationInfo) -> str:
-        return _check_source(value, info, "network")
+        return _check_source(value, info, "network", generated_family(value) is not None)
 
     @field_validator("inputs")
     @classmethod
     def _inputs_exist(cls, value: str, info: ValidationInfo) -> str:
-        return _check_source(value, info, "inputs file")
+        return _check_source(value, info, "inputs file", value.startswith("generated:"))
 
     @field_validator("truth")
     @classmethod
@@ -95,7 +100,7 @@ class GraphChallengeWorkload(_Frozen):
             return None
         if value.startswith("generated:"):
             raise ValueError("truth must be a file")
-        return _check_source(value, info, "truth file")
+        return _check_source(value, info, "truth file", False)
 
 
 class ConvLayersWorkload(_Frozen):

@@ -202,6 +202,17 @@ def first_layer_merge_factor(network: Network) -> float:
     return network.neurons / max(found.inputs.shape[0], 1)
 
 
+#: Outputs per distinct column of the first layer from which merging pays (RadiX-Net: 16).
+MERGE_MIN_FACTOR = 2.0
+
+
+def worth_merging(network: Network) -> bool:
+    """Whether to run ``network`` on merged columns (``gpu-merged``, the ``cpu`` engine's
+    merged path): its first layer has at most 1 / :data:`MERGE_MIN_FACTOR` as many distinct
+    weight columns as outputs."""
+    return network.layers > 0 and first_layer_merge_factor(network) >= MERGE_MIN_FACTOR
+
+
 def merge_network(network: Network, workers: int | None = None) -> MergedNetwork:
     """The merged plan of every layer of ``network``, worked out on ``workers`` threads
     (default: one per CPU). A layer's groups do not depend on the other layers, so they are

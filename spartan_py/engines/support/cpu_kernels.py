@@ -53,41 +53,47 @@ def _output_row(tile, index, weight, j, dst, lanes):
 
 
 @numba.njit(fastmath=_MATH, inline="always")
-def _layer_tile(tile, out, lanes, index, weight, bias, clamp, nnz):
-    """Compute lanes ``0:lanes`` of a tile's outputs ``out`` (neurons, TILE_ROWS) with bias,
-    ReLU and clamp, and count each lane's non-zeros into ``nnz``.
+def _layer_tile(tile, out, lanes, index, weight, sizes, bias, clamp, nnz):
+    """Compute lanes ``0:lanes`` of a tile's outputs ``out[:outputs]`` (``outputs =
+    index.shape[0]`` rows of TILE_ROWS) with bias, ReLU and clamp, and add each lane's
+    non-zeros, output ``j`` counting ``sizes[j]`` (the neurons it stands for), into ``nnz``.
 
     Every array here is a whole C-contiguous tile: a sliced (strided) view would stop LLVM
     from vectorising the lane loops.
     """
     zero = np.float32(0.0)
     nnz[:] = 0
+    outputs = index.shape[0]
     if index.shape[1] == 0:  # a layer without weights: every output is exactly zero
-        out[:, :] = zero
+        out[:outputs, :] = zero
         return
-    for j in range(out.shape[0]):
+    for j in range(outputs):
         dst = out[j]
         _output_row(tile, index, weight, j, dst, lanes)
+        size = sizes[j]
         for b in range(lanes):
             z = dst[b]
             y = min(max(z + bias, zero), clamp)
             y = y if z != zero else zero
             dst[b] = y
-            nnz[b] += 1 if y != zero else 0
+            nnz[b] += size if y != zero else 0
 
 
 @numba.njit(parallel=True, cache=True)
-def layer_from_csr(indptr, indices, data, lane_rows, fill, out, index, weight, degree, bias, clamp, lane_nnz, useful):
-    """First layer: lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``.
+def layer_from_csr(
+    indptr, indices, data, lane_rows, fill, out, index, weight, degree, sizes, bias, clamp, lane_nnz, useful
+):
+    """First layer: lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``
+    (``degree.size`` columns wide).
 
-    Writes the outputs to ``out[t, :, :fill[t]]``, each lane's non-zero count to
+    Writes the outputs to ``out[t, :outputs, :fill[t]]``, each lane's non-zero count to
     ``lane_nnz[t, b]`` and the tile's useful multiply-adds (non-zero activation x weight
     pairs, ``degree[i]`` being input ``i``'s out-degree) to ``useful[t]``.
     """
-    tiles, neurons = out.shape[0], out.shape[1]
+    tiles, inputs = out.shape[0], degree.size
     for t in prange(tiles):
         n = fill[t]
-        tile = np.zeros((neurons, TILE_ROWS), dtype=np.float32)
+        tile = np.zeros((inputs, TILE_ROWS), dtype=np.float32)
         work = 0
         for b in range(n):
             row = lane_rows[t, b]
@@ -96,24 +102,25 @@ def layer_from_csr(indptr, indices, data, lane_rows, fill, out, index, weight, d
                     tile[indices[k], b] = data[k]
                     work += degree[indices[k]]
         useful[t] = work
-        _layer_tile(tile, out[t], n, index, weight, bias, clamp, lane_nnz[t])
+        _layer_tile(tile, out[t], n, index, weight, sizes, bias, clamp, lane_nnz[t])
 
 
 @numba.njit(parallel=True, cache=True)
-def layer_tiles(source, fill, out, index, weight, degree, bias, clamp, lane_nnz, useful):
-    """Later layers: ``out[t, :, :fill[t]]`` = the layer applied to ``source[t, :, :fill[t]]``."""
-    tiles, neurons = source.shape[0], source.shape[1]
+def layer_tiles(source, fill, out, index, weight, degree, sizes, bias, clamp, lane_nnz, useful):
+    """Later layers: ``out[t, :outputs, :fill[t]]`` = the layer applied to ``source[t,
+    :degree.size, :fill[t]]``."""
+    tiles = source.shape[0]
     for t in prange(tiles):
         n = fill[t]
         tile = source[t]
         work = 0
-        for i in range(neurons):
+        for i in range(degree.size):
             lit = 0
             for b in range(n):
                 lit += 1 if tile[i, b] != 0 else 0
             work += lit * degree[i]
         useful[t] = work
-        _layer_tile(tile, out[t], n, index, weight, bias, clamp, lane_nnz[t])
+        _layer_tile(tile, out[t], n, index, weight, sizes, bias, clamp, lane_nnz[t])
 
 
 @numba.njit(parallel=True, cache=True)
