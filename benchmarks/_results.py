@@ -47,6 +47,26 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _relative(arg: str) -> str:
+    """``arg`` relative to the repository when it is a path inside it."""
+    path = Path(arg)
+    if path.is_absolute() and path.resolve().is_relative_to(ROOT):
+        return str(path.resolve().relative_to(ROOT)) or "."
+    return arg
+
+
+def command_line() -> str:
+    """How this benchmark was started, run from the repository root: a script of
+    ``benchmarks/`` as ``python -m benchmarks.NAME``, paths inside the repository relative."""
+    script, *args = sys.argv
+    here = Path(script).resolve()
+    if here.parent == ROOT / "benchmarks":
+        words = ["python", "-m", f"benchmarks.{here.stem}"]
+    else:
+        words = ["python", _relative(script)]
+    return " ".join(shlex.quote(w) for w in [*words, *map(_relative, args)])
+
+
 def write_result(name: str, device: str, payload: dict, out_dir: Path | None = None) -> Path:
     """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically."""
     from spartan_py.files import atomic_write_text
@@ -57,7 +77,7 @@ def write_result(name: str, device: str, payload: dict, out_dir: Path | None = N
         "device": device,
         "date": now.isoformat(timespec="seconds"),
         "commit": commit(),
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "python": platform.python_version(),
         **payload,
     }
