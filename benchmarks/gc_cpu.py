@@ -4,7 +4,7 @@ The official 1024-neuron network, 120 layers, the 60000-row proxy input. Inferen
 excludes file reading. The `cpu` engine's two paths (merged columns, its default on this
 network, and the row path) run by turns in this one process, each truth-checked.
 
-    python benchmarks/gc_cpu.py [--data DIR] [--repeats 5] [--skip-reference]
+    python -m benchmarks.gc_cpu [--data DIR] [--repeats 5] [--skip-reference] [--out DIR]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA, cpu_name, write_result
+from benchmarks._results import DEFAULT_DATA, RESULTS, cpu_name, write_result
 
 
 def main() -> int:
@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the result file")
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -91,10 +92,10 @@ def main() -> int:
         "reference": reference,
         "speedup_vs_reference": (reference["seconds"] / cpu_median) if reference else None,
     }
-    path = write_result("gc_cpu", f"cpu: {cpu_name()}", payload)
+    path = write_result("gc_cpu", f"cpu: {cpu_name()}", payload, args.out)
     print(
         f"cpu median {cpu_median:.3f} s = {edges / cpu_median:.3e} edges/s"
-        + f" (row path {statistics.median(seconds['rows']):.3f} s)"
+        + f" (row path {statistics.median(seconds['rows']):.3f} s) on {cpu_name()}, {engines['merged'].device}"
         + (
             f"; reference {reference['seconds']:.1f} s; speed-up {payload['speedup_vs_reference']:.1f}x"
             if reference
