@@ -122,3 +122,46 @@ def test_truth(tmp_path):
         read_truth(_write(tmp_path / "w.tsv", "1 2\n"))
     write_truth(tmp_path / "out.tsv", np.array([9, 2, 4]))
     assert read_truth(tmp_path / "out.tsv").tolist() == [2, 4, 9]
+
+
+def _pandas_triples(path):
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep=r"\s+", header=None, dtype=np.float64, engine="c", compression="infer")
+    return frame[0].to_numpy(np.int64) - 1, frame[1].to_numpy(np.int64) - 1, frame[2].to_numpy()
+
+
+@pytest.mark.parametrize("suffix", ["tsv", "tsv.gz"])
+def test_compiled_scanner_reads_what_pandas_reads(tmp_path, suffix):
+    from spartan_py.graph_challenge.formats import _scanned
+
+    rng = np.random.default_rng(3)
+    matrix = sp.random(500, 300, density=0.1, format="csr", dtype=np.float32, random_state=4)
+    matrix.data = (rng.standard_normal(matrix.nnz) * 10.0 ** rng.integers(-6, 6, matrix.nnz)).astype(np.float32)
+    path = write_triples(tmp_path / f"m.{suffix}", matrix)
+    scanned = _scanned(path)
+    assert scanned is not None  # taken by the scanner, not the fallback
+    for got, want in zip(scanned, _pandas_triples(path)):
+        assert np.array_equal(got - (1 if got.dtype == np.int64 else 0), want)
+    odd = tmp_path / "odd.tsv"  # blanks, tabs, CR, a blank line, signs, exponents, a bare fraction
+    odd.write_text("1 2 3.5\n\n  4\t5\t-1e-3\r\n7 8 .5\n9\t10\t+2E2\n")
+    rows, cols, values = read_triples(odd)
+    assert rows.tolist() == [0, 3, 6, 8] and cols.tolist() == [1, 4, 7, 9]
+    assert values.tolist() == [3.5, -1e-3, 0.5, 200.0]
+
+
+def test_scanner_leaves_long_numbers_to_pandas(tmp_path):
+    from spartan_py.graph_challenge.formats import _scanned
+
+    path = tmp_path / "long.tsv"
+    path.write_text("1 1 0.1234567890123456789012\n2 2 1e-300\n")
+    assert _scanned(path) is None
+    rows, _, values = read_triples(path)
+    assert rows.tolist() == [0, 1] and values.tolist() == [0.1234567890123456789012, 1e-300]
+
+
+def test_triples_out_of_row_order_or_repeated_are_summed(tmp_path):
+    path = tmp_path / "u.tsv"
+    path.write_text("2 1 1\n1 3 2\n1 3 1\n")
+    matrix = read_triples_matrix(path, (3, 3))
+    assert matrix.has_canonical_format and matrix.toarray().tolist() == [[0, 0, 3], [1, 0, 0], [0, 0, 0]]

@@ -5,7 +5,9 @@
 * MatrixMarket ``.mtx`` coordinate files (pattern or real, general or symmetric).
 * Truth ("categories") files: sorted 1-based row indices, one per line.
 
-The TSV reader parses with pandas' C parser (fast); only when that fails, or a value is out
+The TSV reader parses with a compiled scanner that releases the GIL (layers read on several
+threads at once), falling back to pandas' C parser for what the scanner does not take (a
+value of more than 18 digits or a large exponent); only when that fails, or a value is out
 of range, does a slow line-by-line pass run to find the first bad line and name it.
 """
 
@@ -85,6 +87,126 @@ def _check_index_range(path: Path, name: str, values: np.ndarray, limit: int | N
         )
 
 
+#: Powers of ten exactly representable in float64 (10**22 is the largest).
+_EXACT_POWERS = np.array([10.0**k for k in range(23)])
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_number(text, at, end):  # pragma: no cover - compiled
+    """Parse one number at ``text[at]``: (value, is_integer, next position, ok). Exact for
+    up to 18 significant digits and a decimal exponent of at most 22 either way (one
+    division or product of two exact float64s, correctly rounded); anything else is not ok."""
+    negative = False
+    if at < end and (text[at] == 45 or text[at] == 43):  # '-' '+'
+        negative = text[at] == 45
+        at += 1
+    mantissa = 0
+    digits = 0
+    scale = 0
+    seen = False
+    integer = True
+    while at < end and 48 <= text[at] <= 57:
+        if mantissa or text[at] != 48:
+            digits += 1
+        mantissa = mantissa * 10 + (text[at] - 48)
+        seen = True
+        at += 1
+    if at < end and text[at] == 46:  # '.'
+        integer = False
+        at += 1
+        while at < end and 48 <= text[at] <= 57:
+            if mantissa or text[at] != 48:
+                digits += 1
+            mantissa = mantissa * 10 + (text[at] - 48)
+            scale -= 1
+            seen = True
+            at += 1
+    if not seen or digits > 18:
+        return 0.0, False, at, False
+    if at < end and (text[at] == 101 or text[at] == 69):  # 'e' 'E'
+        integer = False
+        at += 1
+        sign = 1
+        if at < end and (text[at] == 45 or text[at] == 43):
+            sign = -1 if text[at] == 45 else 1
+            at += 1
+        exponent = 0
+        exp_seen = False
+        while at < end and 48 <= text[at] <= 57 and exponent < 1000:
+            exponent = exponent * 10 + (text[at] - 48)
+            exp_seen = True
+            at += 1
+        if not exp_seen:
+            return 0.0, False, at, False
+        scale += sign * exponent
+    if scale < -22 or scale > 22 or mantissa >= 2**53:
+        return 0.0, False, at, False
+    value = float(mantissa)
+    value = value / _EXACT_POWERS[-scale] if scale < 0 else value * _EXACT_POWERS[scale]
+    return -value if negative else value, integer, at, True
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_triples(text):  # pragma: no cover - compiled
+    """Records ``row col value`` (blanks or tabs between, one per line, blank lines skipped)
+    of the bytes ``text``: (rows, cols, values, ok). Not ok on anything else, so the caller
+    falls back to the careful reader."""
+    end = text.size
+    lines = 1
+    for i in range(end):
+        lines += text[i] == 10
+    rows = np.empty(lines, np.int64)
+    cols = np.empty(lines, np.int64)
+    values = np.empty(lines, np.float64)
+    count = 0
+    at = 0
+    while at < end:
+        while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
+            at += 1
+        if at < end and text[at] == 10:  # a blank line
+            at += 1
+            continue
+        if at >= end:
+            break
+        for field in range(3):
+            if field:
+                start = at
+                while at < end and (text[at] == 32 or text[at] == 9):
+                    at += 1
+                if at == start:
+                    return rows[:0], cols[:0], values[:0], False
+            value, integer, at, ok = _scan_number(text, at, end)
+            if not ok or (field < 2 and not integer):
+                return rows[:0], cols[:0], values[:0], False
+            if field == 0:
+                rows[count] = np.int64(value)
+            elif field == 1:
+                cols[count] = np.int64(value)
+            else:
+                values[count] = value
+        while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
+            at += 1
+        if at < end and text[at] != 10:
+            return rows[:0], cols[:0], values[:0], False
+        at += 1
+        count += 1
+    return rows[:count], cols[:count], values[:count], True
+
+
+def _scanned(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The triples of ``path`` by :func:`_scan_triples`, or None where it does not take them."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as handle:
+                data = handle.read()
+        else:
+            data = path.read_bytes()
+    except (OSError, EOFError):
+        return None  # the careful reader names the problem
+    rows, cols, values, ok = _scan_triples(np.frombuffer(data, dtype=np.uint8))
+    return (rows, cols, values) if ok and rows.size else None
+
+
 def read_triples(
     path: str | os.PathLike,
     *,
@@ -103,6 +225,14 @@ def read_triples(
         raise InputError("file not found", path=path)
     if path.stat().st_size == 0:
         raise InputError(f"file is empty; {TRIPLE_HINT}", path=path)
+    scanned = _scanned(path)
+    if scanned is not None:
+        rows, cols, values = scanned
+        if not np.isfinite(values).all():
+            raise _diagnose_triples(path)
+        _check_index_range(path, "row", rows, max_row, what)
+        _check_index_range(path, "col", cols, max_col, what)
+        return rows - 1, cols - 1, values
     try:
         frame = pd.read_csv(
             path,
@@ -142,9 +272,29 @@ def read_triples_matrix(
     rows, cols, values = read_triples(path, max_row=shape[0], max_col=shape[1], what=what)
     n_rows = shape[0] if shape[0] is not None else int(rows.max()) + 1
     n_cols = shape[1] if shape[1] is not None else int(cols.max()) + 1
+    pointers = _sorted_row_pointers(rows, cols, n_rows)
+    if pointers.size:  # already in CSR order: no sort, no duplicates to sum
+        index_type = np.int32 if max(n_rows, n_cols, rows.size) < 2**31 else np.int64
+        return sp.csr_matrix(
+            (values.astype(np.float32), cols.astype(index_type), pointers.astype(index_type)), shape=(n_rows, n_cols)
+        )
     matrix = sp.csr_matrix((values.astype(np.float32), (rows, cols)), shape=(n_rows, n_cols))
     matrix.sum_duplicates()
     return matrix
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_row_pointers(rows, cols, n_rows):  # pragma: no cover - compiled
+    """CSR row pointers of (rows, cols) when the entries are in row-major order with no
+    repeated entry (as every writer of these files makes them), else an empty array."""
+    pointers = np.zeros(n_rows + 1, np.int64)
+    for k in range(rows.size):
+        if k and (rows[k] < rows[k - 1] or (rows[k] == rows[k - 1] and cols[k] <= cols[k - 1])):
+            return pointers[:0]
+        pointers[rows[k] + 1] += 1
+    for r in range(n_rows):
+        pointers[r + 1] += pointers[r]
+    return pointers
 
 
 def read_matrix_market(path: str | os.PathLike, shape: tuple[int, int] | None = None) -> sp.csr_matrix:
