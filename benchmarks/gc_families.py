@@ -24,6 +24,7 @@ import numpy as np
 
 import spartan_py as sp
 from benchmarks._results import RESULTS, write_result
+from benchmarks.gc_gpu import time_ours
 from spartan_py.api import resolve_network
 from spartan_py.engines import engine_class, gpu_backend_for
 
@@ -37,11 +38,8 @@ def log(message: str) -> None:
 
 
 def time_kernel(engine, inputs, repeats: int) -> tuple[list[float], np.ndarray]:
-    """CUDA-event times of ``repeats`` runs after three warm-ups, and the live rows."""
-    batch = engine.upload(inputs)
-    for _ in range(3):
-        engine.run_device(batch)
-    times = [engine.run_device(batch) for _ in range(repeats)]
+    """CUDA-event times of ``repeats`` runs after three warm-ups (as ``gc_gpu``), and the live rows."""
+    times, batch = time_ours(engine, inputs, repeats)
     ids, values, _ = batch.final_rows(engine)
     if np.isnan(values).any():
         raise RuntimeError(f"{engine.name}: poisoned final rows")

@@ -59,6 +59,12 @@ def resolve_backend(name: str) -> str:
 _SUGGESTED = ("gpu-merged", "gpu", "cpu")
 
 
+def _holds_width(backend: str, neurons: int) -> bool:
+    """Whether ``backend`` runs networks of ``neurons`` (its ``supported_neurons``; None: any)."""
+    sizes = engine_class(backend).supported_neurons
+    return sizes is None or neurons in sizes
+
+
 def check_backend(name: str, neurons: int) -> None:
     """Refuse, before anything is loaded, a backend that cannot run here or cannot run a
     network of ``neurons`` (:class:`InputError`, naming what to use instead)."""
@@ -66,15 +72,15 @@ def check_backend(name: str, neurons: int) -> None:
         return
     cls = engine_class(name)
 
-    def runs(backend: str) -> bool:
-        sizes = engine_class(backend).supported_neurons
-        return sizes is None or neurons in sizes
-
     def instead() -> str:  # only worked out on a refusal: it asks every suggestion whether it runs here
-        usable = [b for b in _SUGGESTED if b != name and runs(b) and engine_class(b).unavailable_reason() is None]
+        usable = [
+            b
+            for b in _SUGGESTED
+            if b != name and _holds_width(b, neurons) and engine_class(b).unavailable_reason() is None
+        ]
         return f"use {' or '.join(usable)}" if usable else "no backend here runs it"
 
-    if not runs(name):
+    if not _holds_width(name, neurons):
         sizes = ", ".join(str(n) for n in cls.supported_neurons or ())
         raise InputError(f"backend {name!r} runs networks of {sizes} neurons, not {neurons}; {instead()}")
     reason = cls.unavailable_reason()
@@ -108,8 +114,7 @@ def gpu_backend_for(network: Network) -> str:
 
     if worth_merging(network):
         return "gpu-merged"
-    sizes = engine_class("gpu").supported_neurons
-    return "gpu" if sizes is None or network.neurons in sizes else "cpu"
+    return "gpu" if _holds_width("gpu", network.neurons) else "cpu"
 
 
 def choose_backend(name: str, network: Network) -> str:
