@@ -323,8 +323,12 @@ class MergedKernelTrace(LayerKernelTrace):
             for layer in chunk
         )
         input_tile = (n + 32) if start == 0 and self.first_from_tile else 0
+        # a first launch that gathers its inputs from device memory (too wide for a tile in
+        # shared memory) is a different kernel in effect: its own instance ("G"), calibrated apart
+        gathers = start == 0 and not self.first_from_tile
         return LaunchCost(
-            variant=f"R{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
+            variant=f"{'G' if gathers else 'R'}{tile}xW{stride}-layers{start + 1}-{stop}"
+            + ("-streamed" if streamed else ""),
             tile_rows=tile,
             tiles=tiles,
             bytes_read=read + weight_bytes,
