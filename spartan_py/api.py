@@ -135,7 +135,8 @@ def resolve_network(spec: str | Path | Network, layers: int | None = None) -> Ne
 
 
 def resolve_inputs(spec: str | Path | sp.spmatrix, neurons: int, rows: int | None = None) -> sp.csr_matrix:
-    """Input rows from a TSV/MTX path, ``generated:ROWS[:SEED]`` or a sparse matrix."""
+    """Input rows from a TSV/MTX path, ``generated:ROWS[:SEED]`` or a sparse matrix; ``rows``:
+    only the first that many (of a file or of the generated rows)."""
     if sp.issparse(spec):
         matrix = sp.csr_matrix(spec, dtype=np.float32)
         if matrix.shape[1] != neurons:
@@ -144,7 +145,8 @@ def resolve_inputs(spec: str | Path | sp.spmatrix, neurons: int, rows: int | Non
     text = str(spec)
     if text.startswith("generated:"):
         count, seed = _generated_spec(text, "inputs")
-        return generate_inputs(count, neurons, seed)
+        matrix = generate_inputs(count, neurons, seed)
+        return matrix[:rows] if rows is not None else matrix
     return load_inputs(text, neurons, rows=rows)
 
 

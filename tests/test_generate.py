@@ -72,3 +72,14 @@ def test_generated_activity_stays_in_the_official_range():
     assert 0.005 <= fraction <= 0.10, fraction
     assert result.live_rows_by_layer[0] > 0.5 * 60000  # activity neither dies at once
     assert result.nonzeros_by_layer[-1] < 60000 * 1024  # nor saturates everything
+
+
+def test_rows_limit_generated_inputs():
+    """An experiment's ``workload.rows`` takes the first rows of generated inputs too (it was
+    ignored for them, so calibration points meant for fewer rows ran all of them)."""
+    from spartan_py.api import resolve_inputs
+
+    every = resolve_inputs("generated:300", 1024)
+    first = resolve_inputs("generated:300", 1024, rows=120)
+    assert every.shape == (300, 1024) and first.shape == (120, 1024)
+    assert (first != every[:120]).nnz == 0
