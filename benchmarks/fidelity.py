@@ -21,6 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from benchmarks._results import RESULTS, ROOT, commit, write_result
 from spartan_py.costmodel import calibrate, carry_over, load_machine, predict, write_calibration
 from spartan_py.costmodel.fidelity import (
@@ -55,16 +57,40 @@ def _set_header(path: Path, key: str, value) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def cmd_calibrate(args) -> dict:
-    trace = run_traces(args.run)
-    device = str(trace["device"].iloc[0])
-    OUT.mkdir(parents=True, exist_ok=True)
-    kept = OUT / "validate-h100.trace.csv.gz"
+def _measured(path: Path):
+    """Measured launches of a ``spartan run`` folder, or of a trace file kept here (its runs
+    are the points)."""
+    if path.is_dir():
+        return run_traces(path)
+    trace = read_trace(path)
+    return trace.assign(point=trace["run"])
+
+
+def _keep(trace, name: str) -> Path:
+    """Keep a run folder's measured launches here as a trace (its points as runs)."""
+    kept = OUT / name
     write_trace(kept, trace.drop(columns="point").assign(run=trace["point"]))
+    return kept
+
+
+def cmd_calibrate(args) -> dict:
+    OUT.mkdir(parents=True, exist_ok=True)
+    runs = [
+        (args.run, "validate-h100.trace.csv.gz"),
+        *((extra, f"{extra.name}-h100.trace.csv.gz") for extra in args.also),
+    ]
+    traces, kept = [], []
+    for path, name in runs:
+        trace = _measured(path)
+        kept.append(str(_keep(trace, name).relative_to(ROOT)) if path.is_dir() else str(path))
+        traces.append(trace)
+    trace = pd.concat(traces, ignore_index=True)
+    device = str(trace["device"].iloc[0])
     held = trace["point"].str.contains(args.holdout)
     fit_points, held_points = sorted(trace.loc[~held, "point"].unique()), sorted(trace.loc[held, "point"].unique())
-    source = f"fit on {kept.relative_to(ROOT)} ({len(fit_points)} points; {device}; commit {args.measured_commit})"
-    h100 = calibrate(trace[~held], load_machine("h100-sxm"), source=source)
+    source = f"fit on {' + '.join(kept)} ({len(fit_points)} points; {device}; commit {args.measured_commit})"
+    families = tuple(args.families.split(",")) if args.families else None
+    h100 = calibrate(trace[~held], load_machine("h100-sxm"), source=source, families=families)
     sim = ROOT / "sim"
     write_calibration(sim / "h100-sxm.yaml", h100.calibration)
     head = commit().removesuffix("+dirty")
@@ -80,7 +106,8 @@ def cmd_calibrate(args) -> dict:
         "fit_points": fit_points,
         "held_out_points": held_points,
         "holdout_pattern": args.holdout,
-        "trace": str(kept.relative_to(ROOT)),
+        "traces": kept,
+        "families_refitted": list(families) if families else "all",
         "fit": _tables(predict(trace[~held], h100)),
         "held_out": _tables(predict(trace[held], h100)),
     }
@@ -105,8 +132,9 @@ def cmd_predict(args) -> dict:
 def cmd_compare(args) -> dict:
     h100 = read_trace(OUT / "validate-h100.trace.csv.gz")
     h100 = h100.assign(point=h100["run"])
-    h200 = run_traces(args.run_h200)
-    write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
+    h200 = _measured(args.run_h200)
+    if args.run_h200.is_dir():
+        write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
     blind = json.loads(Path(args.predictions).read_text())
     found = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
     return {
@@ -125,13 +153,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cal = sub.add_parser("calibrate")
-    cal.add_argument("run", type=Path)
+    cal.add_argument("run", type=Path, help="the H100 run folder of validate-h200.yaml, or its kept trace")
+    cal.add_argument(
+        "--also", type=Path, action="append", default=[], help="further H100 runs (folders or kept traces)"
+    )
+    cal.add_argument("--families", help="refit only these kernel families (comma-separated); the rest keep their fit")
     cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
     pre = sub.add_parser("predict")
     pre.add_argument("--machine", default="h200-sxm")
     cmp_ = sub.add_parser("compare")
-    cmp_.add_argument("run_h200", type=Path)
+    cmp_.add_argument("run_h200", type=Path, help="the H200 run folder, or its kept trace")
     cmp_.add_argument("--predictions", type=Path, required=True)
     args = parser.parse_args()
     payload = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare}[args.command](args)

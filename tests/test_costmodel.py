@@ -153,6 +153,36 @@ def test_calibration_recovers_known_parameters(twin_trace):
     assert np.allclose(totals["error_pct"], 0)
 
 
+def test_calibration_finds_saturating_warps_from_above():
+    """A kernel of 8-warp blocks that runs slower with one block per SM than with several
+    (saturating_warps 24): from the default start (4 warps) the residuals do not move with
+    that parameter; the fit's second start finds it."""
+    h100 = load_machine("h100-sxm")
+    truth = FamilyCalibration(
+        launch_us=5.0,
+        compute_efficiency=0.3,
+        memory_efficiency=0.5,
+        step_overhead_us=2.0,
+        saturating_warps=24.0,
+        source="test",
+    )
+    known = h100.model_copy(update={"calibration": {"gpu.gc_merged": truth}})
+    network = resolve_network("generated:1024", 40)
+    frames = []
+    for rows in (600, 2500, 9000):  # tails of one block per SM, heads of several
+        result = infer(network, resolve_inputs(f"generated:{rows}", 1024), backend="gpu-merged-twin", run_id=f"r{rows}")
+        frames.append(to_frame(result.trace))
+    trace = pd.concat(frames, ignore_index=True)
+    trace = trace[trace["kernel"] == "gpu.gc_merged"].reset_index(drop=True)
+    assert set(predict(trace, known)["blocks_per_sm"]) >= {1.0, 2.0}
+    trace["measured_us"] = predict(trace, known)["predicted_us"]
+    fitted = calibrate(trace, h100, source="synthetic", families=("gpu.gc_merged",)).calibration["gpu.gc_merged"]
+    assert fitted.fit_median_error_pct < 1.0
+    assert fitted.saturating_warps > 8
+    with pytest.raises(InputError, match="gpu.gc_layer"):
+        calibrate(trace, h100, source="synthetic", families=("gpu.gc_layer",))
+
+
 def test_write_calibration_keeps_the_rest(tmp_path):
     path = tmp_path / "a40.yaml"
     shutil.copy(sim_folder() / "a40.yaml", path)

@@ -64,6 +64,21 @@ def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
 MIN_INSTANCE_RECORDS = 5
 
 
+#: Further starts of ``saturating_warps``: from its default start an SM that holds 8 warps
+#: or more is already saturated, where the residuals do not move with it (no gradient), so a
+#: kernel that runs slower with one block per SM than with two is only found from above.
+SATURATING_WARPS_STARTS = (16.0,)
+
+
+def _starts(names: list[str], start: np.ndarray) -> list[np.ndarray]:
+    """The fit's starting points: the defaults, then each further ``saturating_warps`` start."""
+    if "saturating_warps" not in names:
+        return [start]
+    at = names.index("saturating_warps")
+    others = [np.where(np.arange(len(names)) == at, warps, start) for warps in SATURATING_WARPS_STARTS]
+    return [start, *others]
+
+
 def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: str) -> FamilyCalibration:
     """Least-squares parameters of ``key`` (a family or one of its instances) on ``rows``."""
     free = _free_parameters(kernel)
@@ -78,15 +93,22 @@ def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: st
         trial = _with_family(machine, key, dict(zip(names, x)), source, len(rows))
         return np.log(predict(rows, trial)["predicted_us"].to_numpy(float)) - target
 
-    solution = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
+    solutions = [
+        least_squares(residuals, guess, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
+        for guess in _starts(names, start)
+    ]
+    solution = min(solutions, key=lambda found: found.cost)
     values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
     trial = _with_family(machine, key, values, source, len(rows))
     error = median_abs_error_pct(predict(rows, trial)["predicted_us"], rows["measured_us"])
     return trial.calibration[key].model_copy(update={"fit_median_error_pct": round(error, 2)})
 
 
-def calibrate(trace: pd.DataFrame, machine: Machine, *, source: str) -> Machine:
-    """The machine with every kernel family that has measured records in ``trace`` refitted.
+def calibrate(
+    trace: pd.DataFrame, machine: Machine, *, source: str, families: tuple[str, ...] | None = None
+) -> Machine:
+    """The machine with every kernel family that has measured records in ``trace`` refitted
+    (only those in ``families`` when given; the others keep ``machine``'s fit).
 
     A per-instance family (:attr:`~spartan_py.costmodel.families.KernelFamily.per_instance`)
     gets one fit over all its records (used for instances not seen) and one per compiled
@@ -94,11 +116,16 @@ def calibrate(trace: pd.DataFrame, machine: Machine, *, source: str) -> Machine:
     traces these are (it is stored with each fit).
     """
     measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
-    families = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
-    if not families:
+    kernels = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
+    if families is not None:
+        unknown = sorted(set(families) - set(kernels))
+        if unknown:
+            raise InputError(f"no measured records of {', '.join(unknown)} to calibrate on")
+        kernels = [k for k in kernels if k in families]
+    if not kernels:
         raise InputError("no measured records of a modelled GPU kernel to calibrate on")
     calibration = dict(machine.calibration)
-    for kernel in families:
+    for kernel in kernels:
         rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
         # the family's earlier per-instance fits would shadow the family-wide fit
         calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
