@@ -12,7 +12,8 @@ held-out points' errors, stores the fit in ``sim/h100-sxm.yaml`` (named there as
 carries it over to ``sim/h200-sxm.yaml`` (``carry_over``: efficiencies kept, per-step
 overheads scaled by clock) and keeps the H100 trace in ``benchmarks/results/fidelity/``.
 ``predict`` writes the H200 predictions, to be committed before the H200 is measured.
-``compare`` writes the summary the docs cite.
+``compare`` writes the summary the docs cite. ``challenge RUN`` replays the Graph Challenge
+networks' runs (experiments/graph-challenge-all.yaml) on the current model.
 """
 
 from __future__ import annotations
@@ -149,6 +150,44 @@ def cmd_compare(args) -> dict:
     }
 
 
+def cmd_challenge(args) -> dict:
+    """The Graph Challenge networks' runs replayed on the current model: each point's own
+    trace predicted on the listed machine that describes its GPU (no fitting on them); the
+    stock-library columns are kept from ``--stock`` (an earlier challenge.csv)."""
+    from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
+    from spartan_py.runner.store import challenge_table, device_machine, load_points
+
+    points = load_points(args.run)
+    traces = []
+    for point in points:
+        machine = device_machine(point) if point["status"] == "ok" else None
+        trace_path = args.run / "points" / f"{point['id']}.trace.csv"
+        if machine is None or not trace_path.is_file():
+            continue
+        trace = read_trace(trace_path)
+        seconds, _ = simulate_trace(trace, resolve_machine(machine)[0])
+        point.setdefault("machines", {})[machine] = {"seconds": seconds}
+        traces.append(trace.assign(run=point["label"]))
+    table = challenge_table(points)
+    if args.stock:
+        stock = pd.read_csv(args.stock)
+        columns = ["stock_backend", "stock_seconds", "stock_not_finished"]
+        table = table.drop(columns=[*columns, "speedup_vs_stock"]).merge(
+            stock[["neurons", "layers", *columns]], on=["neurons", "layers"], how="left"
+        )
+        table["speedup_vs_stock"] = table["stock_seconds"] / table["seconds"]
+    folder = RESULTS / args.name
+    folder.mkdir(parents=True, exist_ok=True)
+    write_trace(folder / "traces.csv.gz", pd.concat(traces, ignore_index=True))
+    atomic_write_text(folder / "challenge.csv", table.to_csv(index=False))
+    return {
+        "model": "sim/<machine>.yaml as committed with this file",
+        "traces": str((folder / "traces.csv.gz").relative_to(ROOT)),
+        "stock_columns_from": str(args.stock) if args.stock else None,
+        "networks": table.to_dict(orient="records"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,10 +204,18 @@ def main() -> int:
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("run_h200", type=Path, help="the H200 run folder, or its kept trace")
     cmp_.add_argument("--predictions", type=Path, required=True)
+    cha = sub.add_parser("challenge")
+    cha.add_argument("run", type=Path, help="a run folder of experiments/graph-challenge-all.yaml")
+    cha.add_argument("--stock", type=Path, help="challenge.csv whose stock-library columns to keep")
+    cha.add_argument("--name", default="gc-all-h100", help="folder under benchmarks/results")
     args = parser.parse_args()
-    payload = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare}[args.command](args)
-    name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}[args.command]
-    path = write_result(name, "cpu (replays measured traces)", payload, OUT)
+    commands = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare, "challenge": cmd_challenge}
+    payload = commands[args.command](args)
+    name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}.get(
+        args.command, "model"
+    )
+    out = RESULTS / args.name if args.command == "challenge" else OUT
+    path = write_result(name, "cpu (replays measured traces)", payload, out)
     if args.command in ("calibrate", "compare"):  # the machine file states its validation
         machine, tables, blind = {
             "calibrate": ("h100-sxm", payload.get("held_out"), False),

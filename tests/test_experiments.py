@@ -29,6 +29,7 @@ EXPECTED_FIGURES = {
     "what-if-gpus": {"what-if.png", "live-rows.png"},
     "tile-size-sweep": {"tile-sweep.png", "what-if.png"},
     "validate-h200": {"live-rows.png"},
+    "calibrate-wide": {"live-rows.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
 
