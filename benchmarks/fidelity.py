@@ -154,19 +154,17 @@ def cmd_challenge(args) -> dict:
     """The Graph Challenge networks' runs replayed on the current model: each point's own
     trace predicted on the listed machine that describes its GPU (no fitting on them); the
     stock-library columns are kept from ``--stock`` (an earlier challenge.csv)."""
-    from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
-    from spartan_py.runner.store import challenge_table, device_machine, load_points
+    from spartan_py.runner.execute import replay_on_machines
+    from spartan_py.runner.store import challenge_table, load_points
 
     points = load_points(args.run)
     traces = []
     for point in points:
-        machine = device_machine(point) if point["status"] == "ok" else None
         trace_path = args.run / "points" / f"{point['id']}.trace.csv"
-        if machine is None or not trace_path.is_file():
+        if point["status"] != "ok" or not trace_path.is_file():
             continue
         trace = read_trace(trace_path)
-        seconds, _ = simulate_trace(trace, resolve_machine(machine)[0])
-        point.setdefault("machines", {})[machine] = {"seconds": seconds}
+        point["machines"] = replay_on_machines(trace, point["config"]["machines"])  # as the runner does
         traces.append(trace.assign(run=point["label"]))
     table = challenge_table(points)
     if args.stock:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.engines import choose_backend, engine_class, make_engine, twin_backend
@@ -33,10 +34,13 @@ class RunSummary:
     failed: int
 
 
-def _simulate(trace, machines: list[str]) -> dict:
+def replay_on_machines(trace, machines: list[str]) -> dict:
+    """A point's ``machines`` entry: its trace (records or a table) replayed on each listed
+    machine, ``{name: {"seconds": ...}}``, or ``None`` with a note where the machine cannot
+    run the kernel configuration."""
     from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
 
-    frame = to_frame(trace)
+    frame = trace if isinstance(trace, pd.DataFrame) else to_frame(trace)
     out: dict[str, dict[str, Any]] = {}
     for name in machines:
         machine, variant = resolve_machine(name)
@@ -53,7 +57,7 @@ def _record(point: Point, summary: dict, seconds: list[float], trace) -> tuple[d
     config = point.experiment
     has_gpu_kernels = any(r.kernel in FAMILIES for r in trace)
     machines = (
-        _simulate(trace, config.machines)
+        replay_on_machines(trace, config.machines)
         if has_gpu_kernels
         else {
             name: {"seconds": None, "note": f"backend {summary['backend']} records no GPU kernels to replay"}
