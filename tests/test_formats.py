@@ -165,3 +165,35 @@ def test_triples_out_of_row_order_or_repeated_are_summed(tmp_path):
     path.write_text("2 1 1\n1 3 2\n1 3 1\n")
     matrix = read_triples_matrix(path, (3, 3))
     assert matrix.has_canonical_format and matrix.toarray().tolist() == [[0, 0, 3], [1, 0, 0], [0, 0, 0]]
+
+
+def test_one_pass_csr_reader_matches_the_general_path(tmp_path):
+    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+
+    matrix = sp.random(300, 200, density=0.05, format="csr", dtype=np.float32, random_state=5)
+    matrix.data = np.round(matrix.data * 64) / 64 + 1 / 64
+    matrix = sp.vstack([sp.csr_matrix((3, 200)), matrix, sp.csr_matrix((4, 200))]).tocsr()  # empty first, last rows
+    path = write_triples(tmp_path / "m.tsv", matrix)
+    indptr, indices, data, ok = _scan_csr(_file_bytes(path), 307, 200)
+    assert ok  # taken by the one-pass reader
+    assert np.array_equal(indptr, matrix.indptr) and np.array_equal(indices, matrix.indices)
+    assert np.array_equal(data, matrix.data)
+    back = read_triples_matrix(path, (307, 200))
+    assert back.has_canonical_format and (back != matrix).nnz == 0
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("1 2 1\n1 1 1\n", "columns out of order"), ("1 1 1\n1 1 2\n", "repeated"), ("1 5 1\n", "col out of range")],
+)
+def test_one_pass_csr_reader_declines_what_the_general_path_handles(tmp_path, text, why):
+    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+
+    path = _write(tmp_path / "d.tsv", text)
+    assert not _scan_csr(_file_bytes(path), 4, 4)[3], why
+    if "range" in why:
+        with pytest.raises(InputError, match=r"col index 5 is out of range") as caught:
+            read_triples_matrix(path, (4, 4))
+        assert ":1" in str(caught.value)
+    else:
+        assert read_triples_matrix(path, (4, 4)).has_canonical_format

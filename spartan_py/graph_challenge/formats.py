@@ -6,14 +6,17 @@
 * Truth ("categories") files: sorted 1-based row indices, one per line.
 
 The TSV reader parses with a compiled scanner that releases the GIL (layers read on several
-threads at once), falling back to pandas' C parser for what the scanner does not take (a
-value of more than 18 digits or a large exponent); only when that fails, or a value is out
-of range, does a slow line-by-line pass run to find the first bad line and name it.
+threads at once). A file in CSR order (every writer's) is scanned straight into the CSR
+arrays in one pass; anything else is scanned into triples and sorted, falling back to
+pandas' C parser for what the scanner does not take (a value of more than 18 digits or a
+large exponent); only when that fails, or a value is out of range, does a slow
+line-by-line pass run to find the first bad line and name it.
 """
 
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,64 +150,170 @@ def _scan_number(text, at, end):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_triples(text):  # pragma: no cover - compiled
-    """Records ``row col value`` (blanks or tabs between, one per line, blank lines skipped)
-    of the bytes ``text``: (rows, cols, values, ok). Not ok on anything else, so the caller
-    falls back to the careful reader."""
-    end = text.size
+def _scan_index(text, at, end):  # pragma: no cover - compiled
+    """Parse a plain run of 1 to 18 digits at ``text[at]``: (value, next position, ok)."""
+    value = 0
+    start = at
+    while at < end and 48 <= text[at] <= 57:
+        value = value * 10 + (text[at] - 48)
+        at += 1
+    return value, at, start < at <= start + 18
+
+
+#: What :func:`_scan_record` found at a position.
+_RECORD, _BLANK, _END, _BAD = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_record(text, at, end):  # pragma: no cover - compiled
+    """One line ``row col value`` (blanks or tabs between) of ``text`` from ``at``:
+    (row, col, value, next position, kind), kind one of _RECORD, _BLANK (a blank line),
+    _END or _BAD (anything the careful readers should look at)."""
+    while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
+        at += 1
+    if at >= end:
+        return 0, 0, 0.0, at, _END
+    if text[at] == 10:
+        return 0, 0, 0.0, at + 1, _BLANK
+    row = 0
+    col = 0
+    value = 0.0
+    for field in range(3):
+        if field:
+            start = at
+            while at < end and (text[at] == 32 or text[at] == 9):
+                at += 1
+            if at == start:
+                return 0, 0, 0.0, at, _BAD
+        if field < 2:
+            index, at, ok = _scan_index(text, at, end)
+            if not ok:
+                return 0, 0, 0.0, at, _BAD
+            if field == 0:
+                row = index
+            else:
+                col = index
+        else:
+            value, integer, at, ok = _scan_number(text, at, end)
+            if not ok:
+                return 0, 0, 0.0, at, _BAD
+    while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
+        at += 1
+    if at < end and text[at] != 10:
+        return 0, 0, 0.0, at, _BAD
+    return row, col, value, at + 1, _RECORD
+
+
+@numba.njit(cache=True, nogil=True)
+def _line_count(text):  # pragma: no cover - compiled
     lines = 1
-    for i in range(end):
+    for i in range(text.size):
         lines += text[i] == 10
+    return lines
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_triples(text):  # pragma: no cover - compiled
+    """Records ``row col value`` (one per line, blank lines skipped) of the bytes ``text``:
+    (rows, cols, values, ok). Not ok on anything else, so the caller falls back to the
+    careful reader."""
+    lines = _line_count(text)
     rows = np.empty(lines, np.int64)
     cols = np.empty(lines, np.int64)
     values = np.empty(lines, np.float64)
     count = 0
     at = 0
-    while at < end:
-        while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
-            at += 1
-        if at < end and text[at] == 10:  # a blank line
-            at += 1
-            continue
-        if at >= end:
+    while True:
+        row, col, value, at, kind = _scan_record(text, at, text.size)
+        if kind == _END:
             break
-        for field in range(3):
-            if field:
-                start = at
-                while at < end and (text[at] == 32 or text[at] == 9):
-                    at += 1
-                if at == start:
-                    return rows[:0], cols[:0], values[:0], False
-            value, integer, at, ok = _scan_number(text, at, end)
-            if not ok or (field < 2 and not integer):
-                return rows[:0], cols[:0], values[:0], False
-            if field == 0:
-                rows[count] = np.int64(value)
-            elif field == 1:
-                cols[count] = np.int64(value)
-            else:
-                values[count] = value
-        while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
-            at += 1
-        if at < end and text[at] != 10:
+        if kind == _BAD:
             return rows[:0], cols[:0], values[:0], False
-        at += 1
-        count += 1
+        if kind == _RECORD:
+            rows[count] = row
+            cols[count] = col
+            values[count] = value
+            count += 1
     return rows[:count], cols[:count], values[:count], True
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_csr(text, n_rows, n_cols):  # pragma: no cover - compiled
+    """The bytes ``text`` straight into float32 CSR arrays (indptr int64, indices int32,
+    data) of an ``n_rows`` x ``n_cols`` matrix, when every record is in row-major order with
+    no repeat, its indices in range and its value finite (as every writer of these files
+    makes them): one pass and no intermediate arrays, so many threads scale. Not ok on
+    anything else; the caller then takes the general path, which names what is wrong."""
+    lines = _line_count(text)
+    indptr = np.zeros(n_rows + 1, np.int64)
+    indices = np.empty(lines, np.int32)
+    data = np.empty(lines, np.float32)
+    count = 0
+    last_row = -1
+    last_col = -1
+    at = 0
+    while True:
+        row, col, value, at, kind = _scan_record(text, at, text.size)
+        if kind == _END:
+            break
+        if kind == _BAD:
+            return indptr, indices[:0], data[:0], False
+        if kind == _BLANK:
+            continue
+        row -= 1
+        col -= 1
+        if not (0 <= row < n_rows and 0 <= col < n_cols and np.isfinite(value)):
+            return indptr, indices[:0], data[:0], False
+        if row < last_row or (row == last_row and col <= last_col):
+            return indptr, indices[:0], data[:0], False
+        while last_row < row:
+            last_row += 1
+            indptr[last_row] = count
+        indices[count] = col
+        data[count] = value
+        last_col = col
+        count += 1
+    for r in range(last_row + 1, n_rows + 1):
+        indptr[r] = count
+    return indptr, indices[:count], data[:count], count > 0
+
+
+def _file_bytes(path: Path) -> np.ndarray | None:
+    """The bytes of ``path`` (gunzipped for ``.gz``) as uint8, or None where they cannot be
+    read (the careful reader then names the problem). A plain file is mapped, not copied:
+    the scanner reads the page cache itself, and threads loading many layers at once do not
+    queue on allocating and faulting in a private copy of each."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as handle:
+                return np.frombuffer(handle.read(), dtype=np.uint8)
+        with open(path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, EOFError, ValueError):  # ValueError: an empty file cannot be mapped
+        return None
+    return np.frombuffer(mapped, dtype=np.uint8)  # the array keeps the mapping open
 
 
 def _scanned(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The triples of ``path`` by :func:`_scan_triples`, or None where it does not take them."""
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        else:
-            data = path.read_bytes()
-    except (OSError, EOFError):
-        return None  # the careful reader names the problem
-    rows, cols, values, ok = _scan_triples(np.frombuffer(data, dtype=np.uint8))
+    return _scanned_text(_file_bytes(path))
+
+
+def _scanned_text(text: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    if text is None:
+        return None
+    rows, cols, values, ok = _scan_triples(text)
     return (rows, cols, values) if ok and rows.size else None
+
+
+def _existing_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, or an error if it is not a non-empty file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path)
+    if path.stat().st_size == 0:
+        raise InputError(f"file is empty; {TRIPLE_HINT}", path=path)
+    return path
 
 
 def read_triples(
@@ -220,12 +329,15 @@ def read_triples(
     ``max_col`` bound the 1-based indices; a violation raises :class:`InputError` naming the
     file and line. ``what`` names the bound in messages (e.g. "neurons").
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", path=path)
-    if path.stat().st_size == 0:
-        raise InputError(f"file is empty; {TRIPLE_HINT}", path=path)
-    scanned = _scanned(path)
+    path = _existing_file(path)
+    return _parse_triples(path, _file_bytes(path), max_row, max_col, what)
+
+
+def _parse_triples(
+    path: Path, text: np.ndarray | None, max_row: int | None, max_col: int | None, what: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`read_triples` of ``path`` whose bytes (None: unreadable) are ``text``."""
+    scanned = _scanned_text(text)
     if scanned is not None:
         rows, cols, values = scanned
         if not np.isfinite(values).all():
@@ -269,7 +381,14 @@ def read_triples_matrix(
     A ``None`` dimension is taken from the largest index in the file. Duplicate entries
     are summed, as MATLAB's ``sparse`` does.
     """
-    rows, cols, values = read_triples(path, max_row=shape[0], max_col=shape[1], what=what)
+    path = _existing_file(path)
+    text = _file_bytes(path)
+    n_rows, n_cols = shape
+    if text is not None and n_rows is not None and n_cols is not None and max(text.size, n_rows, n_cols) < 2**31:
+        indptr, indices, data, ok = _scan_csr(text, n_rows, n_cols)
+        if ok:  # the common case, in one pass
+            return sp.csr_matrix((data, indices, indptr.astype(np.int32)), shape=(n_rows, n_cols))
+    rows, cols, values = _parse_triples(path, text, n_rows, n_cols, what)
     n_rows = shape[0] if shape[0] is not None else int(rows.max()) + 1
     n_cols = shape[1] if shape[1] is not None else int(cols.max()) + 1
     pointers = _sorted_row_pointers(rows, cols, n_rows)
