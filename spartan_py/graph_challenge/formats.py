@@ -150,6 +150,34 @@ def _scan_number(text, at, end):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _scan_plain_decimal(text, at, end):  # pragma: no cover - compiled
+    """The common value ``[-]digits[.digits]`` of at most 18 digits, no exponent, at
+    ``text[at]``: (value, next position, ok); not ok sends it to :func:`_scan_number`.
+    (The 18-digit bound counts leading zeros, so this takes a subset of what that takes,
+    and gives the same correctly rounded value.)"""
+    negative = at < end and text[at] == 45
+    if negative:
+        at += 1
+    start = at
+    mantissa = 0
+    while at < end and 48 <= text[at] <= 57:
+        mantissa = mantissa * 10 + (text[at] - 48)
+        at += 1
+    whole = at - start
+    fraction = 0
+    if at < end and text[at] == 46:  # '.'
+        at += 1
+        start = at
+        while at < end and 48 <= text[at] <= 57:
+            mantissa = mantissa * 10 + (text[at] - 48)
+            at += 1
+        fraction = at - start
+    ok = 0 < whole + fraction <= 18 and not (at < end and (text[at] == 101 or text[at] == 69))
+    value = mantissa / _EXACT_POWERS[fraction] if ok else 0.0
+    return (-value if negative else value), at, ok
+
+
+@numba.njit(cache=True, nogil=True)
 def _scan_index(text, at, end):  # pragma: no cover - compiled
     """Parse a plain run of 1 to 18 digits at ``text[at]``: (value, next position, ok)."""
     value = 0
@@ -175,33 +203,34 @@ def _scan_record(text, at, end):  # pragma: no cover - compiled
         return 0, 0, 0.0, at, _END
     if text[at] == 10:
         return 0, 0, 0.0, at + 1, _BLANK
-    row = 0
-    col = 0
-    value = 0.0
-    for field in range(3):
-        if field:
-            start = at
-            while at < end and (text[at] == 32 or text[at] == 9):
-                at += 1
-            if at == start:
-                return 0, 0, 0.0, at, _BAD
-        if field < 2:
-            index, at, ok = _scan_index(text, at, end)
-            if not ok:
-                return 0, 0, 0.0, at, _BAD
-            if field == 0:
-                row = index
-            else:
-                col = index
-        else:
-            value, integer, at, ok = _scan_number(text, at, end)
-            if not ok:
-                return 0, 0, 0.0, at, _BAD
+    row, at, ok = _scan_index(text, at, end)
+    at, separated = _skip_separator(text, at, end)
+    if not (ok and separated):
+        return 0, 0, 0.0, at, _BAD
+    col, at, ok = _scan_index(text, at, end)
+    at, separated = _skip_separator(text, at, end)
+    if not (ok and separated):
+        return 0, 0, 0.0, at, _BAD
+    value, after, ok = _scan_plain_decimal(text, at, end)
+    if not ok:
+        value, _, after, ok = _scan_number(text, at, end)
+    at = after
     while at < end and (text[at] == 32 or text[at] == 9 or text[at] == 13):
         at += 1
-    if at < end and text[at] != 10:
+    if not ok or (at < end and text[at] != 10):
         return 0, 0, 0.0, at, _BAD
     return row, col, value, at + 1, _RECORD
+
+
+@numba.njit(cache=True, nogil=True)
+def _skip_separator(text, at, end):  # pragma: no cover - compiled
+    """Skip the blanks and tabs at ``text[at]``: (next position, whether there was one)."""
+    if at < end and text[at] == 9 and at + 1 < end and 48 <= text[at + 1] <= 57:
+        return at + 1, True  # the common single tab
+    start = at
+    while at < end and (text[at] == 32 or text[at] == 9):
+        at += 1
+    return at, at > start
 
 
 @numba.njit(cache=True, nogil=True)
