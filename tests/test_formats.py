@@ -197,3 +197,22 @@ def test_one_pass_csr_reader_declines_what_the_general_path_handles(tmp_path, te
         assert ":1" in str(caught.value)
     else:
         assert read_triples_matrix(path, (4, 4)).has_canonical_format
+
+
+def test_one_pass_csr_reader_does_not_take_a_prefix_for_the_line_before(tmp_path):
+    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+
+    # row 1 then row 12, value 0.5 then 0.55 then 0.5: the fields before are prefixes
+    path = _write(tmp_path / "p.tsv", "1\t1\t0.5\n1\t2\t0.55\n12\t3\t0.5\n12\t4\t0.5\n")
+    indptr, indices, data, ok = _scan_csr(_file_bytes(path), 12, 4)
+    assert ok
+    assert indptr.tolist() == [0] + [2] * 11 + [4] and indices.tolist() == [0, 1, 2, 3]
+    assert data.tolist() == [0.5, np.float32(0.55), 0.5, 0.5]
+
+
+def test_other_layouts_in_csr_order_read_the_same(tmp_path):
+    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+
+    path = _write(tmp_path / "s.tsv", "1 1 0.5\r\n1  3\t2\r\n\n3 2 1e0\n")
+    assert not _scan_csr(_file_bytes(path), 3, 3)[3]  # spaces, CR, a blank line: the general path
+    assert read_triples_matrix(path, (3, 3)).toarray().tolist() == [[0.5, 0, 2], [0, 0, 0], [0, 1, 0]]

@@ -6,8 +6,8 @@
 * Truth ("categories") files: sorted 1-based row indices, one per line.
 
 The TSV reader parses with a compiled scanner that releases the GIL (layers read on several
-threads at once). A file in CSR order (every writer's) is scanned straight into the CSR
-arrays in one pass; anything else is scanned into triples and sorted, falling back to
+threads at once). A file as every writer makes it (tabs, CSR order) is scanned straight
+into the CSR arrays in one pass; anything else is scanned into triples and sorted, falling back to
 pandas' C parser for what the scanner does not take (a value of more than 18 digits or a
 large exponent); only when that fails, or a value is out of range, does a slow
 line-by-line pass run to find the first bad line and name it.
@@ -267,31 +267,69 @@ def _scan_triples(text):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _same_bytes(text, a, b, length):  # pragma: no cover - compiled
+    for k in range(length):
+        if text[a + k] != text[b + k]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def _scan_csr(text, n_rows, n_cols):  # pragma: no cover - compiled
     """The bytes ``text`` straight into float32 CSR arrays (indptr int64, indices int32,
-    data) of an ``n_rows`` x ``n_cols`` matrix, when every record is in row-major order with
-    no repeat, its indices in range and its value finite (as every writer of these files
-    makes them): one pass and no intermediate arrays, so many threads scale. Not ok on
-    anything else; the caller then takes the general path, which names what is wrong."""
+    data) of an ``n_rows`` x ``n_cols`` matrix, when the file is as every writer of these
+    files makes it: lines ``row<TAB>col<TAB>value<LF>``, in row-major order with no repeat,
+    indices in range, values plain decimals. One pass and no intermediate arrays, so many
+    threads scale; a row or value written as on the line before (the rule: 32 lines a row,
+    one weight value) is compared, not parsed again. Not ok on anything else; the caller
+    then takes the general path, which reads other layouts and names what is wrong."""
+    end = text.size
     lines = _line_count(text)
     indptr = np.zeros(n_rows + 1, np.int64)
     indices = np.empty(lines, np.int32)
     data = np.empty(lines, np.float32)
     count = 0
-    last_row = -1
+    last_row = -1  # 0-based, of the line before
     last_col = -1
+    row_at, row_length = 0, 0  # where the line before's row and value fields are written
+    value_at, value_length, value = 0, 0, 0.0
     at = 0
-    while True:
-        row, col, value, at, kind = _scan_record(text, at, text.size)
-        if kind == _END:
-            break
-        if kind == _BAD:
+    while at < end:
+        if (
+            row_length
+            and at + row_length < end
+            and text[at + row_length] == 9
+            and _same_bytes(text, at, row_at, row_length)
+        ):
+            row = last_row
+            at += row_length
+        else:
+            start = at
+            row, at, ok = _scan_index(text, at, end)
+            if not ok or at >= end or text[at] != 9:
+                return indptr, indices[:0], data[:0], False
+            row -= 1
+            row_at, row_length = start, at - start
+        col, at, ok = _scan_index(text, at + 1, end)
+        if not ok or at >= end or text[at] != 9:
             return indptr, indices[:0], data[:0], False
-        if kind == _BLANK:
-            continue
-        row -= 1
         col -= 1
-        if not (0 <= row < n_rows and 0 <= col < n_cols and np.isfinite(value)):
+        at += 1
+        if (
+            value_length
+            and at + value_length < end
+            and text[at + value_length] == 10
+            and _same_bytes(text, at, value_at, value_length)
+        ):
+            at += value_length
+        else:
+            start = at
+            value, at, ok = _scan_plain_decimal(text, at, end)
+            if not ok or at >= end or text[at] != 10:
+                return indptr, indices[:0], data[:0], False
+            value_at, value_length = start, at - start
+        at += 1
+        if not (0 <= row < n_rows and 0 <= col < n_cols):
             return indptr, indices[:0], data[:0], False
         if row < last_row or (row == last_row and col <= last_col):
             return indptr, indices[:0], data[:0], False
