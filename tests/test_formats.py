@@ -203,7 +203,7 @@ def test_one_pass_csr_reader_does_not_take_a_prefix_for_the_line_before(tmp_path
     from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
 
     # row 1 then row 12, value 0.5 then 0.55 then 0.5: the fields before are prefixes
-    path = _write(tmp_path / "p.tsv", "1\t1\t0.5\n1\t2\t0.55\n12\t3\t0.5\n12\t4\t0.5\n")
+    path = _write(tmp_path / "p.tsv", "1\t1\t0.5\n1\t2\t0.55\n12\t3\t0.5\n12\t4\t0.5")  # no last LF
     indptr, indices, data, ok = _scan_csr(_file_bytes(path), 12, 4)
     assert ok
     assert indptr.tolist() == [0] + [2] * 11 + [4] and indices.tolist() == [0, 1, 2, 3]

@@ -278,7 +278,7 @@ def _same_bytes(text, a, b, length):  # pragma: no cover - compiled
 def _scan_csr(text, n_rows, n_cols):  # pragma: no cover - compiled
     """The bytes ``text`` straight into float32 CSR arrays (indptr int64, indices int32,
     data) of an ``n_rows`` x ``n_cols`` matrix, when the file is as every writer of these
-    files makes it: lines ``row<TAB>col<TAB>value<LF>``, in row-major order with no repeat,
+    files makes it: lines ``row<TAB>col<TAB>value<LF>`` (the last LF optional), in row-major order with no repeat,
     indices in range, values plain decimals. One pass and no intermediate arrays, so many
     threads scale; a row or value written as on the line before (the rule: 32 lines a row,
     one weight value) is compared, not parsed again. Not ok on anything else; the caller
@@ -325,7 +325,7 @@ def _scan_csr(text, n_rows, n_cols):  # pragma: no cover - compiled
         else:
             start = at
             value, at, ok = _scan_plain_decimal(text, at, end)
-            if not ok or at >= end or text[at] != 10:
+            if not ok or (at < end and text[at] != 10):  # (the last line may lack its LF)
                 return indptr, indices[:0], data[:0], False
             value_at, value_length = start, at - start
         at += 1
