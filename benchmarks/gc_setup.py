@@ -54,12 +54,13 @@ def build_layers(network) -> list:
         return list(pool.map(network.weights.__getitem__, range(network.layers)))
 
 
-def compare_files(args, inputs) -> dict:
+def compare_files(args, inputs) -> tuple[dict, str]:
     """The TSV part (module docstring, 2). After a warm-up round (CUDA context, kernels), each
     of ``--repeats`` rounds loads the TSV layers and prepares the engine, then builds the same
     layers generated afresh and prepares the engine on them; medians of the rounds. Loading
     and building both end in the same CSR layers, so they compare like for like; the two
-    prepares do the same work (their difference is the host's noise)."""
+    prepares do the same work (their difference is the host's noise). Returns the figures and
+    the device the engines ran on."""
     scratch = Path(tempfile.mkdtemp(dir=args.scratch))
     try:
         files: dict = {}
@@ -74,6 +75,7 @@ def compare_files(args, inputs) -> dict:
             loaded = _timed("load_tsv", log, partial(sp.load_network, scratch / "network"))
             engine = _timed("prepare_loaded", log, partial(sp.make_engine, "auto", loaded))
             loaded_rows = engine.run(inputs).live_rows
+            device = engine.device
             del engine, loaded
             fresh = sp.generate_network(args.neurons, args.file_layers, seed=0)  # nothing built yet
             _timed("build_generated", log, partial(build_layers, fresh))
@@ -101,7 +103,7 @@ def compare_files(args, inputs) -> dict:
             f"{per_layer('prepare_loaded') * 1e3:.1f} ms loaded, "
             f"{per_layer('prepare_generated') * 1e3:.1f} ms generated"
         )
-        return files
+        return files, device
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -117,11 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, default=None, help="folder for the TSV files (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.files_only and not args.file_layers:
+        parser.error("--files-only needs --file-layers above 0")
 
     generated: dict = {}
     inputs = _timed("inputs", generated, lambda: sp.generate_inputs(args.rows, args.neurons, seed=0))
     result: dict = {"neurons": args.neurons, "rows": args.rows}
-    device = None
+    device = ""
     if not args.files_only:
         network = sp.generate_network(args.neurons, args.layers, seed=0)
         engine = _timed("prepare", generated, lambda: sp.make_engine("auto", network))
@@ -139,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         device = engine.device
         del engine, output, network
     if args.file_layers:
-        result["files"] = compare_files(args, inputs)
-    if device is None:
-        device = sp.make_engine("auto", sp.generate_network(args.neurons, 1, seed=0)).device
+        result["files"], device = compare_files(args, inputs)
     path = write_result("gc_setup", device, result, args.out)
     print(path)
     return 0

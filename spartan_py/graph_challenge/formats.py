@@ -225,8 +225,6 @@ def _scan_record(text, at, end):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _skip_separator(text, at, end):  # pragma: no cover - compiled
     """Skip the blanks and tabs at ``text[at]``: (next position, whether there was one)."""
-    if at < end and text[at] == 9 and at + 1 < end and 48 <= text[at + 1] <= 57:
-        return at + 1, True  # the common single tab
     start = at
     while at < end and (text[at] == 32 or text[at] == 9):
         at += 1
