@@ -22,7 +22,8 @@
 //                 original columns of tile c; mask_levels[l] = levels. Given only when a
 //                 tile's R x n / 32 one-byte counts fit the stage. Without masks a tile's
 //                 count looks its 32 columns' groups up.
-//   stage_words : shared memory (4-byte words) for staging a layer's indices and weights.
+//   stage_words : shared memory (4-byte words) for staging a layer's indices, weights and
+//                 column sizes (a one-layer launch stages its layer once per block).
 //
 // Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
@@ -32,26 +33,58 @@
 #define GM_THREADS 256
 #endif
 #define GM_PAD 32
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define GM_MIN_BLOCKS 3  // 64 registers spill a few bytes on sm_80
-#else
+#ifndef GM_UNROLL
+#define GM_UNROLL 4  // steps of a layer's sums in flight at once
+#endif
+#define GM_PRAGMA(x) _Pragma(#x)
+#define GM_UNROLL_PRAGMA(n) GM_PRAGMA(unroll n)
+#ifndef GM_MIN_BLOCKS
 #define GM_MIN_BLOCKS 4
 #endif
 
-template <bool FROM_GLOBAL>
-__device__ __forceinline__ float gm_source(const float* __restrict__ src, int src_stride, int r, int i, int width_in, bool row_valid) {
-    if (FROM_GLOBAL) return (row_valid && i < width_in) ? __ldg(src + (size_t)r * src_stride + i) : 0.0f;
-    return src[r * src_stride + i];
+// The ILP sums of items (r[j], h[j]) over the layer's k steps. One instance per weight source
+// (staged in shared memory or in global memory) and kind (uniform or per-entry weights), so
+// that the loop has no branch and the compiler knows each pointer's address space: shared
+// loads, and one add per item and step for its addresses.
+#define GM_ILP 4
+template <bool FROM_GLOBAL, bool UNIFORM>
+__device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
+                                        const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
+                                        const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
+                                        int width, int k) {
+    const float* row[GM_ILP];
+    bool valid[GM_ILP];
+#pragma unroll
+    for (int j = 0; j < GM_ILP; ++j) {
+        row[j] = FROM_GLOBAL ? src + (size_t)r[j] * src_stride : src + r[j] * src_stride;
+        valid[j] = r[j] < valid_rows;
+        acc[j] = 0.0f;
+    }
+    GM_UNROLL_PRAGMA(GM_UNROLL)
+    for (int s = 0; s < k; ++s) {
+#pragma unroll
+        for (int j = 0; j < GM_ILP; ++j) {
+            const int i = w_idx[h[j]];
+            const float w = UNIFORM ? w_uniform : w_val[h[j]];
+            float x;
+            if (FROM_GLOBAL) x = (valid[j] && i < width_in) ? __ldg(row[j] + i) : 0.0f;
+            else x = row[j][i];
+            acc[j] = fmaf(w, x, acc[j]);
+        }
+        w_idx += width;
+        if (!UNIFORM) w_val += width;
+    }
 }
 
 // One layer: dst (R x stride) <- layer(src); adds each row's weighted non-zeros to row_count.
-// A thread runs ILP items at once (independent sums hide the load latencies).
-#define GM_ILP 4
+// The weights come from `stage` (indices, then weights) when `staged`, else from w_idx /
+// w_val (null: every weight is w_uniform).
 template <int R, bool FROM_GLOBAL>
 __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
-                                         float* __restrict__ dst, int dst_stride, int width,
-                                         const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
-                                         int k, const int* __restrict__ sizes, float bias, float clamp, int* row_count,
+                                         float* __restrict__ dst, int dst_stride, int width, bool staged,
+                                         const int* __restrict__ stage, const int* __restrict__ w_idx,
+                                         const float* __restrict__ w_val, float w_uniform, int k,
+                                         const int* __restrict__ sizes, float bias, float clamp, int* row_count,
                                          unsigned* nz_mask, int mask_words) {
     const int items = R * width;
     for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
@@ -62,24 +95,24 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
             const int item = min(base + j * GM_THREADS, items - 1);  // past the end: recompute the last item, unused
             r[j] = item / width;
             h[j] = item - r[j] * width;
-            acc[j] = 0.0f;
         }
-#pragma unroll 1
-        for (int s = 0; s < k; ++s) {
-#pragma unroll
-            for (int j = 0; j < GM_ILP; ++j) {
-                const int i = w_idx[s * width + h[j]];  // shared (staged) or global memory
-                const float w = w_val ? w_val[s * width + h[j]] : w_uniform;
-                acc[j] = fmaf(w, gm_source<FROM_GLOBAL>(src, src_stride, r[j], i, width_in, r[j] < valid_rows), acc[j]);
-            }
-        }
+        // (the branches are uniform across the block)
+        if (staged && !w_val)
+            gm_sums<FROM_GLOBAL, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k);
+        else if (staged)
+            gm_sums<FROM_GLOBAL, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage,
+                                        reinterpret_cast<const float*>(stage + k * width), w_uniform, width, k);
+        else if (!w_val)
+            gm_sums<FROM_GLOBAL, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k);
+        else
+            gm_sums<FROM_GLOBAL, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k);
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
             if (base + j * GM_THREADS < items) {  // uniform across the warp (items and threads are multiples of 32)
                 const float y = (acc[j] != 0.0f) ? fminf(fmaxf(acc[j] + bias, 0.0f), clamp) : 0.0f;
                 dst[r[j] * dst_stride + h[j]] = y;
                 // a warp's items are 32 columns of one row (width is a multiple of 32)
-                const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? __ldg(sizes + h[j]) : 0);
+                const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? sizes[h[j]] : 0);  // staged or global
                 const unsigned nonzero = __ballot_sync(0xffffffffu, y != 0.0f);  // for the monitor's masks
                 if ((threadIdx.x & 31) == 0) {
                     if (lit) atomicAdd(&row_count[r[j]], lit);
@@ -92,15 +125,41 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
     for (int e = threadIdx.x; e < R * GM_PAD; e += GM_THREADS) dst[(e / GM_PAD) * dst_stride + width + (e % GM_PAD)] = 0.0f;
 }
 
-// Copy layer l's indices (then weights) into `stage` if they fit its `words`; returns
-// whether they were staged. Called by every thread; the caller synchronizes.
-__device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int words, const int* __restrict__ w_idx,
-                                               const float* __restrict__ w_val, int count) {
-    const int need = w_val ? 2 * count : count;
-    if (need > words) return false;
-    for (int e = threadIdx.x; e < count; e += GM_THREADS) stage[e] = __ldg(w_idx + e);
-    if (w_val)
-        for (int e = threadIdx.x; e < count; e += GM_THREADS) stage[count + e] = __float_as_int(__ldg(w_val + e));
+// count words from global src to shared dst by every thread of the block, each thread's
+// loads issued before its stores (one round trip to L2 for a layer of a few thousand words,
+// not one per word)
+__device__ __forceinline__ void gm_copy_words(int* __restrict__ dst, const int* __restrict__ src, int count) {
+    const bool vector = ((reinterpret_cast<size_t>(src) | reinterpret_cast<size_t>(dst)) & 15) == 0 && (count & 3) == 0;
+    if (vector) {
+        const int4* s4 = reinterpret_cast<const int4*>(src);
+        int4* d4 = reinterpret_cast<int4*>(dst);
+        int e = threadIdx.x;
+        for (; e + GM_THREADS < count / 4; e += 2 * GM_THREADS) {
+            const int4 v0 = __ldg(s4 + e), v1 = __ldg(s4 + e + GM_THREADS);
+            d4[e] = v0;
+            d4[e + GM_THREADS] = v1;
+        }
+        for (; e < count / 4; e += GM_THREADS) d4[e] = __ldg(s4 + e);
+        return;
+    }
+    for (int e = threadIdx.x; e < count; e += GM_THREADS) dst[e] = __ldg(src + e);
+}
+
+// Layer l's indices, then its weights (when not uniform), then its column sizes, into
+// `stage` if they fit its `words`; returns whether they were staged. Called by every thread;
+// the caller synchronizes.
+__device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int words, int l,
+                                               const unsigned long long* __restrict__ w_idx_ptrs,
+                                               const unsigned long long* __restrict__ w_val_ptrs,
+                                               const unsigned long long* __restrict__ size_ptrs,
+                                               const int* __restrict__ ks, const int* __restrict__ widths) {
+    const int width = widths[l], count = ks[l] * width;
+    const int* w_val = reinterpret_cast<const int*>(w_val_ptrs[l]);
+    const int weights = w_val ? count : 0;
+    if (count + weights + width > words) return false;
+    gm_copy_words(stage, reinterpret_cast<const int*>(w_idx_ptrs[l]), count);
+    if (w_val) gm_copy_words(stage + count, w_val, count);
+    gm_copy_words(stage + count + weights, reinterpret_cast<const int*>(size_ptrs[l]), width);
     return true;
 }
 
@@ -139,7 +198,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     const int S = stride + GM_PAD;                     // row stride of the two Z buffers
     float* input_tile = smem;                          // R x (n + 32), first launch only
     float* const buffers = smem + (tile_input ? R * (n + GM_PAD) : 0);  // two of R x S
-    // a layer's indices (and weights) staged here when they fit: every tile reads them K times
+    // a layer's indices, weights and column sizes staged here when they fit: every tile reads
+    // them K times
     int* const stage = reinterpret_cast<int*>(buffers + 2 * R * S);
     // each row's non-zero merged columns as bits (R x MW words), written by every layer
     const int MW = stride / 32;
@@ -147,6 +207,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     __shared__ int s_row_count[R];
     __shared__ int s_final_count[R];
     __shared__ int s_rank[R];
+    __shared__ int s_ptr[R + 1];
     __shared__ int s_base;
     __shared__ int s_any;
 
@@ -158,23 +219,49 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
 
     // with masks for the launch's last layer, warps 1.. work out the monitor's counts while
     // warp 0 counts that layer's rows (the host gives masks only when R x n / 32 bytes of
-    // counts fit the stage, free by then)
+    // counts fit the stage): into the first launch's input tile, dead by then, else into the
+    // stage, free by then
     const unsigned* const masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
     const bool counts_in_stage = tile_nnz && masks;
+    unsigned char* const tile_counts = reinterpret_cast<unsigned char*>(tile_input ? input_tile : reinterpret_cast<float*>(stage));
+    // the layer the stage holds (-1: none; uniform across the block): a one-layer launch
+    // stages its layer once for all its tiles
+    int staged_layer = -1;
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * R;
         const int valid_rows = min(R, rows - first);
         if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
-        bool staged = gm_stage_layer(stage, stage_words, reinterpret_cast<const int*>(w_idx_ptrs[layer]),
-                                     reinterpret_cast<const float*>(w_val_ptrs[layer]), ks[layer] * widths[layer]);
+        if (staged_layer != layer)
+            staged_layer = gm_stage_layer(stage, stage_words, layer, w_idx_ptrs, w_val_ptrs, size_ptrs, ks, widths) ? layer : -1;
         // 1. load the tile; rows past the end are zero
         if (tile_input) {
-            for (int e = threadIdx.x; e < R * (n + GM_PAD); e += GM_THREADS) input_tile[e] = 0.0f;
+            // the tile's non-zeros are one contiguous CSR range: every thread takes a share,
+            // four loads in flight, and finds each entry's row in the tile's row pointers
+            if (threadIdx.x <= valid_rows) s_ptr[threadIdx.x] = __ldg(csr_ptr + first + threadIdx.x);
+            float4* tile4 = reinterpret_cast<float4*>(input_tile);
+            for (int e = threadIdx.x; e < R * (n + GM_PAD) / 4; e += GM_THREADS) tile4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
             __syncthreads();
-            for (int r = warp; r < valid_rows; r += GM_THREADS / 32)
-                for (int e = csr_ptr[first + r] + lane; e < csr_ptr[first + r + 1]; e += 32)
-                    input_tile[r * (n + GM_PAD) + csr_idx[e]] = csr_val[e];
+            const int begin = s_ptr[0], end = s_ptr[valid_rows];
+            int r = 0;
+            for (int e0 = begin + threadIdx.x; e0 < end; e0 += 4 * GM_THREADS) {
+                int idx[4];
+                float val[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int e = min(e0 + j * GM_THREADS, end - 1);
+                    idx[j] = __ldg(csr_idx + e);
+                    val[j] = __ldg(csr_val + e);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int e = e0 + j * GM_THREADS;
+                    if (e < end) {
+                        while (s_ptr[r + 1] <= e) ++r;
+                        input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
+                    }
+                }
+            }
         } else if (!first_launch) {
             const int width_in = widths[layer - 1];
             for (int e = threadIdx.x; e < R * S; e += GM_THREADS) {
@@ -190,23 +277,20 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         for (int l = layer; l <= last; ++l) {
             const int width = widths[l];
             const int k = ks[l];
+            const bool staged = staged_layer == l;
             const int* w_idx = reinterpret_cast<const int*>(w_idx_ptrs[l]);
             const float* w_val = reinterpret_cast<const float*>(w_val_ptrs[l]);
-            if (staged) {
-                if (w_val) w_val = reinterpret_cast<const float*>(stage + k * width);
-                w_idx = stage;
-            }
-            const int* sizes = reinterpret_cast<const int*>(size_ptrs[l]);
+            const int* sizes = staged ? stage + k * width * (w_val ? 2 : 1) : reinterpret_cast<const int*>(size_ptrs[l]);
             const int out = cur == 0 ? 1 : 0;
             if (cur >= 0)
-                gm_layer<R, false>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
-                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, false>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, staged, stage,
+                                   w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
             else if (tile_input)
-                gm_layer<R, false>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val, w_uniforms[l], k,
-                                   sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, false>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
+                                   w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
             else
-                gm_layer<R, true>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, w_idx, w_val,
-                                  w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, true>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, staged, stage,
+                                  w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
             cur = out;
             __syncthreads();
 
@@ -231,13 +315,15 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                 }
             }
             // meanwhile the other warps stage the next layer (the stage is no longer read), or,
-            // after the launch's last layer, work out the monitor's counts into the stage
-            if (l < last)
-                staged = gm_stage_layer(stage, stage_words, reinterpret_cast<const int*>(w_idx_ptrs[l + 1]),
-                                        reinterpret_cast<const float*>(w_val_ptrs[l + 1]), ks[l + 1] * widths[l + 1]);
-            else if (counts_in_stage && warp > 0)
-                gm_tile_counts(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32,
-                               valid_rows, warp - 1, GM_THREADS / 32 - 1, reinterpret_cast<unsigned char*>(stage));
+            // after the launch's last layer, work out the monitor's counts
+            if (l < last) {
+                staged_layer = gm_stage_layer(stage, stage_words, l + 1, w_idx_ptrs, w_val_ptrs, size_ptrs, ks, widths) ? l + 1 : -1;
+            } else if (counts_in_stage) {
+                if (!tile_input) staged_layer = -1;
+                if (warp > 0)
+                    gm_tile_counts(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32, valid_rows, warp - 1,
+                                   GM_THREADS / 32 - 1, tile_counts);
+            }
             __syncthreads();
             if (!s_any) break;  // every row of the tile is dead: later layers add nothing
         }
@@ -259,7 +345,6 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         }
         if (counts_in_stage) {  // worked out during the last layer's count: copy them out
             const int tiles = n / 32;
-            const unsigned char* tile_counts = reinterpret_cast<const unsigned char*>(stage);
             for (int r = warp; r < R; r += GM_THREADS / 32) {
                 if (s_rank[r] < 0) continue;  // (uniform across the warp)
                 unsigned char* out = tile_nnz + ((size_t)s_base + s_rank[r]) * tiles;
@@ -270,6 +355,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             if (n <= stage_words) {  // the stage is free now: the groups go there
                 for (int e = threadIdx.x; e < n; e += GM_THREADS) stage[e] = __ldg(groups + e);
                 groups = stage;
+                staged_layer = -1;
             }
             __syncthreads();
             const int tiles = n / 32;

@@ -238,17 +238,18 @@ MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)
 BUFFER_BUDGET_BYTES = 48 * 1024
 #: Shared memory a block of the first launch may take (the H100 allows 227 KiB).
 FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
-#: Shared memory for one layer's indices and weights, staged once per tile and layer
-#: (layers that need more are read from device memory, through L1).
+#: Shared memory for one layer's indices, weights and column sizes, staged once per tile and
+#: layer (layers that need more are read from device memory, through L1).
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
 def stage_words(merged: MergedNetwork) -> int:
-    """4-byte words of the per-block stage: the largest layer's indices (and weights, when
-    not uniform), or the last layer's ``neurons`` groups (for the monitor), whichever is
+    """4-byte words of the per-block stage: the largest layer's indices (and weights, when not uniform)
+    and column sizes, or the last layer's ``neurons`` groups (for the monitor), whichever is
     more, up to :data:`STAGE_BUDGET_BYTES`."""
     need = max(
-        (layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) for layer in merged.layers), default=0
+        (layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in merged.layers),
+        default=0,
     )
     return min(max(need, merged.neurons), STAGE_BUDGET_BYTES // 4)
 
