@@ -136,7 +136,15 @@ def main() -> int:
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)
         variant.run_device(batch, per_layer_times=True)
-        trace = variant._records(batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, "proxy")
+        trace = variant.launch_trace(
+            batch.counts.get(),
+            batch.nnz_counts.get(),
+            inputs.nnz,
+            run_id="proxy",
+            tile_layers=batch.tile_layers.get(),
+            launch_seconds=batch.layer_seconds,
+            **variant._trace_options(),
+        )
         floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)
         result.update(
