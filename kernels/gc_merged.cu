@@ -6,6 +6,11 @@
 //
 // Layout
 //   csr_*       : the batch's input rows (n wide), read by the first launch only.
+//   input_value : 0, or the value every stored input entry has (binary inputs, as the Graph
+//                 Challenge's), for the gc_merged<R, true> instances, which run first
+//                 launches only: the tile then holds each row as n / 32 + 1 words of bits,
+//                 not n + 32 floats (1/32 of the shared memory, so more blocks per SM), and
+//                 csr_val is not read. The sums see the same operands either way.
 //   y_dense     : null, or the input rows expanded (rows x n) when a tile of n-wide rows does
 //                 not fit shared memory; the first layer then gathers from it.
 //   y_in, y_out : live rows of Z, row stride `stride` floats (the widest layer, padded).
@@ -28,6 +33,8 @@
 // Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
 // items are 32 columns of one row, whose reads are bank-conflict-free by the plan's order.
+// Where GM_THREADS is a multiple of width_l, a thread's items are one column of several
+// rows, and each step's index and weight are loaded once for all of them.
 
 #ifndef GM_THREADS
 #define GM_THREADS 256
@@ -47,27 +54,41 @@
 // that the loop has no branch and the compiler knows each pointer's address space: shared
 // loads, and one add per item and step for its addresses.
 #define GM_ILP 4
-template <bool FROM_GLOBAL, bool UNIFORM>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GM_SAME_COLUMN 1
+#else
+#define GM_SAME_COLUMN 0
+#endif
+// where a layer's operands come from: shared floats, global floats (the expanded inputs of a
+// network too wide for a tile), or the first launch's shared bits (see input_value)
+enum GmSource { GM_SHARED = 0, GM_GLOBAL = 1, GM_BITS = 2 };
+
+// SAME_H: the items are one column of GM_ILP rows (the block's threads a multiple of the
+// layer's width), so that each step loads one index and weight for all of them.
+template <int SRC, bool UNIFORM, bool SAME_H>
 __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
                                         const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
                                         const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
-                                        int width, int k) {
-    const float* row[GM_ILP];
+                                        int width, int k, float input_value) {
+    const float* row[GM_ILP];  // GM_BITS: the row's words (src_stride words a row)
     bool valid[GM_ILP];
 #pragma unroll
     for (int j = 0; j < GM_ILP; ++j) {
-        row[j] = FROM_GLOBAL ? src + (size_t)r[j] * src_stride : src + r[j] * src_stride;
+        row[j] = SRC == GM_GLOBAL ? src + (size_t)r[j] * src_stride : src + r[j] * src_stride;
         valid[j] = r[j] < valid_rows;
         acc[j] = 0.0f;
     }
     GM_UNROLL_PRAGMA(GM_UNROLL)
     for (int s = 0; s < k; ++s) {
+        const int i0 = w_idx[h[0]];
+        const float w0 = UNIFORM ? w_uniform : w_val[h[0]];
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
-            const int i = w_idx[h[j]];
-            const float w = UNIFORM ? w_uniform : w_val[h[j]];
+            const int i = SAME_H ? i0 : w_idx[h[j]];
+            const float w = SAME_H ? w0 : UNIFORM ? w_uniform : w_val[h[j]];
             float x;
-            if (FROM_GLOBAL) x = (valid[j] && i < width_in) ? __ldg(row[j] + i) : 0.0f;
+            if constexpr (SRC == GM_GLOBAL) x = (valid[j] && i < width_in) ? __ldg(row[j] + i) : 0.0f;
+            else if constexpr (SRC == GM_BITS) x = (reinterpret_cast<const unsigned*>(row[j])[i >> 5] >> (i & 31)) & 1u ? input_value : 0.0f;
             else x = row[j][i];
             acc[j] = fmaf(w, x, acc[j]);
         }
@@ -79,33 +100,48 @@ __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_
 // One layer: dst (R x stride) <- layer(src); adds each row's weighted non-zeros to row_count.
 // The weights come from `stage` (indices, then weights) when `staged`, else from w_idx /
 // w_val (null: every weight is w_uniform).
-template <int R, bool FROM_GLOBAL>
+template <int R, int SRC>
 __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
                                          float* __restrict__ dst, int dst_stride, int width, bool staged,
                                          const int* __restrict__ stage, const int* __restrict__ w_idx,
                                          const float* __restrict__ w_val, float w_uniform, int k,
                                          const int* __restrict__ sizes, float bias, float clamp, int* row_count,
-                                         unsigned* nz_mask, int mask_words) {
+                                         unsigned* nz_mask, int mask_words, float input_value) {
     const int items = R * width;
     for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
         int r[GM_ILP], h[GM_ILP];
         float acc[GM_ILP];
+        // (the branches are uniform across the block)
+        const float* stage_val = reinterpret_cast<const float*>(stage + k * width);
+        // every item of a thread in one column: built for tiles of 16 rows or more (fewer are for
+        // wide layers) and for sm_90 on (sm_80 would spill at the 64-register cap)
+        const bool same_h = GM_SAME_COLUMN && R >= 16 && GM_THREADS % width == 0;
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
-            const int item = min(base + j * GM_THREADS, items - 1);  // past the end: recompute the last item, unused
+            // past the end: same_h, a row of the tile in the same column; else the last item
+            // (computed, not stored)
+            const int item = same_h ? base + j * GM_THREADS : min(base + j * GM_THREADS, items - 1);
             r[j] = item / width;
             h[j] = item - r[j] * width;
+            if (same_h) r[j] = min(r[j], R - 1);
         }
-        // (the branches are uniform across the block)
-        if (staged && !w_val)
-            gm_sums<FROM_GLOBAL, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k);
+        if (same_h) {
+            if (staged && !w_val)
+                gm_sums<SRC, true, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
+            else if (staged)
+                gm_sums<SRC, false, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, stage_val, w_uniform, width, k, input_value);
+            else if (!w_val)
+                gm_sums<SRC, true, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
+            else
+                gm_sums<SRC, false, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
+        } else if (staged && !w_val)
+            gm_sums<SRC, true, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
         else if (staged)
-            gm_sums<FROM_GLOBAL, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage,
-                                        reinterpret_cast<const float*>(stage + k * width), w_uniform, width, k);
+            gm_sums<SRC, false, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage, stage_val, w_uniform, width, k, input_value);
         else if (!w_val)
-            gm_sums<FROM_GLOBAL, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k);
+            gm_sums<SRC, true, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
         else
-            gm_sums<FROM_GLOBAL, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k);
+            gm_sums<SRC, false, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
             if (base + j * GM_THREADS < items) {  // uniform across the warp (items and threads are multiples of 32)
@@ -180,7 +216,7 @@ __device__ __forceinline__ void gm_tile_counts(const unsigned* __restrict__ nz_m
         }
 }
 
-template <int R>
+template <int R, bool BITS>
 __global__ void __launch_bounds__(GM_THREADS, GM_MIN_BLOCKS)
 gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
           const float* __restrict__ y_dense, const float* __restrict__ y_in, const int* __restrict__ ids_in,
@@ -191,13 +227,20 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
           unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
           const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
-          int n, int stride, int stage_words, float bias, float clamp) {
+          int n, int stride, int stage_words, float bias, float clamp, float input_value) {
     extern __shared__ float smem[];
     const bool first_launch = layer == 0;
     const bool tile_input = first_launch && !y_dense;  // n-wide input rows in shared memory
-    const int S = stride + GM_PAD;                     // row stride of the two Z buffers
-    float* input_tile = smem;                          // R x (n + 32), first launch only
-    float* const buffers = smem + (tile_input ? R * (n + GM_PAD) : 0);  // two of R x S
+    // BITS: the tile holds bits (see the header), an instance of its own so that the other
+    // launches keep their registers
+#define GM_TILE_BITS (BITS && tile_input)
+#define GM_BIT_WORDS (n / 32 + 1)  // a row of bits, with a zero word for padding steps
+    const int S = stride + GM_PAD;  // row stride of the two Z buffers
+    // first launch only: R x (n + 32) floats, or R x (n / 32 + 1) words rounded up to keep the
+    // buffers 16-byte aligned
+    float* input_tile = smem;
+    unsigned* const input_bits = reinterpret_cast<unsigned*>(smem);
+    float* const buffers = smem + (!tile_input ? 0 : GM_TILE_BITS ? (R * GM_BIT_WORDS + 3) & ~3 : R * (n + GM_PAD));  // two of R x S
     // a layer's indices, weights and column sizes staged here when they fit: every tile reads
     // them K times
     int* const stage = reinterpret_cast<int*>(buffers + 2 * R * S);
@@ -236,29 +279,56 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             staged_layer = gm_stage_layer(stage, stage_words, layer, w_idx_ptrs, w_val_ptrs, size_ptrs, ks, widths) ? layer : -1;
         // 1. load the tile; rows past the end are zero
         if (tile_input) {
-            // the tile's non-zeros are one contiguous CSR range: every thread takes a share,
-            // four loads in flight, and finds each entry's row in the tile's row pointers
             if (threadIdx.x <= valid_rows) s_ptr[threadIdx.x] = __ldg(csr_ptr + first + threadIdx.x);
-            float4* tile4 = reinterpret_cast<float4*>(input_tile);
-            for (int e = threadIdx.x; e < R * (n + GM_PAD) / 4; e += GM_THREADS) tile4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (GM_TILE_BITS) {
+                for (int e = threadIdx.x; e < R * GM_BIT_WORDS; e += GM_THREADS) input_bits[e] = 0u;
+            } else {
+                float4* tile4 = reinterpret_cast<float4*>(input_tile);
+                for (int e = threadIdx.x; e < R * (n + GM_PAD) / 4; e += GM_THREADS) tile4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
             __syncthreads();
-            const int begin = s_ptr[0], end = s_ptr[valid_rows];
-            int r = 0;
-            for (int e0 = begin + threadIdx.x; e0 < end; e0 += 4 * GM_THREADS) {
-                int idx[4];
-                float val[4];
+            if constexpr (R >= 8) {  // a warp per row, four loads in flight a lane (~100 pixels: one round trip)
+                for (int r = warp; r < valid_rows; r += GM_THREADS / 32) {
+                    const int end = s_ptr[r + 1];
+                    for (int e0 = s_ptr[r] + lane; e0 < end; e0 += 4 * 32) {
+                        int idx[4];
+                        float val[4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int e = min(e0 + j * GM_THREADS, end - 1);
-                    idx[j] = __ldg(csr_idx + e);
-                    val[j] = __ldg(csr_val + e);
+                        for (int j = 0; j < 4; ++j) {
+                            const int e = min(e0 + j * 32, end - 1);
+                            idx[j] = __ldg(csr_idx + e);
+                            val[j] = GM_TILE_BITS ? input_value : __ldg(csr_val + e);
+                        }
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            if (e0 + j * 32 < end) {
+                                if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
+                                else input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
+                            }
+                        }
+                    }
                 }
+            } else {  // few wide rows: the tile's contiguous CSR range shared by every thread,
+                      // each entry's row found in the row pointers
+                const int begin = s_ptr[0], end = s_ptr[valid_rows];
+                int r = 0;
+                for (int e0 = begin + threadIdx.x; e0 < end; e0 += 4 * GM_THREADS) {
+                    int idx[4];
+                    float val[4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int e = e0 + j * GM_THREADS;
-                    if (e < end) {
-                        while (s_ptr[r + 1] <= e) ++r;
-                        input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
+                    for (int j = 0; j < 4; ++j) {
+                        const int e = min(e0 + j * GM_THREADS, end - 1);
+                        idx[j] = __ldg(csr_idx + e);
+                        val[j] = GM_TILE_BITS ? input_value : __ldg(csr_val + e);
+                    }
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int e = e0 + j * GM_THREADS;
+                        if (e < end) {
+                            while (s_ptr[r + 1] <= e) ++r;
+                            if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
+                            else input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
+                        }
                     }
                 }
             }
@@ -283,14 +353,17 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             const int* sizes = staged ? stage + k * width * (w_val ? 2 : 1) : reinterpret_cast<const int*>(size_ptrs[l]);
             const int out = cur == 0 ? 1 : 0;
             if (cur >= 0)
-                gm_layer<R, false>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, staged, stage,
-                                   w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, GM_SHARED>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, staged,
+                                       stage, w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, 0.0f);
+            else if (GM_TILE_BITS)
+                gm_layer<R, GM_BITS>(input_tile, GM_BIT_WORDS, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
+                                     w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, input_value);
             else if (tile_input)
-                gm_layer<R, false>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
-                                   w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, GM_SHARED>(input_tile, n + GM_PAD, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
+                                       w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, 0.0f);
             else
-                gm_layer<R, true>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, staged, stage,
-                                  w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW);
+                gm_layer<R, GM_GLOBAL>(y_dense + (size_t)first * n, n, n, valid_rows, buffers + out * R * S, S, width, staged, stage,
+                                       w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, 0.0f);
             cur = out;
             __syncthreads();
 
@@ -382,6 +455,9 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     }
 }
 
+#undef GM_TILE_BITS
+#undef GM_BIT_WORDS
+
 // The input rows expanded to dense (rows x n, zeroed beforehand), for networks too wide for
 // an n-wide tile in shared memory. A warp per row.
 extern "C" __global__ void gm_scatter_rows(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx,
@@ -402,17 +478,23 @@ extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int strid
 }
 
 #ifndef GM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
-#define GC_MERGED_INSTANCE(R)                                                                                          \
-    template __global__ void gc_merged<R>(const int*, const int*, const float*, const float*, const float*, const int*, \
+#define GC_MERGED_INSTANCE(R, BITS)                                                                                    \
+    template __global__ void gc_merged<R, BITS>(const int*, const int*, const float*, const float*, const float*, const int*, \
                                           float*, int*, const unsigned long long*, const unsigned long long*,        \
                                           const float*, const int*, const int*, const unsigned long long*,           \
                                           const unsigned long long*, int*, unsigned long long*, int, int,            \
                                           unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
-                                          float, float);
-GC_MERGED_INSTANCE(1)
-GC_MERGED_INSTANCE(2)
-GC_MERGED_INSTANCE(4)
-GC_MERGED_INSTANCE(8)
-GC_MERGED_INSTANCE(16)
-GC_MERGED_INSTANCE(32)
+                                          float, float, float);
+GC_MERGED_INSTANCE(1, false)
+GC_MERGED_INSTANCE(2, false)
+GC_MERGED_INSTANCE(4, false)
+GC_MERGED_INSTANCE(8, false)
+GC_MERGED_INSTANCE(16, false)
+GC_MERGED_INSTANCE(32, false)
+GC_MERGED_INSTANCE(1, true)
+GC_MERGED_INSTANCE(2, true)
+GC_MERGED_INSTANCE(4, true)
+GC_MERGED_INSTANCE(8, true)
+GC_MERGED_INSTANCE(16, true)
+GC_MERGED_INSTANCE(32, true)
 #endif

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
 from spartan_py.engines.reference import ReferenceEngine
-from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
+from spartan_py.engines.support.column_merge import duplicate_groups, input_bit_value, merge_network, merged_tile_rows
 from spartan_py.errors import InputError
 from spartan_py.trace import to_frame
 from tests.test_engines import assert_same_run
@@ -99,13 +99,18 @@ def test_twin_trace_accounts_for_the_merged_work():
         {"max_batch_rows": 333, "rows_per_tile": 4},
         {"streamed": True},
         {"streamed": True, "compact_every": 3},
+        {"varied_inputs": True},
+        {"varied_inputs": True, "rows_per_tile": 8},
     ],
 )
 def test_gpu_merged_matches_its_twin_exactly(options):
-    """Bit-equal values, counts and trace to the twin; streamed weights change nothing."""
+    """Bit-equal values, counts and trace to the twin; streamed weights change nothing;
+    binary inputs (a first launch on bits) and varied ones (on floats) alike."""
     network = generate_network(1024, 30, seed=8)
     inputs = generate_inputs(900, 1024, seed=8)
     options = dict(options)
+    if options.pop("varied_inputs", False):
+        inputs.data *= np.random.default_rng(8).uniform(0.5, 1.5, inputs.nnz).astype(np.float32)
     streamed = options.pop("streamed", False)
     engine = make_engine("gpu-merged", network, **options)
     if streamed:  # a budget just under the weights' size: they stream, two launches at a time
@@ -119,6 +124,8 @@ def test_gpu_merged_matches_its_twin_exactly(options):
     got, want = to_frame(gpu.trace), to_frame(twin.trace)
     columns = [c for c in got.columns if c not in ("measured_us", "device", "executed_macs", "variant")]
     assert got[columns].equals(want[columns])
+    first = got[got["kernel"] == "gpu.gc_merged"]["variant"].iloc[0]
+    assert first.startswith("R" if input_bit_value(inputs) == 0 else "B"), first
 
 
 def test_monitor_masks_count_each_tiles_nonzeros():
@@ -164,15 +171,47 @@ def test_gpu_merged_monitor_counts_match_outputs(neurons):
 
 @pytest.mark.gpu
 def test_gpu_merged_65536_neurons_gathers_wide_inputs():
-    """65536 neurons: input rows too wide for shared memory are expanded in device memory."""
+    """65536 neurons: float input rows too wide for shared memory are expanded in device
+    memory; binary ones fit the tile as bits."""
     network = generate_network(65536, 4, seed=0)
-    inputs = generate_inputs(40, 65536, seed=1)
+    binary = generate_inputs(40, 65536, seed=1)
+    varied = binary.copy()
+    varied.data *= np.random.default_rng(1).uniform(0.5, 1.5, varied.nnz).astype(np.float32)
     engine = make_engine("gpu-merged", network)
     assert not engine.first_from_tile
-    got = engine.run(inputs)
-    want = ReferenceEngine(network).run(inputs)
-    assert_same_run(got, want)
-    assert any(r.kernel == "gpu.scatter_rows" for r in got.trace)
+    for inputs, gathers in ((varied, True), (binary, False)):
+        got = engine.run(inputs)
+        assert_same_run(got, ReferenceEngine(network).run(inputs))
+        assert any(r.kernel == "gpu.scatter_rows" for r in got.trace) == gathers
+        assert next(r.variant for r in got.trace if r.kernel == "gpu.gc_merged")[0] == ("G" if gathers else "B")
+
+
+def test_input_bit_value_finds_binary_inputs():
+    inputs = generate_inputs(50, 1024, seed=3)
+    assert input_bit_value(inputs) == 1.0
+    inputs.data *= 0.5
+    assert input_bit_value(inputs) == 0.5
+    inputs.data[3] = 2.0
+    assert input_bit_value(inputs) == 0.0  # two values: the first launch takes floats
+    assert input_bit_value(sp.csr_matrix((3, 1024), dtype=np.float32)) == 0.0
+    explicit_zeros = sp.csr_matrix((np.zeros(2, np.float32), ([0, 1], [4, 5])), shape=(2, 1024))
+    assert input_bit_value(explicit_zeros) == 0.0
+
+
+def test_twin_trace_names_the_first_launchs_input_tile():
+    """Binary inputs: the first launch's tile holds bits ("B": its own instance, 1/32 of the
+    shared memory of a float tile); other inputs: floats ("R")."""
+    network = generate_network(1024, 6, seed=2)
+    binary = generate_inputs(300, 1024, seed=2)
+    varied = binary.copy()
+    varied.data *= np.random.default_rng(2).uniform(0.5, 1.5, varied.nnz).astype(np.float32)
+    first = {}
+    for name, inputs in (("binary", binary), ("varied", varied)):
+        out = make_engine("gpu-merged-twin", network).run(inputs)
+        first[name] = next(r for r in out.trace if r.kernel == "gpu.gc_merged")
+    assert first["binary"].variant.startswith("B16xW") and first["varied"].variant.startswith("R16xW")
+    assert first["binary"].bytes_read < first["varied"].bytes_read  # the indices only
+    assert first["binary"].block_shared_bytes < first["varied"].block_shared_bytes / 2
 
 
 @pytest.mark.gpu

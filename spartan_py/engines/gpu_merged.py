@@ -26,6 +26,7 @@ from spartan_py.engines.support.column_merge import (
 from spartan_py.engines.support.column_merge import (
     MergedKernelTrace,
     MergedNetwork,
+    input_bit_value,
     merge_network,
     merged_tile_rows,
     monitor_masks,
@@ -42,16 +43,17 @@ from spartan_py.resources import kernel_source
 
 @functools.cache
 def _merged_kernels(device_id: int):
-    """Compile kernels/gc_merged.cu once per device: ({R: gc_merged<R>}, scatter, expand)."""
+    """Compile kernels/gc_merged.cu once per device: ({(R, bits): gc_merged<R, bits>},
+    scatter, expand); the ``bits`` instances run first launches of binary inputs."""
     import cupy
 
-    names = {rows: f"gc_merged<{rows}>" for rows in TILE_ROWS}
+    names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows in TILE_ROWS for bits in (False, True)}
     module = cupy.RawModule(
         code=kernel_source("gc_merged.cu"),
         options=("-std=c++17", f"-DGM_THREADS={THREADS}", "-DGM_NO_EXPLICIT_INSTANCES"),
         name_expressions=list(names.values()),
     )
-    kernels = {rows: module.get_function(name) for rows, name in names.items()}
+    kernels = {key: module.get_function(name) for key, name in names.items()}
     return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
 
 
@@ -98,14 +100,20 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             network.neurons, self.stride, self._block_shared_limit, rows_per_tile, self.stage_bytes
         )
         kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
-        self.kernel, self.first_kernel = kernels[self.rows_per_tile], kernels[self.first_rows]
-        self.shared_bytes = self._shared_bytes(self.rows_per_tile, False)
-        self.first_shared_bytes = self._shared_bytes(self.first_rows, self.first_from_tile)
-        for kernel, shared in ((self.kernel, self.shared_bytes), (self.first_kernel, self.first_shared_bytes)):
+        self.kernel, self.shared_bytes = kernels[self.rows_per_tile, False], self._shared_bytes(self.rows_per_tile, 0)
+        # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones
+        self.first_launches = {}
+        for bits in (False, True):
+            rows, words = self.first_launch_tile(bits)
+            self.first_launches[bits] = (kernels[rows, bits], rows, self._shared_bytes(rows, words))
+        for kernel, _, shared in (*self.first_launches.values(), (self.kernel, 0, self.shared_bytes)):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
         # masks only where a tile's one-byte counts fit the stage, which holds them (else lookups)
-        counts_fit = max(self.rows_per_tile, self.first_rows) * (network.neurons // 32) <= self.stage_bytes
+        counts_fit = (
+            max(self.rows_per_tile, *(rows for _, rows, _ in self.first_launches.values())) * (network.neurons // 32)
+            <= self.stage_bytes
+        )
         masks = [
             monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None
             for m in self.merged.layers
@@ -131,9 +139,11 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         }
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
-    def _shared_bytes(self, rows: int, input_tile: bool) -> int:
-        buffers = 2 * (self.stride + 32) + self.stride // 32 + ((self.network.neurons + 32) if input_tile else 0)
-        return 4 * rows * buffers + self.stage_bytes
+    def _shared_bytes(self, rows: int, input_words: int) -> int:
+        """Dynamic shared memory of a block of ``rows`` rows, ``input_words`` of input tile a
+        row (the first launch's; the kernel rounds the tile up to whole 16-byte units)."""
+        buffers = rows * (2 * (self.stride + 32) + self.stride // 32) + (rows * input_words + 3) // 4 * 4
+        return 4 * buffers + self.stage_bytes
 
     def _grid(self, kernel, shared: int) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
@@ -154,7 +164,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         batch.tile_layers.fill(0)
         if events is not None:
             events[0].record()  # the first launch's time includes the scatter below
-        if batch.dense is not None:  # inputs too wide for a shared-memory tile
+        if batch.dense is not None:  # float inputs too wide for a shared-memory tile
             batch.dense.fill(0)
             self._scatter(
                 (self.sm_count * 8,),
@@ -175,7 +185,10 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             start, length = int(self.weights.chunk_bounds[chunk]), self.chunks[chunk]
             src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
             first = start == 0
-            kernel, shared = (self.first_kernel, self.first_shared_bytes) if first else (self.kernel, self.shared_bytes)
+            if first:
+                kernel, _, shared = self.first_launches[batch.input_value != 0.0]
+            else:
+                kernel, shared = self.kernel, self.shared_bytes
             monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
             args = (
                 *(
@@ -208,6 +221,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 np.int32(self.stage_words),
                 np.float32(network.bias),
                 np.float32(network.clamp),
+                np.float32(batch.input_value),
             )
             kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]
@@ -233,8 +247,8 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         last entry of ``batch.layer_seconds`` is the expansion), one at the end."""
         return len(self.chunks) + 2
 
-    def _trace_options(self) -> dict:
-        return {"streamed": self.weights.streamed}
+    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
+        return {"streamed": self.weights.streamed, "bit_inputs": input_bit_value(inputs) != 0.0}
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when
@@ -250,12 +264,18 @@ class MergedBatch(DeviceBatch):
 
     def __init__(self, engine: GpuMergedEngine, inputs: sp.csr_matrix):
         n = engine.network.neurons
-        self.extra_bytes_per_row = 4 * (n + (0 if engine.first_from_tile else n))
+        #: the value of every stored input entry, or 0.0 (see :func:`input_bit_value`)
+        self.input_value = input_bit_value(inputs)
+        self.extra_bytes_per_row = 4 * (n + (0 if self._from_tile(engine) else n))
         super().__init__(engine, inputs, engine.stride)
+
+    def _from_tile(self, engine: GpuMergedEngine) -> bool:
+        """Whether the first launch takes the inputs into its tile (bits, or floats that fit)."""
+        return self.input_value != 0.0 or engine.first_from_tile
 
     def _allocate(self, engine, capacity: int) -> None:
         cp, n = engine.cp, engine.network.neurons
-        self.dense = None if engine.first_from_tile else cp.empty(capacity * n, dtype=cp.float32)
+        self.dense = None if self._from_tile(engine) else cp.empty(capacity * n, dtype=cp.float32)
         self.expanded = cp.empty(capacity * n, dtype=cp.float32)
         self.expanded.fill(np.nan)
 

@@ -243,6 +243,16 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
+def input_bit_value(inputs) -> float:
+    """The value every stored entry of the input rows ``inputs`` (SciPy CSR) has, when they
+    all have one non-zero value (binary images, as the Graph Challenge's), else 0.0. With
+    such inputs the first launch holds its tile as bits (``kernels/gc_merged.cu``)."""
+    data = np.asarray(inputs.data, dtype=np.float32)
+    if data.size == 0 or data[0] == 0 or not np.isfinite(data[0]) or not (data == data[0]).all():
+        return 0.0
+    return float(data[0])
+
+
 def stage_words(merged: MergedNetwork) -> int:
     """4-byte words of the per-block stage: the largest layer's indices (and weights, when not uniform)
     and column sizes, or the last layer's ``neurons`` groups (for the monitor), whichever is
@@ -306,13 +316,26 @@ class MergedKernelTrace(LayerKernelTrace):
     first_from_tile: bool
     stage_bytes: int
 
-    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False):
-        """``streamed``: the weights come from host memory (named in the variant)."""
+    def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
+        """(rows per tile, words of input tile a row) of the first launch: binary inputs
+        as bits (``n / 32 + 1`` words a row, tiles of ``rows_per_tile``), else as floats
+        (``n + 32``, :func:`merged_tile_rows`' first tile), or none when they are too wide."""
+        n = self.merged.neurons
+        if bit_inputs:
+            return self.rows_per_tile, n // 32 + 1
+        return self.first_rows, (n + 32) if self.first_from_tile else 0
+
+    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False, bit_inputs=False):
+        """``streamed``: the weights come from host memory (named in the variant);
+        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B")."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
-        tile = self.first_rows if start == 0 else self.rows_per_tile
+        first_rows, input_words = self.first_launch_tile(bit_inputs)
+        tile = first_rows if start == 0 else self.rows_per_tile
         tiles = -(-rows_in // tile)
         chunk = layers[start:stop]
-        if start == 0:
+        if start == 0 and bit_inputs:
+            read = input_nnz * 4 + (rows_in + 1) * 4  # the indices only
+        elif start == 0:
             read = input_nnz * 8 + (rows_in + 1) * 4 if self.first_from_tile else rows_in * n * 4
         else:
             read = rows_in * (layers[start - 1].width * 4 + 4)
@@ -323,13 +346,13 @@ class MergedKernelTrace(LayerKernelTrace):
             + n * 4
             for layer in chunk
         )
-        input_tile = (n + 32) if start == 0 and self.first_from_tile else 0
+        input_tile = input_words if start == 0 else 0
         # a first launch that gathers its inputs from device memory (too wide for a tile in
-        # shared memory) is a different kernel in effect: its own instance ("G"), calibrated apart
-        gathers = start == 0 and not self.first_from_tile
+        # shared memory) is a different kernel in effect: its own instance ("G"), calibrated
+        # apart; so is one holding its inputs as bits ("B")
+        kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
         return LaunchCost(
-            variant=f"{'G' if gathers else 'R'}{tile}xW{stride}-layers{start + 1}-{stop}"
-            + ("-streamed" if streamed else ""),
+            variant=f"{kind}{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
             tile_rows=tile,
             tiles=tiles,
             bytes_read=read + weight_bytes,
@@ -339,11 +362,12 @@ class MergedKernelTrace(LayerKernelTrace):
                 [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
             ),
             block_threads=MERGED_THREADS,
-            block_shared_bytes=tile * (2 * (stride + 32) + stride // 32 + input_tile) * 4 + self.stage_bytes,
+            block_shared_bytes=(tile * (2 * (stride + 32) + stride // 32) + (tile * input_tile + 3) // 4 * 4) * 4
+            + self.stage_bytes,
         )
 
-    def records_before(self, counts, input_nnz, run_id):
-        if self.first_from_tile:
+    def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):
+        if self.first_from_tile or bit_inputs:
             return []
         rows, n = int(counts[0]), self.merged.neurons
         return [

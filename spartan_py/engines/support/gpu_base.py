@@ -40,8 +40,9 @@ class GpuEngineBase(Engine):
         """One batch's launch records (a kernel's trace class provides it)."""
         raise NotImplementedError
 
-    def _trace_options(self) -> dict:
-        """What the kernel's trace needs of the engine beyond the batch's counters."""
+    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
+        """What the kernel's trace needs of the engine and the batch's input rows
+        ``inputs`` beyond the batch's counters."""
         return {}
 
     @classmethod
@@ -124,7 +125,7 @@ class GpuEngineBase(Engine):
                 run_id=run_id,
                 tile_layers=batch.tile_layers.get(),
                 launch_seconds=batch.layer_seconds,
-                **self._trace_options(),
+                **self._trace_options(part),
             )
             trace += transfer_records(
                 part.shape[0],

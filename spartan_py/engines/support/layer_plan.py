@@ -174,7 +174,7 @@ class LayerKernelTrace:
         mode = gc_monitor_mode(self.monitor)
         n = self.network.neurons
         seconds = list(launch_seconds or [])
-        records = self.records_before(counts, input_nnz, run_id)
+        records = self.records_before(counts, input_nnz, run_id, **options)
         start = 0
         for launch, length in enumerate(self.chunks):
             stop = start + length
@@ -225,8 +225,9 @@ class LayerKernelTrace:
         (``entering``: the non-zeros entering each of those layers)."""
         raise NotImplementedError
 
-    def records_before(self, counts: np.ndarray, input_nnz: int, run_id: str) -> list[TraceRecord]:
-        """Records of the steps before the first launch (none by default)."""
+    def records_before(self, counts: np.ndarray, input_nnz: int, run_id: str, **options) -> list[TraceRecord]:
+        """Records of the steps before the first launch (none by default; ``options`` as
+        for :meth:`launch_cost`)."""
         return []
 
     def records_after_launch(

@@ -51,9 +51,14 @@ class TwinEngine(Engine):
         """The last layer's live rows as n-wide activations."""
         return rows
 
-    def launch_trace(self, counts, nnz, input_nnz: int, *, run_id: str, tile_layers) -> list[TraceRecord]:
+    def launch_trace(self, counts, nnz, input_nnz: int, *, run_id: str, tile_layers, **options) -> list[TraceRecord]:
         """One batch's launch records (a kernel's trace mixin provides it)."""
         raise NotImplementedError
+
+    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
+        """What the kernel's trace needs of the batch's input rows ``inputs`` beyond its
+        counters (as the GPU engine's)."""
+        return {}
 
     def _run_batch(self, inputs: sp.csr_matrix):
         network = self.network
@@ -97,7 +102,9 @@ class TwinEngine(Engine):
             nnz_total += nnz[1:]
             live_parts.append(ids + first)
             value_parts.append(values)
-            trace += self.launch_trace(counts, nnz, part.nnz, run_id=run_id, tile_layers=tile_layers)
+            trace += self.launch_trace(
+                counts, nnz, part.nnz, run_id=run_id, tile_layers=tile_layers, **self._trace_options(part)
+            )
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
             )
