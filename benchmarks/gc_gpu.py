@@ -143,7 +143,7 @@ def main() -> int:
             run_id="proxy",
             tile_layers=batch.tile_layers.get(),
             launch_seconds=batch.layer_seconds,
-            **variant._trace_options(inputs),
+            **variant._trace_options(batch),
         )
         floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)

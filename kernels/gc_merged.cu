@@ -97,6 +97,25 @@ __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_
     }
 }
 
+// gm_sums with the weights from `stage` (indices, then weights) when `staged`, else from
+// w_idx / w_val (null: every weight is w_uniform); the branches are uniform across the block.
+template <int SRC, bool SAME_H>
+__device__ __forceinline__ void gm_sums_from(float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
+                                             const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
+                                             bool staged, const int* __restrict__ stage, const int* __restrict__ w_idx,
+                                             const float* __restrict__ w_val, float w_uniform, int width, int k,
+                                             float input_value) {
+    if (staged && !w_val)
+        gm_sums<SRC, true, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
+    else if (staged)
+        gm_sums<SRC, false, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, stage,
+                                    reinterpret_cast<const float*>(stage + k * width), w_uniform, width, k, input_value);
+    else if (!w_val)
+        gm_sums<SRC, true, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
+    else
+        gm_sums<SRC, false, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
+}
+
 // One layer: dst (R x stride) <- layer(src); adds each row's weighted non-zeros to row_count.
 // The weights come from `stage` (indices, then weights) when `staged`, else from w_idx /
 // w_val (null: every weight is w_uniform).
@@ -112,7 +131,6 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
         int r[GM_ILP], h[GM_ILP];
         float acc[GM_ILP];
         // (the branches are uniform across the block)
-        const float* stage_val = reinterpret_cast<const float*>(stage + k * width);
         // every item of a thread in one column: built for tiles of 16 rows or more (fewer are for
         // wide layers) and for sm_90 on (sm_80 would spill at the 64-register cap)
         const bool same_h = GM_SAME_COLUMN && R >= 16 && GM_THREADS % width == 0;
@@ -125,23 +143,12 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
             h[j] = item - r[j] * width;
             if (same_h) r[j] = min(r[j], R - 1);
         }
-        if (same_h) {
-            if (staged && !w_val)
-                gm_sums<SRC, true, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
-            else if (staged)
-                gm_sums<SRC, false, true>(acc, r, h, src, src_stride, width_in, valid_rows, stage, stage_val, w_uniform, width, k, input_value);
-            else if (!w_val)
-                gm_sums<SRC, true, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
-            else
-                gm_sums<SRC, false, true>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
-        } else if (staged && !w_val)
-            gm_sums<SRC, true, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
-        else if (staged)
-            gm_sums<SRC, false, false>(acc, r, h, src, src_stride, width_in, valid_rows, stage, stage_val, w_uniform, width, k, input_value);
-        else if (!w_val)
-            gm_sums<SRC, true, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
+        if (same_h)
+            gm_sums_from<SRC, true>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
+                                    k, input_value);
         else
-            gm_sums<SRC, false, false>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
+            gm_sums_from<SRC, false>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
+                                     k, input_value);
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
             if (base + j * GM_THREADS < items) {  // uniform across the warp (items and threads are multiples of 32)

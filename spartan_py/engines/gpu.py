@@ -207,5 +207,5 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         """Two activation buffers with ids, the monitor's counts."""
         return 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
 
-    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
+    def _trace_options(self, batch: DeviceBatch) -> dict:
         return {"resident_blocks_per_sm": self._grid() // self.sm_count}

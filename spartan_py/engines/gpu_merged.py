@@ -247,8 +247,8 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         last entry of ``batch.layer_seconds`` is the expansion), one at the end."""
         return len(self.chunks) + 2
 
-    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
-        return {"streamed": self.weights.streamed, "bit_inputs": input_bit_value(inputs) != 0.0}
+    def _trace_options(self, batch: MergedBatch) -> dict:
+        return {"streamed": self.weights.streamed, "bit_inputs": batch.input_value != 0.0}
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when

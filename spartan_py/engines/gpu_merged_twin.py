@@ -90,7 +90,6 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
         )
-        self._first_tile_rows = self.first_rows  # the current batch's (see _run_batch)
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         merged = self.merged.layers[layer]
@@ -100,16 +99,14 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
             rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias, clamp, row_nnz
         )
 
-    def _tile_rows(self, launch_start):
-        return self._first_tile_rows if launch_start == 0 else self.rows_per_tile
+    def _tile_rows(self, launch_start, inputs):
+        if launch_start:
+            return self.rows_per_tile
+        return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):
         # as GpuMergedEngine: binary inputs go to a first launch holding them as bits
         return {"bit_inputs": input_bit_value(inputs) != 0.0}
-
-    def _run_batch(self, inputs):
-        self._first_tile_rows = self.first_launch_tile(input_bit_value(inputs) != 0.0)[0]
-        return super()._run_batch(inputs)
 
     def _final_values(self, rows):
         return rows[:, self.merged.layers[-1].groups] if self.merged.layers else rows

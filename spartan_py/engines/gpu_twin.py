@@ -113,5 +113,5 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         twin_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz)
         return rows  # computed in place
 
-    def _tile_rows(self, launch_start):
+    def _tile_rows(self, launch_start, inputs):
         return self.rows_per_tile

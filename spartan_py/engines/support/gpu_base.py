@@ -40,9 +40,9 @@ class GpuEngineBase(Engine):
         """One batch's launch records (a kernel's trace class provides it)."""
         raise NotImplementedError
 
-    def _trace_options(self, inputs: sp.csr_matrix) -> dict:
-        """What the kernel's trace needs of the engine and the batch's input rows
-        ``inputs`` beyond the batch's counters."""
+    def _trace_options(self, batch: Any) -> dict:
+        """What the kernel's trace needs of the engine and of the batch it ran, beyond the
+        batch's counters."""
         return {}
 
     @classmethod
@@ -125,7 +125,7 @@ class GpuEngineBase(Engine):
                 run_id=run_id,
                 tile_layers=batch.tile_layers.get(),
                 launch_seconds=batch.layer_seconds,
-                **self._trace_options(part),
+                **self._trace_options(batch),
             )
             trace += transfer_records(
                 part.shape[0],
