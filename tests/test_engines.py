@@ -193,8 +193,31 @@ def test_chunk_schedule():
     assert chunk_schedule(120) == [1, 1, 1, 1, 2, 4, 8, 16, 32, 32, 22]
     assert chunk_schedule(3) == [1, 1, 1]
     assert chunk_schedule(7, 3) == [3, 3, 1]
+    assert chunk_schedule(12, "doubling", 3) == [1, 1, 1, 1, 2, 3, 3]
+    assert chunk_schedule(7, 3, 2) == [3, 3, 1]  # an explicit launch size is kept
     with pytest.raises(ValueError):
         chunk_schedule(5, 0)
+
+
+def test_one_row_tiles_take_fewer_layers_a_launch():
+    """A one-row tile reads every layer's weights once per row: its launches are capped by
+    the layers' bytes (the twin, which shares the schedule, launches as the GPU would)."""
+    from spartan_py.engines.gpu_twin import GpuTwinEngine
+    from spartan_py.engines.support.layer_plan import (
+        MAX_LAUNCH_LAYERS,
+        ONE_ROW_LAUNCH_BYTES,
+        launch_layer_cap,
+        plan_layer,
+    )
+
+    network = generate_network(16384, 24, seed=0)  # layers of 1 to 2 MB
+    plans = [plan_layer(w) for w in network.weights]
+    largest = max(plan.device_bytes for plan in plans)
+    cap = launch_layer_cap(plans, rows_per_tile=1)
+    assert cap == ONE_ROW_LAUNCH_BYTES // largest and 1 <= cap < MAX_LAUNCH_LAYERS
+    assert launch_layer_cap(plans, rows_per_tile=4) == MAX_LAUNCH_LAYERS
+    twin = GpuTwinEngine(network)
+    assert max(twin.chunks) == cap and sum(twin.chunks) == network.layers
 
 
 @pytest.mark.gpu

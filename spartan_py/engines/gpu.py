@@ -29,6 +29,7 @@ from spartan_py.engines.support.layer_plan import (
     chunk_schedule,
     gc_monitor_mode,
     kernel_shapes,
+    launch_layer_cap,
     launch_monitored,
     plan_layer,
 )
@@ -112,7 +113,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         self._device = device_name(cp)
         self.plans = [plan_layer(w) for w in network.weights]
         self.layers = [self._upload_layer(plan) for plan in self.plans]
-        self.chunks = chunk_schedule(network.layers, compact_every)
+        self.chunks = chunk_schedule(network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile))
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
             "weight": cp.asarray(

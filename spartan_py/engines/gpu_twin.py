@@ -24,6 +24,7 @@ from spartan_py.engines.support.layer_plan import (
     THREAD_CHOICES,
     RowKernelTrace,
     gc_monitor_mode,
+    launch_layer_cap,
     plan_layer,
 )
 from spartan_py.engines.support.twin_base import TwinEngine
@@ -95,6 +96,9 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             compact_every = 1  # as on the GPU: the pass needs every layer's output in memory
+        self.cols_per_thread = network.neurons // threads
+        self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
+        self.plans = [plan_layer(w) for w in network.weights]
         super().__init__(
             network,
             monitor=monitor,
@@ -102,10 +106,8 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
             max_batch_rows=max_batch_rows,
             compact_every=compact_every,
             device=f"cpu twin of gpu.gc_layer ({device_name})",
+            max_launch_layers=launch_layer_cap(self.plans, self.rows_per_tile),
         )
-        self.cols_per_thread = network.neurons // threads
-        self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
-        self.plans = [plan_layer(w) for w in network.weights]
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         plan = self.plans[layer]

@@ -27,6 +27,13 @@ DEFAULT_THREADS = 1024
 ROWS_PER_TILE: dict[int, int] = {1024: 16, 4096: 4, 16384: 1}
 #: Other tile heights built for 1024 neurons (``rows_per_tile=``).
 EXTRA_ROWS_1024 = (12, 8, 4, 2)
+#: Most layers one launch runs (the ``"doubling"`` schedule's last size).
+MAX_LAUNCH_LAYERS = 32
+#: Layer bytes one launch of the rows kernel may span when its tile is a single row. Such a
+#: tile reads every weight of every layer from L2 once per row; the blocks drift apart across
+#: a launch's layers, and once those pass about 8 MB each multiply-add costs up to 1.6x
+#: (H100; docs/performance-notes.md), so these launches take fewer layers.
+ONE_ROW_LAUNCH_BYTES = 6 * 2**20
 
 
 def kernel_shapes(threads: int) -> list[tuple[int, int]]:
@@ -35,12 +42,14 @@ def kernel_shapes(threads: int) -> list[tuple[int, int]]:
     return shapes + [(rows, 1024 // threads) for rows in EXTRA_ROWS_1024]
 
 
-def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[int]:
+def chunk_schedule(
+    layers: int, compact_every: str | int = "doubling", max_layers: int = MAX_LAUNCH_LAYERS
+) -> list[int]:
     """Layers per launch of the rows kernel; live rows are compacted after each launch.
 
     ``"doubling"``: one layer per launch for the first four layers (where most rows of a
-    sparse DNN die), then 2, 4, 8, ... layers per launch, at most 32. An integer gives
-    launches of that many layers.
+    sparse DNN die), then 2, 4, 8, ... layers per launch, at most ``max_layers``. An integer
+    gives launches of that many layers.
     """
     if isinstance(compact_every, int):
         if compact_every < 1:
@@ -53,8 +62,17 @@ def chunk_schedule(layers: int, compact_every: str | int = "doubling") -> list[i
     while sum(sizes) < layers:
         sizes.append(min(size, layers - sum(sizes)))
         if len(sizes) >= 4:
-            size = min(size * 2, 32)
+            size = min(size * 2, max(max_layers, 1))
     return sizes
+
+
+def launch_layer_cap(plans: list[LayerPlan], rows_per_tile: int) -> int:
+    """Most layers a ``"doubling"`` launch of the rows kernel takes: :data:`MAX_LAUNCH_LAYERS`,
+    or, for one-row tiles, as many of the largest layer as fit :data:`ONE_ROW_LAUNCH_BYTES`."""
+    if rows_per_tile > 1 or not plans:
+        return MAX_LAUNCH_LAYERS
+    largest = max(plan.device_bytes for plan in plans)
+    return int(min(MAX_LAUNCH_LAYERS, max(1, ONE_ROW_LAUNCH_BYTES // max(largest, 1))))
 
 
 #: Monitor modes of the gpu kernel: ``fused`` (its epilogue writes per-row, per-32-column

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.layer_plan import chunk_schedule, transfer_records
+from spartan_py.engines.support.layer_plan import MAX_LAUNCH_LAYERS, chunk_schedule, transfer_records
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
 
@@ -27,12 +27,13 @@ class TwinEngine(Engine):
         max_batch_rows: int | None,
         compact_every: str | int,
         device: str,
+        max_launch_layers: int = MAX_LAUNCH_LAYERS,
     ):
         super().__init__(network)
         self.monitor = monitor
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
-        self.chunks = chunk_schedule(network.layers, compact_every)
+        self.chunks = chunk_schedule(network.layers, compact_every, max_launch_layers)
         self._device = device
 
     @property
