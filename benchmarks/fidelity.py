@@ -39,6 +39,7 @@ from spartan_py.files import atomic_write_text
 from spartan_py.trace import read_trace, write_trace
 
 OUT = RESULTS / "fidelity"
+H100_RECORDS = (OUT / "validate-h100.trace.csv.gz").relative_to(ROOT)
 
 
 def _tables(predicted) -> dict:
@@ -114,34 +115,39 @@ def cmd_calibrate(args) -> dict:
     }
 
 
+def _h100_records(path: Path):
+    """The H100's launches of validate-h200.yaml (a kept trace; its runs are the points)."""
+    trace = read_trace(path)
+    return trace.assign(point=trace["run"])
+
+
 def cmd_predict(args) -> dict:
-    trace = read_trace(OUT / "validate-h100.trace.csv.gz")
-    trace = trace.assign(point=trace["run"])
+    trace = _h100_records(args.h100)
     machine = load_machine(args.machine)
     blind = predictions(trace, machine)
     return {
         "model": f"sim/{machine.name}.yaml as committed with this file: datasheet specs, calibration carried "
         "over from the frozen sim/h100-sxm.yaml",
         "code_commit": commit().removesuffix("+dirty"),
-        "records_from": "benchmarks/results/fidelity/validate-h100.trace.csv.gz (the launches the H100 ran; "
-        "the H200 runs the same points)",
+        "records_from": f"{args.h100} (the launches the H100 ran; the H200 runs the same points)",
         "calibration_frozen": load_machine("h100-sxm").calibration_frozen,
         **blind,
     }
 
 
 def cmd_compare(args) -> dict:
-    h100 = read_trace(OUT / "validate-h100.trace.csv.gz")
-    h100 = h100.assign(point=h100["run"])
+    h100 = _h100_records(args.h100)
     h200 = _measured(args.run_h200)
+    kept = OUT / args.keep
     if args.run_h200.is_dir():
-        write_trace(OUT / "validate-h200.trace.csv.gz", h200.drop(columns="point").assign(run=h200["point"]))
+        write_trace(kept, h200.drop(columns="point").assign(run=h200["point"]))
     blind = json.loads(Path(args.predictions).read_text())
     found = compare(h100, h200, load_machine("h100-sxm"), load_machine("h200-sxm"), blind)
     return {
         "predictions": str(args.predictions),
         "h200_device": str(h200["device"].iloc[0]),
-        "h200_trace": "benchmarks/results/fidelity/validate-h200.trace.csv.gz",
+        "h200_trace": str(kept.relative_to(ROOT)) if args.run_h200.is_dir() else str(args.run_h200),
+        "h100_trace": str(args.h100),
         "h200_blind": _tables(found.blind),
         "h200_current_model": _tables(found.now),
         "h100_all_points": _tables(found.first),
@@ -197,11 +203,15 @@ def main() -> int:
     cal.add_argument("--families", help="refit only these kernel families (comma-separated); the rest keep their fit")
     cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
+    h100_help = "the H100's launches of validate-h200.yaml at the code being predicted (a kept trace)"
     pre = sub.add_parser("predict")
     pre.add_argument("--machine", default="h200-sxm")
+    pre.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("run_h200", type=Path, help="the H200 run folder, or its kept trace")
     cmp_.add_argument("--predictions", type=Path, required=True)
+    cmp_.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)
+    cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="name of the H200 trace kept here")
     cha = sub.add_parser("challenge")
     cha.add_argument("run", type=Path, help="a run folder of experiments/graph-challenge-all.yaml")
     cha.add_argument("--stock", type=Path, help="challenge.csv whose stock-library columns to keep")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -206,6 +207,14 @@ def _cmd_run(args) -> int:
     from spartan_py.runner import load_experiment, run_experiment
 
     experiment, points = load_experiment(args.file)
+    if args.only:
+        try:
+            pattern = re.compile(args.only)
+        except re.error as exc:
+            raise SystemExit(f"--only: not a regular expression: {exc}") from None
+        points = [point for point in points if pattern.search(point.label)]
+        if not points:
+            raise SystemExit(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
     if args.check:
         print(f"{args.file}: valid; {len(points)} point{'s' if len(points) != 1 else ''}")
         for point in points:
@@ -321,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
     experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
+    experiment.add_argument("--only", metavar="REGEX", help="run only the points whose label matches (see --check)")
     experiment.add_argument("--report", action="store_true", help="write the report when done")
     experiment.add_argument(
         "--cluster",

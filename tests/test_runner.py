@@ -173,6 +173,25 @@ def test_killed_run_resumes(tmp_path):
     assert len(pd.read_csv(out / "results.csv").drop_duplicates("point")) == 6
 
 
+def test_only_runs_the_points_whose_label_matches(tmp_path):
+    """``spartan run --only REGEX`` runs the matching points; a rerun without it does the rest."""
+    path = tmp_path / "o.yaml"
+    path.write_text(
+        "name: o\nworkload: {network: generated:1024:5, layers: 4, inputs: generated:200:6}\nbackend: cpu\n"
+        "sweep:\n  grid: {workload.layers: [3, 4, 5]}\n"
+    )
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"]
+    some = subprocess.run([*command, "--only", "layers=[34]$"], env=env, capture_output=True, text=True, timeout=600)
+    assert some.returncode == 0, some.stderr
+    assert "2 points run, 0 already done" in some.stdout
+    rest = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert "1 points run, 2 already done" in rest.stdout
+    none = subprocess.run([*command, "--only", "no such label"], env=env, capture_output=True, text=True, timeout=600)
+    assert none.returncode != 0 and "no point" in none.stderr
+
+
 def test_conv_layers_points_measured_and_simulated(tmp_path):
     path = tmp_path / "conv.yaml"
     path.write_text(
