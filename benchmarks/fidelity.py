@@ -203,6 +203,10 @@ def main() -> int:
     cal.add_argument("--families", help="refit only these kernel families (comma-separated); the rest keep their fit")
     cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
+    scope_help = "the runs the figures cover, as the machine file's validation entry names them (one entry each)"
+    cal.add_argument(
+        "--scope", default="held-out points of validate-h200.yaml and calibrate-wide.yaml", help=scope_help
+    )
     h100_help = "the H100's launches of validate-h200.yaml at the code being predicted (a kept trace)"
     pre = sub.add_parser("predict")
     pre.add_argument("--machine", default="h200-sxm")
@@ -212,6 +216,7 @@ def main() -> int:
     cmp_.add_argument("--predictions", type=Path, required=True)
     cmp_.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)
     cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="name of the H200 trace kept here")
+    cmp_.add_argument("--scope", default="validate-h200.yaml", help=scope_help)
     cha = sub.add_parser("challenge")
     cha.add_argument("run", type=Path, help="a run folder of experiments/graph-challenge-all.yaml")
     cha.add_argument("--stock", type=Path, help="challenge.csv whose stock-library columns to keep")
@@ -230,18 +235,18 @@ def main() -> int:
             "compare": ("h200-sxm", payload.get("h200_blind"), True),
         }[args.command]
         device = payload.get("device") or payload.get("h200_device")
-        _set_header(
-            ROOT / "sim" / f"{machine}.yaml",
-            "validation",
-            {
-                "device": device,
-                "blind": blind,
-                "result": str(path.relative_to(ROOT)),
-                "commit": commit().removesuffix("+dirty"),
-                "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
-                "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2),
-            },
-        )
+        entry = {
+            "scope": args.scope,
+            "device": device,
+            "blind": blind,
+            "result": str(path.relative_to(ROOT)),
+            "commit": commit().removesuffix("+dirty"),
+            "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
+            "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2),
+        }
+        # an entry per scope: a new measurement of the same runs replaces its entry, others stay
+        kept = [v.model_dump() for v in load_machine(machine).validation if v.scope != args.scope]
+        _set_header(ROOT / "sim" / f"{machine}.yaml", "validation", [*kept, entry])
     print(path.relative_to(ROOT))
     return 0
 

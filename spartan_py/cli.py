@@ -131,7 +131,7 @@ def _cmd_machines(args) -> int:
                 "calibrated": fitted,
                 "carried_over": carried,
                 "validated": machine.validated,
-                "validation": machine.validation.model_dump() if machine.validation else None,
+                "validation": [v.model_dump() for v in machine.validation],
                 "status": machine.validation_summary(),
             }
         )

@@ -121,8 +121,9 @@ def test_gzipped_trace_round_trip(two_instances, tmp_path):
 
 def test_machines_say_whether_they_were_validated():
     h100, h200, a100 = (load_machine(n) for n in ("h100-sxm", "h200-sxm", "a100-sxm"))
-    assert h100.validated and not h100.validation.blind and h100.calibration_frozen
-    assert h200.validated and h200.validation.blind
+    assert h100.validated and not any(v.blind for v in h100.validation) and h100.calibration_frozen
+    assert h200.validated and all(v.blind for v in h200.validation)
+    assert all(v.scope in h200.validation_summary() for v in h200.validation)  # every set of runs is named
     assert not a100.validated and trust("a100-sxm").startswith("not validated")
     assert "does not exist" in trust("h100-sxm+hw-monitor")
     assert machine_for_device("NVIDIA H200") == "h200-sxm" and machine_for_device("NVIDIA T4 GPU") is None

@@ -76,6 +76,7 @@ class FamilyCalibration(_Frozen):
 class Validation(_Frozen):
     """How the model's predictions for a machine compared with runs measured on it."""
 
+    scope: str = Field(description="the runs these figures cover (an experiment's points, at one commit)")
     device: str = Field(description="the GPU measured, as the CUDA runtime names it")
     blind: bool = Field(description="true when the calibration used saw no measurement of this machine")
     result: str = Field(description="the committed result file with the figures, relative to the repository")
@@ -99,7 +100,9 @@ class Machine(_Frozen):
     calibration_frozen: str | None = Field(
         None, description="the commit and traces the calibration was fitted on, once frozen (no refit after)"
     )
-    validation: Validation | None = None
+    validation: list[Validation] = Field(
+        [], description="one entry per set of runs measured here and compared with the model's predictions"
+    )
     specs: Specs
     sources: dict[str, str]
     calibration: dict[str, FamilyCalibration] = {}
@@ -107,20 +110,21 @@ class Machine(_Frozen):
     @property
     def validated(self) -> bool:
         """Whether predictions for this machine were checked against measurements on it."""
-        return self.validation is not None
+        return bool(self.validation)
 
     def validation_summary(self) -> str:
-        """``validated (...)`` with the error figures, or ``not validated (...)`` in words."""
-        v = self.validation
-        if v is None:
+        """``validated (...)`` with each set of runs' error figures, or ``not validated (...)`` in words."""
+        if not self.validation:
             carried = any(family.records == 0 for family in self.calibration.values())  # carry_over fits none
             why = "calibration carried over from another GPU" if carried else "no measurement on it"
             return f"not validated ({why}): what-if estimates"
-        how = "blind" if v.blind else "fitted here"
-        return (
-            f"validated ({how}, {v.device}): whole runs within {v.whole_run_error_pct:.1f}%, per-launch median "
-            f"error at most {v.per_launch_median_error_pct:.1f}% per family ({v.result})"
-        )
+        parts = [
+            f"{v.scope} ({'blind' if v.blind else 'fitted here'}, {v.device}): whole runs within "
+            f"{v.whole_run_error_pct:.1f}%, per-launch median error at most {v.per_launch_median_error_pct:.1f}% "
+            f"per family ({v.result})"
+            for v in self.validation
+        ]
+        return "validated: " + "; ".join(parts)
 
     @model_validator(mode="after")
     def _every_spec_has_a_source(self):
