@@ -211,10 +211,10 @@ def _cmd_run(args) -> int:
         try:
             pattern = re.compile(args.only)
         except re.error as exc:
-            raise SystemExit(f"--only: not a regular expression: {exc}") from None
+            raise InputError(f"--only: not a regular expression: {exc}") from None
         points = [point for point in points if pattern.search(point.label)]
         if not points:
-            raise SystemExit(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
+            raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
     if args.check:
         print(f"{args.file}: valid; {len(points)} point{'s' if len(points) != 1 else ''}")
         for point in points:

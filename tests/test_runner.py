@@ -189,7 +189,7 @@ def test_only_runs_the_points_whose_label_matches(tmp_path):
     rest = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert "1 points run, 2 already done" in rest.stdout
     none = subprocess.run([*command, "--only", "no such label"], env=env, capture_output=True, text=True, timeout=600)
-    assert none.returncode != 0 and "no point" in none.stderr
+    assert none.returncode == 2 and "no point" in none.stderr
 
 
 def test_conv_layers_points_measured_and_simulated(tmp_path):
