@@ -115,14 +115,8 @@ def cmd_calibrate(args) -> dict:
     }
 
 
-def _h100_records(path: Path):
-    """The H100's launches of validate-h200.yaml (a kept trace; its runs are the points)."""
-    trace = read_trace(path)
-    return trace.assign(point=trace["run"])
-
-
 def cmd_predict(args) -> dict:
-    trace = _h100_records(args.h100)
+    trace = _measured(args.h100)
     machine = load_machine(args.machine)
     blind = predictions(trace, machine)
     return {
@@ -136,7 +130,7 @@ def cmd_predict(args) -> dict:
 
 
 def cmd_compare(args) -> dict:
-    h100 = _h100_records(args.h100)
+    h100 = _measured(args.h100)
     h200 = _measured(args.run_h200)
     kept = OUT / args.keep
     if args.run_h200.is_dir():
@@ -207,7 +201,7 @@ def main() -> int:
     cal.add_argument(
         "--scope", default="held-out points of validate-h200.yaml and calibrate-wide.yaml", help=scope_help
     )
-    h100_help = "the H100's launches of validate-h200.yaml at the code being predicted (a kept trace)"
+    h100_help = "the H100's launches of validate-h200.yaml at the code being predicted (a kept trace or run folder)"
     pre = sub.add_parser("predict")
     pre.add_argument("--machine", default="h200-sxm")
     pre.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)

@@ -8,6 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment in which ``python -m spartan_py`` runs this checkout's package."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
 DATA = Path(os.environ.get("SPARTAN_GC_DATA", ROOT.parent / "shared" / "data" / "graph-challenge"))
 
 

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, checkout_env
 
 
 def spartan(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run(
-        [sys.executable, "-m", "spartan_py", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+        [sys.executable, "-m", "spartan_py", *args],
+        capture_output=True,
+        text=True,
+        env=checkout_env(),
+        cwd=cwd,
+        timeout=600,
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from spartan_py.config.validate import ConfigError
 from spartan_py.errors import InputError
 from spartan_py.report import write_report
 from spartan_py.runner import load_experiment, run_experiment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, checkout_env
 
 BAD = ROOT / "tests" / "data" / "bad-experiments"
 SMALL = """\
@@ -146,6 +145,11 @@ def test_report_needs_a_run_folder(tmp_path):
         write_report(tmp_path)
 
 
+def _run_command(path, out) -> tuple[list[str], dict[str, str]]:
+    """``spartan run FILE --out OUT --quiet`` as a subprocess of this checkout: command and environment."""
+    return [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"], checkout_env()
+
+
 def test_killed_run_resumes(tmp_path):
     """Kill the runner after its first point; a second start finishes the rest, none twice."""
     path = tmp_path / "k.yaml"
@@ -154,8 +158,7 @@ def test_killed_run_resumes(tmp_path):
         "sweep:\n  grid: {workload.layers: [4, 5, 6, 7, 8, 9]}\n"
     )
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"]
+    command, env = _run_command(path, out)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and len(list((out / "points").glob("*.json"))) < 1:
@@ -181,8 +184,7 @@ def test_only_runs_the_points_whose_label_matches(tmp_path):
         "sweep:\n  grid: {workload.layers: [3, 4, 5]}\n"
     )
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "spartan_py", "run", str(path), "--out", str(out), "--quiet"]
+    command, env = _run_command(path, out)
     some = subprocess.run([*command, "--only", "layers=[34]$"], env=env, capture_output=True, text=True, timeout=600)
     assert some.returncode == 0, some.stderr
     assert "2 points run, 0 already done" in some.stdout
