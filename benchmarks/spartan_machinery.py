@@ -361,8 +361,8 @@ def _other_candidates(cp, timer, a, w, c, profile, label, density, common, recor
     m, k = a.shape
     n = w.shape[1]
     out = {}
-    packed = compact_rows(a, profile.row_nnz)
-    t_gather = timer(lambda: compact_rows(a, profile.row_nnz))
+    packed = compact_rows(a, profile.row_nnz, live=profile.live_rows)
+    t_gather = timer(lambda: compact_rows(a, profile.row_nnz, live=profile.live_rows))
     t_live = timer(lambda: dense_matmul(packed.values, w)) if packed.live else {"median_us": 0.0}
     part = dense_matmul(packed.values, w) if packed.live else None
 

@@ -162,15 +162,57 @@ __global__ void __launch_bounds__(256) epilogue(const float* __restrict__ z, con
     if constexpr (COUNT) epilogue_counts(packed, warp_rows, M, N, TR, TC, tile_nnz, row_part, s_share);
 }
 
-// Compaction scatter of live rows: rows with keep[r] != 0 go to position pos[r] (an
-// exclusive scan of keep). One block per row.
-__global__ void scatter_rows(const float* __restrict__ a, const int* __restrict__ keep, const int* __restrict__ pos,
-                             float* __restrict__ packed, int* __restrict__ ids, int N) {
-    const int r = blockIdx.x;
-    if (!keep[r]) return;
-    const int p = pos[r];
-    if (threadIdx.x == 0) ids[p] = r;
-    for (int c = threadIdx.x; c < N; c += blockDim.x) packed[(size_t)p * N + c] = a[(size_t)r * N + c];
+__device__ __forceinline__ int warp_sum(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Live rows of an M-row matrix in three launches and no host round trip (the caller knows
+// how many rows are live from the monitor's scalars, or reads the sum of block_live).
+// Both listing kernels take a row per thread, blocks of up to 1024 threads (a multiple of 32).
+// count_live_rows: block_live[b] = rows with counts[r] > 0 among block b's rows.
+// list_live_rows: block b adds the blocks before it and writes the ids of its live rows in
+// order (ids[p] = r). gather_rows: packed row p = row ids[p] of a (one block per live row;
+// VEC4 when N is a multiple of 4, the rows then 16-byte aligned).
+__global__ void __launch_bounds__(1024) count_live_rows(const int* __restrict__ counts, int M, int* __restrict__ block_live) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const int live = __syncthreads_count(r < M && counts[r] > 0);
+    if (threadIdx.x == 0) block_live[blockIdx.x] = live;
+}
+
+__global__ void __launch_bounds__(1024) list_live_rows(const int* __restrict__ counts, int M,
+                                                       const int* __restrict__ block_live, int* __restrict__ ids) {
+    __shared__ int partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    int before = 0;
+    for (int b = threadIdx.x; b < (int)blockIdx.x; b += blockDim.x) before += block_live[b];
+    before = warp_sum(before);
+    if (lane == 0) partial[warp] = before;
+    __syncthreads();
+    before = 0;
+    for (int w = 0; w < warps; ++w) before += partial[w];  // every thread: the rows listed before this block
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = r < M && counts[r] > 0;
+    const unsigned int mask = __ballot_sync(0xffffffffu, live);
+    __syncthreads();  // partial is reused for the warps' live counts
+    if (lane == 0) partial[warp] = __popc(mask);
+    __syncthreads();
+    int offset = before;
+    for (int w = 0; w < warp; ++w) offset += partial[w];
+    if (live) ids[offset + __popc(mask & ((1u << lane) - 1u))] = r;
+}
+
+template <bool VEC4>
+__global__ void gather_rows(const float* __restrict__ a, const int* __restrict__ ids, float* __restrict__ packed,
+                            int N) {
+    const size_t src = (size_t)ids[blockIdx.x] * N, dst = (size_t)blockIdx.x * N;
+    if (VEC4) {
+        const float4* from = reinterpret_cast<const float4*>(a + src);
+        float4* to = reinterpret_cast<float4*>(packed + dst);
+        for (int c = threadIdx.x; c < N / 4; c += blockDim.x) to[c] = from[c];
+    } else {
+        for (int c = threadIdx.x; c < N; c += blockDim.x) packed[dst + c] = a[src + c];
+    }
 }
 
 // Packed tile data: data[p, i, j] = a[tr * TR + i, tc * TC + j] (zero outside the matrix),
@@ -198,10 +240,6 @@ __global__ void move_tiles(float* __restrict__ a, const int* __restrict__ coords
 // (tile row, tile col), col_index[p] = tile col, row_ptr[r] = tiles before row r,
 // row_ptr[tiles_m] = all of them. Launch list_tile_rows with max(1, ceil(tiles_m / 32))
 // blocks of 1024 threads. The output buffers hold tiles_m * tiles_n entries.
-__device__ __forceinline__ int warp_sum(int v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __global__ void count_tile_rows(const int* __restrict__ counts, int tiles_m, int tiles_n, int* __restrict__ row_count) {
     const int lane = threadIdx.x & 31;
@@ -292,6 +330,8 @@ __global__ void profile_scalars(const int* __restrict__ tile_nnz, int tiles, con
 EPILOGUE_INSTANCE(0)
 EPILOGUE_INSTANCE(1)
 EPILOGUE_INSTANCE(2)
+template __global__ void gather_rows<false>(const float*, const int*, float*, int);
+template __global__ void gather_rows<true>(const float*, const int*, float*, int);
 template __global__ void move_tiles<false>(float*, const int*, float*, int, int, int, int);
 template __global__ void move_tiles<true>(float*, const int*, float*, int, int, int, int);
 #endif

@@ -141,6 +141,14 @@ def test_compaction_round_trips(xp):
     assert np.array_equal(host(expand_rows(rows)), a)
     given = compact_rows(dev, xp.asarray(np.count_nonzero(a, axis=1).astype(np.int32)))
     assert np.array_equal(host(given.values), host(rows.values))
+    # several listing blocks (1024 rows each), rows of a multiple of 4 (the vectorised gather),
+    # the live count given as the monitor's scalars give it
+    big = np.zeros((3000, 64), np.float32)
+    keep = np.random.default_rng(3).random(3000) < 0.3
+    big[keep] = np.random.default_rng(4).random((int(keep.sum()), 64), dtype=np.float32) + 1
+    known = compact_rows(xp.asarray(big), live=int(keep.sum()))
+    assert np.array_equal(host(known.ids), np.flatnonzero(keep))
+    assert np.array_equal(host(known.values), big[keep])
     for tile in ((16, 16), (128, 32), (8, 64)):
         tiles = compact_tiles(dev, tile)
         counts = brute_tile_counts(a, TileShape.of(tile))

@@ -23,8 +23,9 @@ _FREE = {
     "kernel": {
         "launch_us": (0.0, 50.0, 3.0),
         "compute_efficiency": (0.005, 1.0, 0.3),
-        "memory_efficiency": (0.05, 1.0, 0.7),
+        "memory_efficiency": (0.5, 1.0, 0.7),
         "step_overhead_us": (0.0, 200.0, 1.0),
+        "wave_overhead_us": (0.0, 200.0, 1.0),
         "weight_load_cost": (0.0, 16.0, 0.5),
         "saturating_warps": (1.0, 64.0, 4.0),
     },
@@ -35,6 +36,7 @@ _FIXED = {
     "compute_efficiency": 1.0,
     "memory_efficiency": 1.0,
     "step_overhead_us": 0.0,
+    "wave_overhead_us": 0.0,
     "weight_load_cost": 0.0,
     "overlap": 1.0,
     "saturating_warps": 0.0,
@@ -149,6 +151,7 @@ def carry_over(calibrated: Machine, target: Machine) -> Machine:
             update={
                 "launch_us": params.launch_us,
                 "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
+                "wave_overhead_us": round(params.wave_overhead_us * clock_ratio, 6),
                 "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
                 "records": 0,
                 "fit_median_error_pct": None,

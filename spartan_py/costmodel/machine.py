@@ -53,6 +53,12 @@ class FamilyCalibration(_Frozen):
     compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
     step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
+    wave_overhead_us: float = Field(
+        0.0,
+        ge=0,
+        description="per work item, once: a block's start and finish (its rows in and out, per-launch tables), "
+        "bound by latency on the chip, not by DRAM bandwidth",
+    )
     overlap: float = Field(
         1.0,
         ge=0,

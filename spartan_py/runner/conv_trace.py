@@ -52,8 +52,8 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     timed(listing, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
     timed(tiled, lambda: tile_sparse_matmul(a, w, tiles, precision=precision, out=out))
     gather, live_gemm, expand = policy.records("row_compact", m, k, n, **counts)
-    packed = compact_rows(a, counted.row_nnz)
-    timed(gather, lambda: compact_rows(a, counted.row_nnz))
+    packed = compact_rows(a, counted.row_nnz, live=live)
+    timed(gather, lambda: compact_rows(a, counted.row_nnz, live=live))
     if packed.live:
         part = dense_matmul(packed.values, w, precision=precision)
         timed(live_gemm, lambda: dense_matmul(packed.values, w, precision=precision, out=part))

@@ -1,11 +1,12 @@
 """The compaction engine: live rows and non-zero tiles of an activation matrix, and back.
 
-On the GPU each compaction is count, scan and scatter on the device: the counts come from
-the monitor (or a counting pass when none is given), an exclusive scan gives every kept row
-or tile its position, and a kernel of ``kernels/spartan_tiles.cu`` scatters it there. Rows:
-``cupy.cumsum`` and one host read of the total, to size the packed rows. Tiles: one
-single-block kernel (count, block scan, scatter) into buffers with room for every tile, so
-listing them needs no host round trip. On the CPU the same steps run in NumPy.
+On the GPU each compaction is count, scan and move on the device: the counts come from
+the monitor (or a counting pass when none is given), a scan gives every kept row or tile its
+position, and a kernel of ``kernels/spartan_tiles.cu`` moves it there. Rows: three launches
+(live rows per block of 1024, their ids in order, the gather of the rows) and no host round
+trip when the caller passes the live-row count it already has (else one host read of it, to
+size the packed rows). Tiles: two launches into buffers with room for every tile, so listing
+them needs no host round trip. On the CPU the same steps run in NumPy.
 
 Example::
 
@@ -52,36 +53,40 @@ class CompactTiles:
     data: Any
 
 
-def _exclusive_scan(flags):
-    """(positions, total) of an exclusive scan of 0/1 flags (total read on the host)."""
-    xp = array_module(flags)
-    inclusive = xp.cumsum(flags, dtype=xp.int32)
-    total = int(inclusive[-1]) if inclusive.size else 0
-    return inclusive - flags, total
-
-
-def compact_rows(a, row_nnz=None) -> CompactRows:
+def compact_rows(a, row_nnz=None, *, live: int | None = None) -> CompactRows:
     """The rows of ``a`` with a non-zero (``row_nnz``: per-row counts from the monitor, else
-    counted here)."""
+    counted here). ``live``: how many there are, when the caller knows (the monitor's
+    scalars); on the GPU it saves the one host read that sizes the packed rows, and is
+    trusted (checked on the CPU)."""
     a = as_matrix(a, "a")
     xp = array_module(a)
     m, n = a.shape
     counts = xp.count_nonzero(a, axis=1) if row_nnz is None else xp.asarray(row_nnz)
     if counts.shape != (m,):
         raise InputError(f"row_nnz has shape {tuple(counts.shape)}; expected ({m},)")
-    keep = (counts > 0).astype(xp.int32)
     if not is_gpu_array(a):
-        ids = np.flatnonzero(keep).astype(np.int32)
+        ids = np.flatnonzero(counts > 0).astype(np.int32)
+        if live is not None and live != ids.size:
+            raise InputError(f"live = {live}, but {ids.size} rows have a non-zero")
         return CompactRows(ids, a[ids], m)
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
+    from spartan_py.sparsity.gpu_kernels import LIVE_ROWS_PER_BLOCK, tile_kernels
 
-    pos, total = _exclusive_scan(keep)
+    kernels = tile_kernels(cupy.cuda.Device().id)
+    counts = cupy.ascontiguousarray(counts, dtype=cupy.int32)
+    a = cupy.ascontiguousarray(a, dtype=cupy.float32)
+    blocks = max(-(-m // LIVE_ROWS_PER_BLOCK), 1)
+    block_live = cupy.zeros(blocks, dtype=cupy.int32)
+    if m:
+        kernels["count_live_rows"]((blocks,), (LIVE_ROWS_PER_BLOCK,), (counts, np.int32(m), block_live))
+    total = int(block_live.sum()) if live is None else int(live)
     ids = cupy.empty(total, dtype=cupy.int32)
     values = cupy.empty((total, n), dtype=cupy.float32)
     if total:
-        tile_kernels(cupy.cuda.Device().id)["scatter_rows"]((m,), (128,), (a, keep, pos, values, ids, np.int32(n)))
+        kernels["list_live_rows"]((blocks,), (LIVE_ROWS_PER_BLOCK,), (counts, np.int32(m), block_live, ids))
+        gather = kernels["gather_rows_vec4" if n % 4 == 0 else "gather_rows"]
+        gather((total,), (128,), (a, ids, values, np.int32(n)))
     return CompactRows(ids, values, m)
 
 

@@ -15,6 +15,8 @@ F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
 EPILOGUE_THREADS = 256
+#: Rows (one a thread) each block of the live-row listing kernels covers.
+LIVE_ROWS_PER_BLOCK = 1024
 #: Rows of each warp's 16 whose input an epilogue block stages in shared memory by cp.async
 #: (``EPI_STAGED_ROWS`` in ``kernels/spartan_tiles.cu``; the other 4 go to registers), and the
 #: dynamic shared memory that takes (``EPILOGUE_SHARED_BYTES``): 8 warps x 12 rows x 128
@@ -42,7 +44,9 @@ def tile_kernels(device_id: int) -> dict:
 
     names = {f"epilogue_{mode}": f"epilogue<{code}>" for mode, code in EPILOGUE_MODES.items()}
     names |= {"pack_tiles": "move_tiles<false>", "unpack_tiles": "move_tiles<true>"}
-    names |= {name: name for name in ("scatter_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")}
+    names |= {"gather_rows": "gather_rows<false>", "gather_rows_vec4": "gather_rows<true>"}
+    listing = ("count_live_rows", "list_live_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")
+    names |= {name: name for name in listing}
     module = cupy.RawModule(
         code=kernel_source("spartan_tiles.cu"),
         options=("-std=c++17", "-DSPARTAN_TILES_NO_EXPLICIT_INSTANCES"),

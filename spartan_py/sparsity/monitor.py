@@ -306,18 +306,21 @@ def _run_fused(z, bias, clamp, y, tile: TileShape):
         row_nnz = np.empty(m, dtype=np.int32)
         cpu_kernels.epilogue_fused(z, bias, np.float32(clamp), y, tile.rows, tile.cols, tile_nnz, row_nnz)
         return tile_nnz, row_nnz
-    return _gpu_counts("fused", z, bias, clamp, y, tile)
+    return _gpu_counts("fused", z, bias, clamp, y, tile)[:2]
 
 
 def _gpu_counts(mode: str, z, bias, clamp, y, tile: TileShape):
+    """(tile counts, row counts, the one int32 buffer holding both) of the epilogue kernel of
+    ``mode`` (one buffer, so that the software monitor copies it to the host in one go)."""
     import cupy
 
     m, n = z.shape
     _check_gpu_shape(n, tile)
     tm, tn = tile.grid((m, n))
     chunks = epilogue_grid(m, n)[0]
-    tile_nnz = cupy.empty((tm, tn), dtype=cupy.int32)
-    row_part = cupy.empty((m, chunks), dtype=cupy.int32)
+    counts = cupy.empty(tm * tn + m * chunks, dtype=cupy.int32)
+    tile_nnz = counts[: tm * tn].reshape(tm, tn)
+    row_part = counts[tm * tn :].reshape(m, chunks)
     args = (
         z,
         bias,
@@ -331,7 +334,7 @@ def _gpu_counts(mode: str, z, bias, clamp, y, tile: TileShape):
         row_part,
     )
     launch_epilogue(mode, m, n, args)
-    return tile_nnz, (row_part[:, 0] if chunks == 1 else row_part)
+    return tile_nnz, (row_part[:, 0] if chunks == 1 else row_part), counts
 
 
 def software_pass(y, tile: TileShape, timed: bool):
@@ -346,17 +349,20 @@ def software_pass(y, tile: TileShape, timed: bool):
     import cupy
     import cupyx
 
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record()
-    tile_dev, row_dev = _gpu_counts("count", y, y, 0.0, y, tile)
-    tile_host = cupyx.empty_pinned(tile_dev.shape, dtype=np.int32)
-    row_host = cupyx.empty_pinned(row_dev.shape, dtype=np.int32)
-    tile_dev.get(out=tile_host, blocking=False)
-    row_dev.get(out=row_host, blocking=False)
-    stop.record()
-    stop.synchronize()  # the host round trip: the counts are on the host from here on
-    seconds = cupy.cuda.get_elapsed_time(start, stop) / 1e3 if timed else None
-    return np.asarray(tile_host), np.asarray(row_host), seconds
+    events = (cupy.cuda.Event(), cupy.cuda.Event()) if timed else None
+    if events is not None:
+        events[0].record()
+    tile_dev, row_dev, counts = _gpu_counts("count", y, y, 0.0, y, tile)
+    landed = cupyx.empty_pinned(counts.shape, dtype=np.int32)
+    counts.get(out=landed, blocking=False)  # one copy of both counts: the fewest host calls
+    if events is not None:
+        events[1].record()
+    cupy.cuda.get_current_stream().synchronize()  # the host round trip: the counts are on the host from here on
+    seconds = cupy.cuda.get_elapsed_time(*events) / 1e3 if events is not None else None
+    host = np.asarray(landed)
+    tile_host = host[: tile_dev.size].reshape(tile_dev.shape)
+    row_host = host[tile_dev.size :].reshape(row_dev.shape[0], -1)
+    return tile_host, (row_host[:, 0] if row_dev.ndim == 1 else row_host), seconds
 
 
 def _timed(work, like, *, lazy: bool = False):

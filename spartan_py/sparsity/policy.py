@@ -377,7 +377,10 @@ class KernelPolicy:
         if kernel == "row_compact":
             from spartan_py.sparsity.compaction import compact_rows
 
-            rows = compact_rows(a, profile.row_nnz if fresh and profile is not None else None)
+            if fresh and profile is not None:
+                rows = compact_rows(a, profile.row_nnz, live=profile.live_rows)
+            else:
+                rows = compact_rows(a)
             c = xp.zeros((a.shape[0], w.shape[1]), dtype=xp.float32) if out is None else out
             if out is not None:
                 c[...] = 0
