@@ -183,6 +183,40 @@ def test_calibration_finds_saturating_warps_from_above():
         calibrate(trace, h100, source="synthetic", families=("gpu.gc_layer",))
 
 
+def test_block_start_and_shared_staging_terms():
+    """``wave_overhead_us`` costs each wave once, whatever its layers; ``shared_step_us``
+    costs each layer of a wave in proportion to the share of SMs busy (L2 staging they
+    share): a launch that fills half the SMs pays half of it."""
+    h100 = load_machine("h100-sxm")
+    sms = h100.specs.sm_count
+    base = dict(launch_us=0.0, compute_efficiency=1.0, memory_efficiency=1.0, source="test")
+    rows = pd.DataFrame(
+        {
+            "kernel": "gpu.gc_merged",
+            "variant": "",
+            "rows_in": [sms * 16, sms * 8, sms * 64],
+            "blocks": [sms, sms // 2, sms * 4],
+            "block_rows": 16,
+            "block_threads": 1024,
+            "block_shared_bytes": 150_000,  # one block per SM
+            "resident_blocks_per_sm": 1,
+            "fused_layers": [4, 4, 1],
+            "executed_macs": 0,
+            "bytes_read": 0,
+            "bytes_written": 0,
+        }
+    )
+
+    def body(**terms):
+        machine = h100.model_copy(update={"calibration": {"gpu.gc_merged": FamilyCalibration(**base, **terms)}})
+        return predict(rows, machine)["predicted_us"].to_numpy()
+
+    assert body(wave_overhead_us=7.0) == pytest.approx([7.0, 7.0, 28.0])  # 1, 1 and 4 waves
+    assert body(shared_step_us=2.0) == pytest.approx([8.0, 4.0, 8.0])  # layers x 2 x share busy x waves
+    with pytest.raises(ValueError):
+        FamilyCalibration(**base, wave_overhead_us=-1.0)
+
+
 def test_write_calibration_keeps_the_rest(tmp_path):
     path = tmp_path / "a40.yaml"
     shutil.copy(sim_folder() / "a40.yaml", path)

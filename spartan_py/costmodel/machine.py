@@ -53,6 +53,12 @@ class FamilyCalibration(_Frozen):
     compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
     memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
     step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
+    shared_step_us: float = Field(
+        0.0,
+        ge=0,
+        description="per work item and fused layer, at every SM busy (scaled by the share busy): staging "
+        "through L2, which the busy SMs share",
+    )
     wave_overhead_us: float = Field(
         0.0,
         ge=0,

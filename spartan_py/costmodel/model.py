@@ -143,7 +143,9 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         per_item = np.where(
             geometry, executed * reuse / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0
         )
-        steps = rows["fused_layers"].to_numpy(float) * params.step_overhead_us + params.wave_overhead_us
+        busy = resident / (specs.sm_count * np.maximum(per_sm, 1))  # share of the SMs staging at once
+        step = params.step_overhead_us + params.shared_step_us * busy
+        steps = rows["fused_layers"].to_numpy(float) * step + params.wave_overhead_us
         compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
         note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"
