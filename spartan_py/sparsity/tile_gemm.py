@@ -127,7 +127,8 @@ def tile_sparse_matmul(
         tiles = tile_list(tile_counts(a, tile), a.shape, tile)
     if tuple(tiles.shape) != tuple(a.shape):
         raise InputError(f"the tile list describes a {tiles.shape} matrix, but A is {tuple(a.shape)}")
-    if is_gpu_array(a) != is_gpu_array(tiles.coords):
+    # row_ptr, not coords: coords reads the tile count from the device (a host round trip)
+    if is_gpu_array(a) != is_gpu_array(tiles.row_ptr):
         raise InputError("the tile list must live on the same device as A")
     if is_gpu_array(a):
         return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule)
