@@ -6,7 +6,8 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     hidden    = overlap x (1 - 1 / co-resident blocks per SM)
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
     compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
-                         + fused_layers x step_overhead + wave_overhead)
+                         + fused_layers x (step_overhead + shared_step x share of SMs busy)
+                         + wave_overhead)
     rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))   (a "balanced" record, whose blocks
                 are work items spread evenly: at least 1, not rounded up)
@@ -21,8 +22,9 @@ memory than the machine allows cannot run (NaN, with the reason in ``note``). Co
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
 its own memory time; co-resident blocks hide each other's, up to ``overlap`` (default 1,
 not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the
-two efficiencies, ``step_overhead``, ``wave_overhead`` (a block's fixed start and finish, on
-the chip: its rows in and out of a launch), ``weight_load_cost`` and ``saturating_warps`` (an SM
+two efficiencies, ``step_overhead``, ``shared_step`` (a layer's staging through L2, which
+the busy SMs share), ``wave_overhead`` (a block's fixed start and finish, on the chip: its rows
+in and out of a launch), ``weight_load_cost`` and ``saturating_warps`` (an SM
 with fewer resident warps issues too few instructions to reach the rate: blocks of one
 warp, as the tile GEMM's 16-row instances) are fitted per kernel family and machine, and
 per compiled instance for the layer kernels (:mod:`spartan_py.costmodel.calibrate`);

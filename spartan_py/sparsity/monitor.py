@@ -360,9 +360,7 @@ def software_pass(y, tile: TileShape, timed: bool):
     cupy.cuda.get_current_stream().synchronize()  # the host round trip: the counts are on the host from here on
     seconds = cupy.cuda.get_elapsed_time(*events) / 1e3 if events is not None else None
     host = np.asarray(landed)
-    tile_host = host[: tile_dev.size].reshape(tile_dev.shape)
-    row_host = host[tile_dev.size :].reshape(row_dev.shape[0], -1)
-    return tile_host, (row_host[:, 0] if row_dev.ndim == 1 else row_host), seconds
+    return host[: tile_dev.size].reshape(tile_dev.shape), host[tile_dev.size :].reshape(row_dev.shape), seconds
 
 
 def _timed(work, like, *, lazy: bool = False):
