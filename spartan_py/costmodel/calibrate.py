@@ -1,8 +1,9 @@
 """Fit a machine's free cost-model parameters to measured traces (SciPy least squares).
 
 Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
-``memory_efficiency``, ``step_overhead_us``, ``weight_load_cost`` and ``saturating_warps`` (fewer for copies
-and syncs; ``overlap`` keeps its default, see :mod:`spartan_py.costmodel.model`). The fit
+``memory_efficiency`` (0.5 or more), ``step_overhead_us``, ``shared_step_us``,
+``wave_overhead_us``, ``weight_load_cost``, ``saturating_warps`` and ``overlap`` (fewer for
+copies and syncs; see :mod:`spartan_py.costmodel.model`). The fit
 minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
 that a few noisy short launches do not dominate).
 """
@@ -29,6 +30,7 @@ _FREE = {
         "shared_step_us": (0.0, 200.0, 1.0),
         "weight_load_cost": (0.0, 16.0, 0.5),
         "saturating_warps": (1.0, 64.0, 4.0),
+        "overlap": (0.0, 1.0, 1.0),
     },
     "memory": {"launch_us": (0.0, 500.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},

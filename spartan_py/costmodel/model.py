@@ -20,8 +20,10 @@ kernel was launched with (``resident_blocks_per_sm``: registers limit it); a blo
 memory than the machine allows cannot run (NaN, with the reason in ``note``). Copies cost
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
-its own memory time; co-resident blocks hide each other's, up to ``overlap`` (default 1,
-not fitted: our kernels run one block per SM, so no trace constrains it). ``launch``, the
+its own memory time; co-resident blocks hide each other's, up to ``overlap`` (fitted, from
+1: our kernels run one block per SM, so their traces hardly constrain it); a library's
+launch, whose records carry no geometry (cuBLAS, cuSPARSE: they pick their own tiling and run
+many blocks per SM), hides ``overlap`` of it, which its fit decides. ``launch``, the
 two efficiencies, ``step_overhead``, ``shared_step`` (a layer's staging through L2, which
 the busy SMs share), ``wave_overhead`` (a block's fixed start and finish, on the chip: its rows
 in and out of a launch), ``weight_load_cost`` and ``saturating_warps`` (an SM
@@ -156,6 +158,8 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         bad = too_big | np.isnan(np.full(n, rate))
         compute = np.where(bad, np.nan, compute)
     hidden = params.overlap * (1 - 1 / np.maximum(per_sm, 1))
+    if family.unit != "memory":  # a library's launch (no geometry: cuBLAS, cuSPARSE) runs many blocks per SM
+        hidden = np.where(rows["blocks"].to_numpy(float) > 0, hidden, params.overlap)
     body = np.maximum(compute, memory) + (1 - hidden) * np.minimum(compute, memory)
     predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")
