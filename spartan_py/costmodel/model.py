@@ -123,7 +123,7 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
     note = np.full(n, "", dtype=object)
     rate = unit_rate_per_sm(machine, family) * params.compute_efficiency / 1e6  # MACs per microsecond per SM
     if family.unit == "memory":
-        compute, waves, per_sm = np.zeros(n), np.zeros(n), np.zeros(n)
+        compute, waves, per_sm, hidden = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     else:
         shared = rows["block_shared_bytes"].to_numpy(float)
         threads = np.maximum(rows["block_threads"].to_numpy(float), 1)
@@ -157,9 +157,8 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
             note[:] = f"{machine.name} has no {family.unit} unit"
         bad = too_big | np.isnan(np.full(n, rate))
         compute = np.where(bad, np.nan, compute)
-    hidden = params.overlap * (1 - 1 / np.maximum(per_sm, 1))
-    if family.unit != "memory":  # a library's launch (no geometry: cuBLAS, cuSPARSE) runs many blocks per SM
-        hidden = np.where(rows["blocks"].to_numpy(float) > 0, hidden, params.overlap)
+        # a library's launch (no geometry: cuBLAS, cuSPARSE) runs many blocks per SM
+        hidden = params.overlap * np.where(geometry, 1 - 1 / np.maximum(per_sm, 1), 1.0)
     body = np.maximum(compute, memory) + (1 - hidden) * np.minimum(compute, memory)
     predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")
