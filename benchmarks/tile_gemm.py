@@ -4,7 +4,9 @@ For each conv-layer GEMM shape of the Spartan sweep and each tile density, after
 every product against cuBLAS, the kernels take turns (an L2 flush before each):
 
 - dense cuBLAS, FP32 and TF32;
-- this project's tile-sparse GEMM, FP32 and TF32 (the tile list timed apart);
+- this project's tile-sparse GEMM, FP32 and TF32 (the tile list timed apart), and the FP32
+  kernel listing its tiles from the monitor's counts in its own launch, in the schedule the
+  policy's records give it (what the policy runs);
 - cuSPARSE Blocked-ELL SpMM with 32- and 64-wide blocks in FP32, and 32-wide in FP16
   (float32 accumulation; TF32 is not among the library's Blocked-ELL types), the
   conversion from the dense activations timed apart;
@@ -35,12 +37,14 @@ from spartan_py.sparsity import (
     DEFAULT_TF32_GEMM_TILE,
     KernelPolicy,
     SparsityMonitor,
+    TileCounts,
     coarsen_counts,
     dense_matmul,
     tile_list,
     tile_sparse_matmul,
 )
 from spartan_py.sparsity.blocked_ell import blocked_ell_matmul, to_blocked_ell
+from spartan_py.sparsity.policy import tile_gemm_schedule
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
 
@@ -72,6 +76,11 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
     pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
     a, profile = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False).epilogue(pre, out=pre)
     tiles = tile_list(profile.tile_nnz, a.shape, GEMM_TILE)
+    own = TileCounts(a.shape, GEMM_TILE, profile.tile_nnz)
+    nnz, active, live = policy.profile_counts(profile)
+    own_schedule = tile_gemm_schedule(
+        policy.records("tile_sparse", m, k, n, nnz=nnz, tiles_active=active, live_rows=live)[-1]
+    )
     tf32_tiles = tile_list(
         coarsen_counts(profile.tile_nnz, profile.tile, DEFAULT_TF32_GEMM_TILE), a.shape, DEFAULT_TF32_GEMM_TILE
     )
@@ -85,6 +94,7 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
         assert error <= tolerance, f"{label} d={density} {name}: max error {error:.2e} of the largest output"
 
     check("tile_fp32", tile_sparse_matmul(a, w, tiles, out=c), 1e-4)
+    check("tile_fp32_counts", tile_sparse_matmul(a, w, own, schedule=own_schedule, out=c), 1e-4)
     check("tile_tf32", tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c), 3e-3)
     bell = {}
     for name, block, dtype in BELL_VARIANTS:
@@ -101,6 +111,7 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
         "cublas_fp32": lambda i: dense_matmul(a, w, out=c),
         "cublas_tf32": lambda i: dense_matmul(a, w, precision="tf32", out=c),
         "tile_fp32": lambda i: tile_sparse_matmul(a, w, tiles, out=c),
+        "tile_fp32_counts": lambda i: tile_sparse_matmul(a, w, own, schedule=own_schedule, out=c),
         "tile_tf32": lambda i: tile_sparse_matmul(a, w, tf32_tiles, precision="tf32", out=c),
         "tile_list": lambda i: tile_list(profile.tile_nnz, a.shape, GEMM_TILE),
         "adaptive": lambda i: policy.run(policy.choose(profile, n), a, w, profile, out=c),
@@ -133,6 +144,8 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
         row[f"{name}_with_convert_us"] = us[name] + us[name + "_convert"]
     row["tile_fp32_over_floor"] = us["tile_fp32"] / floors["floor"]
     row["tile_fp32_with_list_over_floor"] = (us["tile_fp32"] + us["tile_list"]) / floors["floor"]
+    row["tile_fp32_counts_schedule"] = own_schedule
+    row["tile_fp32_counts_over_floor"] = us["tile_fp32_counts"] / floors["floor"]
     row["tile_tf32_over_floor"] = us["tile_tf32"] / floors_tf32["floor"]
     row["adaptive_kernel"] = decision.kernel
     row["adaptive_over_floor"] = us["adaptive"] / floors["floor"]
@@ -161,15 +174,17 @@ def markdown(result: Path) -> str:
     rows = json.loads(result.read_text())["sweep"]
     lines = [
         "| layer | tile density | cuBLAS FP32 | cuBLAS TF32 | Blocked-ELL 32 (TF32-level) | + conversion "
-        "| tile FP32 + list | floor | tile / floor | policy pick | pick, decision included | bars |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| tile FP32 + list | tile FP32 from counts | floor | from counts / floor | policy pick "
+        "| pick, decision included | bars |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for r in rows:
         bars = ("yes" if r["bar_speedup_or_floor"] else "no") + " / " + ("yes" if r["bar_baselines"] else "no")
         lines.append(
             f"| {r['layer']} | {r['tile_density']:.2f} | {r['cublas_fp32_us']:.0f} | {r['cublas_tf32_us']:.0f} "
             f"| {r['bell32_fp32_us']:.0f} | {r['bell32_fp32_with_convert_us']:.0f} "
-            f"| {r['tile_fp32_us'] + r['tile_list_us']:.0f} | {r['floor_us']:.0f} | {r['tile_fp32_over_floor']:.2f} "
+            f"| {r['tile_fp32_us'] + r['tile_list_us']:.0f} | {r['tile_fp32_counts_us']:.0f} | {r['floor_us']:.0f} "
+            f"| {r['tile_fp32_counts_over_floor']:.2f} "
             f"| {r['adaptive_kernel']} | {r['adaptive_us']:.0f} | {bars} |"
         )
     return "\n".join(lines)
@@ -206,7 +221,8 @@ def main() -> int:
             rows.append(row)
             log(
                 f"{label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} "
-                f"(+list {row['tile_list_us']:.0f}), bell32 {row['bell32_fp32_us']:.0f} "
+                f"(+list {row['tile_list_us']:.0f}; from counts {row['tile_fp32_counts_us']:.0f}), "
+                f"bell32 {row['bell32_fp32_us']:.0f} "
                 f"(+conv {row['bell32_fp32_convert_us']:.0f}), bell32 fp16 {row['bell32_fp16_us']:.0f}, "
                 f"floor {row['floor_us']:.0f}; policy {row['adaptive_kernel']} {row['adaptive_us']:.0f} us "
                 f"(bars: {row['bar_speedup_or_floor']}, {row['bar_baselines']})"

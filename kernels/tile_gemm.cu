@@ -4,6 +4,10 @@
 // The tile list is CSR over row blocks of BM rows: row block rb multiplies the k-tiles
 // k_tiles[row_ptr[rb] .. row_ptr[rb + 1]) of TK columns each (TK a multiple of BK); any
 // other part of its rows is zero and is never read. A row block with no tiles writes zeros.
+// The *_counts kernels take the monitor's per-tile counts instead (counts[rb * (K / TK) + j]
+// for tile (rb, j) of BM x TK) and list each row block's non-zero tiles themselves, in the
+// same launch: tile_gemm_f32_counts per output block into shared memory,
+// tile_gemm_f32_balanced_counts for all row blocks before a grid barrier.
 // Requirements (checked by the Python wrapper): K % TK == 0, N % BN == 0, pointers 16-byte
 // aligned; M is free (rows past M read as zero and are not stored).
 //
@@ -109,21 +113,22 @@ __device__ __forceinline__ void f32_write_patch(float* __restrict__ C, const flo
     }
 }
 
+// One output block (row block blockIdx.y, column block blockIdx.x) of the tiles schedule:
+// its row block's k-tiles are tiles[0 .. count) (global or shared memory).
 template <int BM, int BN, int BK>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32(
-    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
-    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
+__device__ __forceinline__ void f32_output_block(const float* __restrict__ A, const float* __restrict__ W,
+                                                 float* __restrict__ C, int M, int N, int K, const int* tiles, int count,
+                                                 int TK) {
     __shared__ __align__(16) float As[2][BK][BM];
     __shared__ __align__(16) float Ws[2][BK][BN];
 
     const int tid = threadIdx.x;
     const int tx = tid % (BN / 8), ty = tid / (BN / 8);
-    const int rb = blockIdx.y, m0 = rb * BM, n0 = blockIdx.x * BN;
-    const int first = row_ptr[rb];
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int sub_steps = TK / BK;
-    const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+    const int steps = count * sub_steps;
     // the next step's k: its tile in the list and the step within that tile (no division per step)
-    const int* tile_at = k_tiles + first;
+    const int* tile_at = tiles;
     int k_sub = 0;
     auto k_next = [&]() {
         const int k0 = *tile_at * TK + k_sub * BK;
@@ -149,6 +154,57 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) t
     f32_write_patch<BM, BN>(C, acc, M, N, m0, n0, tx, ty);
 }
 
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
+    const int first = row_ptr[blockIdx.y];
+    f32_output_block<BM, BN, BK>(A, W, C, M, N, K, k_tiles + first, row_ptr[blockIdx.y + 1] - first, TK);
+}
+
+// The tile list built inside the GEMM from the monitor's counts (no list launch before it).
+// counts[rb * (K / TK) + j] are the non-zeros of A's tile (rb, j) of BM x TK: row block rb's
+// non-zero tiles, in order, are found by a block-wide ballot and written to list; returns
+// how many. Every thread of the block calls it (it ends with a barrier).
+#define COUNTS_MAX_K_TILES 1024      // the tiles schedule's list in shared memory (K <= 1024 TK)
+#define COUNTS_MAX_ROW_BLOCKS 2048   // the balanced schedule's row pointers in shared memory
+
+template <int THREADS>
+__device__ __forceinline__ int block_list_tiles(const int* __restrict__ counts_row, int k_tiles, int* list) {
+    constexpr int WARPS = (THREADS + 31) / 32;
+    constexpr unsigned LANES = THREADS >= 32 ? 0xffffffffu : (1u << THREADS) - 1u;
+    __shared__ int warp_live[WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int listed = 0;
+    for (int base = 0; base < k_tiles; base += THREADS) {
+        const int j = base + tid;
+        const bool live = j < k_tiles && counts_row[j] > 0;
+        const unsigned mask = __ballot_sync(LANES, live);
+        if (lane == 0) warp_live[warp] = __popc(mask);
+        __syncthreads();
+        int before = listed, after = listed;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            before += w < warp ? warp_live[w] : 0;
+            after += warp_live[w];
+        }
+        if (live) list[before + __popc(mask & ((1u << lane) - 1u))] = j;
+        listed = after;
+        __syncthreads();  // warp_live is written again; the list is complete
+    }
+    return listed;
+}
+
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_counts(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ counts, int TK) {
+    __shared__ int list[COUNTS_MAX_K_TILES];
+    const int k_tiles = K / TK;
+    const int count = block_list_tiles<(BM / 8) * (BN / 8)>(counts + (size_t)blockIdx.y * k_tiles, k_tiles, list);
+    f32_output_block<BM, BN, BK>(A, W, C, M, N, K, list, count, TK);
+}
+
 // tile_gemm_f32_balanced: the same product with the work split evenly over a grid that fits
 // the GPU at once (stream-K). The steps of all (row block, column block) outputs, in row-block
 // order, form one sequence; block b of P takes steps [total * b / P, total * (b + 1) / P),
@@ -163,7 +219,7 @@ struct StepCursor {  // where a step lies: row block, column block, step within 
     int rb, cb, s;
 };
 
-__device__ __forceinline__ StepCursor locate_step(int i, const int* __restrict__ row_ptr, int row_blocks, int sub, int ncb) {
+__device__ __forceinline__ StepCursor locate_step(int i, const int* row_ptr, int row_blocks, int sub, int ncb) {
     const int tile = i / (sub * ncb);  // index of the step's tile in the list
     int lo = 0, hi = row_blocks - 1;                    // last row block starting at or before it
     while (lo < hi) {
@@ -184,11 +240,27 @@ __device__ __forceinline__ void store_release(int* p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-template <int BM, int BN, int BK>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_balanced(
-    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
-    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
-    float* __restrict__ partial, int* __restrict__ flags) {
+// Where the balanced body finds the k-tile of the t-th listed tile (row block rb): in the
+// tile list (CSR order), or in rows padded to the row's k-tile count (built from counts).
+struct ListedTiles {
+    const int* k_tiles;
+    __device__ __forceinline__ int operator()(int, int t, const int*) const { return k_tiles[t]; }
+};
+struct PaddedTiles {
+    // written by this launch before the grid barrier, whose acquire makes plain loads see it
+    // (not through the read-only path: no const, no __restrict__; __ldcg cost 3-4% at density 0.5)
+    int* k_pad;
+    int k_tiles;
+    __device__ __forceinline__ int operator()(int rb, int t, const int* row_ptr) const {
+        return k_pad[(size_t)rb * k_tiles + (t - row_ptr[rb])];
+    }
+};
+
+template <int BM, int BN, int BK, class Tiles>
+__device__ __forceinline__ void f32_balanced_body(const float* __restrict__ A, const float* __restrict__ W,
+                                                  float* __restrict__ C, int M, int N, int K, const int* row_ptr,
+                                                  Tiles k_of, int TK, int row_blocks, int min_steps,
+                                                  float* __restrict__ partial, int* __restrict__ flags) {
     constexpr int THREADS = F32Step<BM, BN, BK>::THREADS;
     constexpr int PATCH4 = 16;  // float4 per thread in a partial sum
     __shared__ __align__(16) float As[2][BK][BM];
@@ -243,7 +315,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) t
     f32_clear(acc);
     F32Step<BM, BN, BK> next;
     auto load_next = [&](float (*Ws)[BN]) {
-        next.load(A, W, M, N, K, ld_rb * BM, ld_cb * BN, k_tiles[ld_tile] * TK + ld_sub * BK, Ws, tid);
+        next.load(A, W, M, N, K, ld_rb * BM, ld_cb * BN, k_of(ld_rb, ld_tile, row_ptr) * TK + ld_sub * BK, Ws, tid);
         if (++ld_sub == sub) { ld_sub = 0; ++ld_tile; }
         if (--ld_left == 0) {
             next_output(ld_rb, ld_cb);
@@ -313,6 +385,85 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) t
             out_at[2] = 1;
         }
     }
+}
+
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_balanced(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
+    float* __restrict__ partial, int* __restrict__ flags) {
+    f32_balanced_body<BM, BN, BK>(A, W, C, M, N, K, row_ptr, ListedTiles{k_tiles}, TK, row_blocks, min_steps, partial,
+                                  flags);
+}
+
+// Every block of the launch waits here until all have arrived (they are all resident: the
+// host caps the grid at the occupancy). barrier[0] counts arrivals and is left zero;
+// barrier[1] is a generation, raised by the last to arrive.
+__device__ __forceinline__ void grid_barrier(unsigned* barrier) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned generation = (unsigned)load_acquire(reinterpret_cast<const int*>(barrier + 1));
+        __threadfence();
+        if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
+            atomicExch(barrier, 0u);
+            __threadfence();
+            atomicAdd(barrier + 1, 1u);
+        } else {
+            while ((unsigned)load_acquire(reinterpret_cast<const int*>(barrier + 1)) == generation) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// row_ptr[0 .. n] = exclusive sums of count[0 .. n) (n + 1 entries), by one block.
+template <int THREADS>
+__device__ __forceinline__ void block_row_pointers(const int* count, int n, int* row_ptr) {
+    constexpr int WARPS = (THREADS + 31) / 32;
+    constexpr unsigned LANES = THREADS >= 32 ? 0xffffffffu : (1u << THREADS) - 1u;
+    __shared__ int warp_sum_of[WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int per = (n + THREADS - 1) / THREADS, lo = min(n, tid * per), hi = min(n, lo + per);
+    int mine = 0;
+    for (int i = lo; i < hi; ++i) mine += __ldcg(count + i);
+    int scan = mine;  // inclusive over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(LANES, scan, o);
+        if (lane >= o) scan += up;
+    }
+    if (lane == 31 || tid == THREADS - 1) warp_sum_of[warp] = scan;
+    __syncthreads();
+    int before = scan - mine;
+    for (int w = 0; w < warp; ++w) before += warp_sum_of[w];
+    for (int i = lo; i < hi; ++i) {
+        row_ptr[i] = before;
+        before += __ldcg(count + i);
+    }
+    if (tid == THREADS - 1) row_ptr[n] = before;
+    __syncthreads();
+}
+
+// The balanced schedule from the monitor's counts in one launch: each block lists some row
+// blocks' tiles (k_pad, padded rows; row_count), a grid barrier, then each block sums the
+// row counts into row pointers of its own (shared memory) and runs the balanced body.
+// row_blocks <= COUNTS_MAX_ROW_BLOCKS.
+template <int BM, int BN, int BK>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_balanced_counts(
+    const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
+    const int* __restrict__ counts, int TK, int row_blocks, int min_steps, float* __restrict__ partial,
+    int* __restrict__ flags, int* __restrict__ k_pad, int* __restrict__ row_count, unsigned* __restrict__ barrier) {
+    constexpr int THREADS = (BM / 8) * (BN / 8);
+    __shared__ int row_ptr[COUNTS_MAX_ROW_BLOCKS + 1];
+    const int k_tiles = K / TK;
+    for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
+        const int listed = block_list_tiles<THREADS>(counts + (size_t)rb * k_tiles, k_tiles, k_pad + (size_t)rb * k_tiles);
+        if (threadIdx.x == 0) row_count[rb] = listed;
+    }
+    grid_barrier(barrier);
+    block_row_pointers<THREADS>(row_count, row_blocks, row_ptr);
+    f32_balanced_body<BM, BN, BK>(A, W, C, M, N, K, row_ptr, PaddedTiles{k_pad, k_tiles}, TK, row_blocks, min_steps,
+                                  partial, flags);
 }
 
 #define TC_BM 128
@@ -432,7 +583,12 @@ __global__ void __launch_bounds__(256) tile_gemm_tf32(const float* __restrict__ 
     template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, const int*,       \
                                                         const int*, int);                                                  \
     template __global__ void tile_gemm_f32_balanced<BM, BN, 16>(const float*, const float*, float*, int, int, int,          \
-                                                                 const int*, const int*, int, int, int, float*, int*);
+                                                                 const int*, const int*, int, int, int, float*, int*);     \
+    template __global__ void tile_gemm_f32_counts<BM, BN, 16>(const float*, const float*, float*, int, int, int,            \
+                                                               const int*, int);                                           \
+    template __global__ void tile_gemm_f32_balanced_counts<BM, BN, 16>(const float*, const float*, float*, int, int, int,   \
+                                                                        const int*, int, int, int, float*, int*, int*,    \
+                                                                        int*, unsigned*);
 TILE_GEMM_F32_INSTANCE(128, 128)
 TILE_GEMM_F32_INSTANCE(128, 64)
 TILE_GEMM_F32_INSTANCE(64, 128)

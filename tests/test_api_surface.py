@@ -45,8 +45,12 @@ def test_tile_gemm_takes_what_compact_tiles_returns():
     packed = sp.compact_tiles(a, (16, 16))
     assert np.allclose(sp.tile_sparse_matmul(a, w, packed), a @ w, atol=1e-5)
     assert np.allclose(sp.tile_sparse_matmul(a, w, packed.tiles), a @ w, atol=1e-5)
-    with pytest.raises(sp.InputError, match="TileList, a CompactTiles or None"):
+    counts = sp.TileCounts(a.shape, (16, 16), sp.sparsity.tile_counts(a, 16))
+    assert np.allclose(sp.tile_sparse_matmul(a, w, counts), a @ w, atol=1e-5)
+    with pytest.raises(sp.InputError, match="TileList, TileCounts, CompactTiles or None"):
         sp.tile_sparse_matmul(a, w, [(1, 2)])
+    with pytest.raises(sp.InputError, match=r"do not fit a \(64, 64\) matrix"):
+        sp.TileCounts(a.shape, (16, 16), np.zeros((3, 4), np.int32))
 
 
 @pytest.mark.parametrize(

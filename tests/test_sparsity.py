@@ -14,6 +14,7 @@ from spartan_py.sparsity import (
     KernelPolicy,
     LayerProfile,
     SparsityMonitor,
+    TileCounts,
     TileShape,
     coarsen_counts,
     compact_rows,
@@ -203,7 +204,7 @@ def test_balanced_schedule_writes_every_output_once(tile, tile_density, n):
     once, whatever the blocks' share of steps; its flags are left zero for the next launch."""
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import _BALANCE_FLAGS
+    from spartan_py.sparsity.gpu_kernels import _STREAM_WORDS
     from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul
 
     a = sparse_matrix(m=1000, k=512, tile_density=tile_density, seed=3)  # 1000: a last row block in part
@@ -217,7 +218,65 @@ def test_balanced_schedule_writes_every_output_once(tile, tile_density, n):
             _gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", c, schedule="balanced", min_steps=min_steps)
             assert np.allclose(host(c), reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max()), min_steps
         assert matmul_error(c, a, w)["max_rel"] < 1e-5
-    assert all(int(flags.sum()) == 0 for flags in _BALANCE_FLAGS.values())
+    assert all(int(flags.sum()) == 0 for (name, *_), flags in _STREAM_WORDS.items() if name == "flags")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(128, 32), (64, 32), (64, 16), (16, 32)])
+@pytest.mark.parametrize("tile_density", [0.0, 0.02, 0.3, 1.0])
+@pytest.mark.parametrize("schedule", ["tiles", "balanced"])
+def test_kernels_listing_from_counts_match_the_listed_ones(tile, tile_density, schedule):
+    """The FP32 kernels that list A's tiles from the counts in their own launch against the
+    kernels reading a tile list: the same steps in the same order one output a block (the
+    tiles schedule: bitwise equal), every output written (the output starts as NaN), launch
+    after launch (the grid barrier leaves its count zero for the next)."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import _STREAM_WORDS
+    from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul
+
+    a = sparse_matrix(m=1000, k=512, tile_density=tile_density, seed=7)
+    a_dev = cupy.asarray(a)
+    counts = tile_counts(a_dev, tile)
+    tiles, own = tile_list(counts, a.shape, tile), TileCounts(a.shape, tile, counts)
+    for n in (192, 256):
+        w = np.random.default_rng(n).standard_normal((512, n)).astype(np.float32)
+        w_dev = cupy.asarray(w)
+        listed = host(_gpu_tile_matmul(a_dev, w_dev, tiles, "fp32", None, schedule=schedule))
+        for min_steps in (1, 4, 1000) if schedule == "balanced" else (4,):
+            c = cupy.full((1000, n), cupy.nan, dtype=cupy.float32)
+            for _ in range(2):
+                _gpu_tile_matmul(a_dev, w_dev, own, "fp32", c, schedule=schedule, min_steps=min_steps)
+                if schedule == "tiles":
+                    assert np.array_equal(host(c), listed)
+                else:  # the grids may differ (occupancy), and with them the order partial sums are added
+                    assert np.allclose(host(c), listed, rtol=1e-5, atol=1e-5 * np.abs(listed).max()), min_steps
+            assert matmul_error(c, a, w)["max_rel"] < 1e-5
+    assert all(int(words[0]) == 0 for (name, *_), words in _STREAM_WORDS.items() if name == "barrier")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule, shape", [("tiles", (64, 16 * 1100)), ("balanced", (16 * 2100, 64))])
+def test_counts_past_the_kernels_lists_are_listed_first(schedule, shape):
+    """Past the in-launch lists' room (1024 k-tiles a row block for ``tiles``, 2048 row
+    blocks for ``balanced``) the counts are listed by a launch of their own: still exact."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import COUNTS_MAX_K_TILES, COUNTS_MAX_ROW_BLOCKS
+    from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, lists_own_tiles
+
+    tile = TileShape(16, 16)
+    grid = tile.grid(shape)
+    assert grid[1] > COUNTS_MAX_K_TILES or grid[0] > COUNTS_MAX_ROW_BLOCKS
+    assert not lists_own_tiles("fp32", schedule, *grid)
+    rng = np.random.default_rng(8)
+    a = np.where(rng.random(shape) < 0.01, rng.random(shape), 0).astype(np.float32)
+    w = rng.standard_normal((shape[1], 64)).astype(np.float32)
+    a_dev = cupy.asarray(a)
+    c = _gpu_tile_matmul(
+        a_dev, cupy.asarray(w), TileCounts(shape, tile, tile_counts(a_dev, tile)), "fp32", None, schedule=schedule
+    )
+    assert matmul_error(c, a, w)["max_rel"] < 1e-5
 
 
 @pytest.mark.gpu
@@ -233,9 +292,12 @@ def test_tile_list_and_gemm_read_nothing_back(precision):
     tile = default_gemm_tile(precision)
     a = cupy.asarray(sparse_matrix(m=512, k=256, tile_density=0.3, seed=5))
     w = cupy.asarray(np.random.default_rng(6).standard_normal((256, 128)).astype(np.float32))
-    tiles = tile_list(tile_counts(a, tile), a.shape, tile)
+    counts = tile_counts(a, tile)
+    tiles = tile_list(counts, a.shape, tile)
     c = tile_sparse_matmul(a, w, tiles, precision=precision)
     assert not tiles._count, "the tile count was read back"
+    assert matmul_error(c, host(a), host(w))["max_rel"] < (1e-5 if precision == "fp32" else 3e-3)
+    c = tile_sparse_matmul(a, w, TileCounts(a.shape, tile, counts), precision=precision)
     assert matmul_error(c, host(a), host(w))["max_rel"] < (1e-5 if precision == "fp32" else 3e-3)
 
 
@@ -244,10 +306,16 @@ def test_fp32_instances_fit_their_launch_bounds():
     """Every FP32 instance fits at least the blocks per SM the policy assumes."""
     import cupy
 
-    from spartan_py.sparsity.gpu_kernels import F32_SHAPES, f32_block_threads, f32_blocks_per_sm, gemm_kernels
+    from spartan_py.sparsity.gpu_kernels import (
+        F32_KERNELS,
+        F32_SHAPES,
+        f32_block_threads,
+        f32_blocks_per_sm,
+        gemm_kernels,
+    )
 
     kernels = gemm_kernels(cupy.cuda.Device().id)
-    for schedule in ("fp32", "fp32-balanced"):
+    for schedule in F32_KERNELS:
         for bm, bn, bk in F32_SHAPES:
             kernel = kernels[(schedule, bm, bn, bk)]
             fit = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
@@ -345,8 +413,9 @@ def test_policy_follows_the_model():
     assert all(np.isfinite(list(sparse.values()))) and set(sparse) == set(KERNEL_CHOICES)
     assert sparse["tile_sparse"] < 0.1 * sparse["dense"]
     assert dense["tile_sparse"] > 0.9 * dense["dense"]
-    full = _profile(np.full((256 // tile[0], 128 // tile[1]), tile[0] * tile[1] // 2), tile, (256, 128))
-    decision = policy.choose(full, 64)
+    # every tile live: no fewer multiply-adds than cuBLAS's, at a lower rate
+    full = _profile(np.full((4096 // tile[0], 1024 // tile[1]), tile[0] * tile[1] // 2), tile, (4096, 1024))
+    decision = policy.choose(full, 256)
     assert decision.kernel == "dense" and "h100-sxm" in decision.reason
     assert policy.choose(None, 64).kernel == "dense"
     mostly_empty = np.zeros((m // tile[0], k // tile[1]), np.int32)
@@ -381,13 +450,22 @@ def test_tile_gemm_schedule_follows_the_grid_and_the_model_spreads_balanced_work
     assert fp32_schedule(98, 2, 264) == "balanced"  # 196 outputs: under one wave
     assert fp32_schedule(729, 2, 264) == "tiles"  # 1458 outputs: 5.5 waves
     assert fp32_schedule(BALANCED_BELOW_WAVES * 264, 1, 264) == "tiles"
+    # with the steps known: 2.6 waves of 5.5 steps a resident block run as tiles, under one
+    # wave or with 55 steps a block balanced
+    assert fp32_schedule(338, 3, 396, steps=2190) == "tiles"
+    assert fp32_schedule(98, 4, 396, steps=1128) == "balanced"
+    assert fp32_schedule(338, 3, 396, steps=21900) == "balanced"
     m, k, n = 12544, 2304, 256  # ResNet-18 conv4_x at batch 64: 98 x 2 outputs
     counts = dict(nnz=1000, tiles_active=705, live_rows=m, tile=TileShape(128, 32))
-    tiles = candidate_records("tile_sparse", m, k, n, **counts)[1]
-    balanced = candidate_records("tile_sparse", m, k, n, resident_blocks=264, **counts)[1]
-    assert (tiles.variant, tiles.blocks) == ("", 98 * 2)
+    (tiles,) = candidate_records("tile_sparse", m, k, n, **counts)  # FP32 lists its own tiles: one launch
+    (balanced,) = candidate_records("tile_sparse", m, k, n, resident_blocks=264, **counts)
+    assert [r.kernel for r in candidate_records("tile_sparse", m, k, n, precision="tf32", **counts)] == [
+        "gpu.list_tiles",
+        "gpu.tile_gemm.tf32",
+    ]
+    assert (tiles.variant, tiles.blocks) == ("counts", 98 * 2)
     assert (balanced.variant, balanced.blocks) == (
-        "balanced",
+        "balanced-counts",
         705 * 2 * 2,
     )  # BK-steps: 2 per 32-column tile, 2 column blocks
     assert balanced.executed_macs == tiles.executed_macs

@@ -136,7 +136,11 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)
         waves = blocks / (specs.sm_count * np.maximum(per_sm, 1))
         # a balanced launch spreads its work items evenly over the resident blocks: no last partial wave
-        balanced = (rows["variant"] == "balanced").to_numpy() if "variant" in rows else np.zeros(n, bool)
+        balanced = (
+            rows["variant"].fillna("").astype(str).str.startswith("balanced").to_numpy()
+            if "variant" in rows
+            else np.zeros(n, bool)
+        )
         waves = np.where(geometry, np.where(balanced, np.maximum(waves, 1), np.ceil(waves)), 0)
         # a partial wave moves its bytes at the share of bandwidth its resident blocks get
         resident = np.minimum(blocks, specs.sm_count * np.maximum(per_sm, 1))

@@ -3,8 +3,8 @@
 The cost model is calibrated and validated on single launches, so this times each launch
 of each candidate on its own (CUDA events, warm-up, L2 flush; the median of ``repeats``)
 and attaches the time to that launch's trace record (the smaller of two such medians): the
-dense cuBLAS GEMM, the tile list
-and the tile-sparse GEMM, the row compaction's gather, GEMM and expansion, the CSR
+dense cuBLAS GEMM, the tile-sparse
+GEMM (and its tile list where that is a launch of its own), the row compaction's gather, GEMM and expansion, the CSR
 conversion and cuSPARSE SpMM (FP32 only), and the epilogue without the monitor, with the
 fused monitor, and the software monitor's separate counting pass.
 """
@@ -15,11 +15,22 @@ from dataclasses import replace
 
 import numpy as np
 
-from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
+from spartan_py.costmodel.families import EPILOGUE, LIST_TILES, MONITOR_PASS
 from spartan_py.trace import TraceRecord
 
 #: Densities at or under which the CSR candidate is timed (cuSPARSE is hopeless above).
 CSR_MAX_DENSITY = 0.3
+
+
+def tile_operand(tile_records: list[TraceRecord], tiles, tile_nnz):
+    """What the tile GEMM of ``tile_records`` (the policy's ``tile_sparse`` records) is
+    given: the tile list ``tiles`` where a list launch precedes it, else the counts it lists
+    itself (``tile_nnz`` at ``tiles``' tile)."""
+    from spartan_py.sparsity import TileCounts
+
+    if any(record.kernel == LIST_TILES for record in tile_records):
+        return tiles
+    return TileCounts(tiles.shape, tiles.tile, tile_nnz)
 
 
 def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecord]:
@@ -32,6 +43,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
 
     from spartan_py.sparsity import compact_rows, dense_matmul, tile_list, tile_sparse_matmul
     from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
+    from spartan_py.sparsity.policy import tile_gemm_schedule
 
     m, k = a.shape
     n = w.shape[1]
@@ -48,9 +60,14 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
 
     (dense,) = policy.records("dense", m, k, n, **counts)
     timed(dense, lambda: dense_matmul(a, w, precision=precision, out=out))
-    listing, tiled = policy.records("tile_sparse", m, k, n, **counts)
-    timed(listing, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
-    timed(tiled, lambda: tile_sparse_matmul(a, w, tiles, precision=precision, out=out))
+    tile_records = policy.records("tile_sparse", m, k, n, **counts)
+    operand = tile_operand(tile_records, tiles, counted.tile_nnz)
+    for record in tile_records:
+        if record.kernel == LIST_TILES:
+            timed(record, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
+        else:
+            schedule = tile_gemm_schedule(record)
+            timed(record, lambda: tile_sparse_matmul(a, w, operand, precision=precision, schedule=schedule, out=out))
     gather, live_gemm, expand = policy.records("row_compact", m, k, n, **counts)
     packed = compact_rows(a, counted.row_nnz, live=live)
     timed(gather, lambda: compact_rows(a, counted.row_nnz, live=live))

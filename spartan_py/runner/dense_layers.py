@@ -101,8 +101,10 @@ def _predict_us(records: list[TraceRecord], machine: str) -> float:
 def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:
     """One layer: its profile, utilization, kernel times and the policy's choice; plus the
     trace records of the kernels the policy's choice launched."""
+    from spartan_py.costmodel.families import LIST_TILES
+    from spartan_py.runner.conv_trace import tile_operand
     from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
-    from spartan_py.sparsity.policy import Decision
+    from spartan_py.sparsity.policy import Decision, tile_gemm_schedule
     from spartan_py.sparsity.tiles import counts_utilization, tile_counts
 
     workload = config.workload
@@ -152,23 +154,33 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         policy.records(kernel, m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live)
         for kernel in (decision.kernel, "dense", "tile_sparse")
     )
+    # the tile GEMM lists its own tiles (FP32) or a list launch precedes it (TF32)
+    list_records = [r for r in tile_records if r.kernel == LIST_TILES]
+    gemm_records = [r for r in tile_records if r.kernel != LIST_TILES]
+    operand = tile_operand(tile_records, tiles, counted.tile_nnz)
     if clock is None:  # simulated: the cost model's times on machines[0]
         machine = config.machines[0]
         row |= {
             "dense_us": _predict_us(dense_records, machine),
-            "tile_sparse_us": _predict_us(tile_records[1:], machine),
-            "tile_list_us": _predict_us(tile_records[:1], machine),
+            "tile_sparse_us": _predict_us(gemm_records, machine),
+            "tile_list_us": _predict_us(list_records, machine) if list_records else 0.0,
             "chosen_us": _predict_us(chosen_records, machine),
             "monitor_us": float("nan"),
         }
     else:
         row["dense_us"] = clock(lambda: dense_matmul(a, w, precision=policy.precision, out=c))
-        row["tile_sparse_us"] = clock(lambda: tile_sparse_matmul(a, w, tiles, precision=policy.precision, out=c))
-        row["tile_list_us"] = clock(lambda: tile_list(counted.tile_nnz, a.shape, tile))
+        schedule = tile_gemm_schedule(gemm_records[0])
+        row["tile_sparse_us"] = clock(
+            lambda: tile_sparse_matmul(a, w, operand, precision=policy.precision, schedule=schedule, out=c)
+        )
+        row["tile_list_us"] = clock(lambda: tile_list(counted.tile_nnz, a.shape, tile)) if list_records else 0.0
         row["chosen_us"] = clock(lambda: policy.run(decision, a, w, profile, out=c))
         row["monitor_us"] = profile.monitor_seconds * 1e6 if profile is not None else 0.0
         # launches timed on their own carry their time (row compaction and CSR were timed whole)
-        own = {"dense": [row["dense_us"]], "tile_sparse": [row["tile_list_us"], row["tile_sparse_us"]]}
+        own = {
+            "dense": [row["dense_us"]],
+            "tile_sparse": [row["tile_list_us"]] * len(list_records) + [row["tile_sparse_us"]],
+        }
         if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
             chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
     if config.trace == "all" and clock is not None and xp is not np:

@@ -40,7 +40,7 @@ from spartan_py.sparsity.tile_gemm import (
     round_to_tf32,
     tile_sparse_matmul,
 )
-from spartan_py.sparsity.tiles import TileList, TileShape, coarsen_counts, tile_counts, tile_utilization
+from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape, coarsen_counts, tile_counts, tile_utilization
 
 __all__ = [
     "DEFAULT_GEMM_TILE",
@@ -57,6 +57,7 @@ __all__ = [
     "LayerProfile",
     "MlpRun",
     "SparsityMonitor",
+    "TileCounts",
     "TileList",
     "TileShape",
     "blocked_ell_matmul",

@@ -13,6 +13,12 @@ EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
 TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
+#: Limits of the FP32 kernels that list their tiles from the monitor's counts in the same
+#: launch (``COUNTS_MAX_K_TILES``, ``COUNTS_MAX_ROW_BLOCKS`` in ``kernels/tile_gemm.cu``):
+#: a row block's list in shared memory (the ``tiles`` schedule) and every row block's
+#: pointer in shared memory (``balanced``).
+COUNTS_MAX_K_TILES = 1024
+COUNTS_MAX_ROW_BLOCKS = 2048
 EPILOGUE_ROWS = EPILOGUE_COLS = 128
 EPILOGUE_THREADS = 256
 #: Rows (one a thread) each block of the live-row listing kernels covers.
@@ -67,14 +73,28 @@ def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:
     kernel(epilogue_grid(m, n), (EPILOGUE_THREADS,), args, shared_mem=EPILOGUE_SHARED_BYTES)
 
 
+#: The FP32 tile GEMM's kernels by (schedule, where its tile list comes from): the ``tiles``
+#: and ``balanced`` schedules reading a tile list, and the same two listing the tiles from
+#: the monitor's counts in the same launch.
+F32_KERNELS = {
+    "fp32": "tile_gemm_f32",
+    "fp32-balanced": "tile_gemm_f32_balanced",
+    "fp32-counts": "tile_gemm_f32_counts",
+    "fp32-balanced-counts": "tile_gemm_f32_balanced_counts",
+}
+
+
 @functools.cache
 def gemm_kernels(device_id: int) -> dict:
-    """{("fp32", BM, BN, BK), ("fp32-balanced", BM, BN, BK) or ("tf32",): RawKernel} for the
-    tile-sparse GEMM."""
+    """{(kind, BM, BN, BK) or ("tf32",): RawKernel} for the tile-sparse GEMM; kind is one of
+    :data:`F32_KERNELS`' keys."""
     import cupy
 
-    names: dict[tuple, str] = {("fp32", *shape): "tile_gemm_f32<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
-    names |= {("fp32-balanced", *shape): "tile_gemm_f32_balanced<{}, {}, {}>".format(*shape) for shape in F32_SHAPES}
+    names: dict[tuple, str] = {
+        (kind, *shape): f"{name}<{{}}, {{}}, {{}}>".format(*shape)
+        for kind, name in F32_KERNELS.items()
+        for shape in F32_SHAPES
+    }
     names[("tf32",)] = "tile_gemm_tf32"
     module = cupy.RawModule(
         code=kernel_source("tile_gemm.cu"),
@@ -101,13 +121,23 @@ def resident_grid(device_id: int, key: tuple) -> int:
     return max(1, per_sm) * cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 
-_BALANCE_FLAGS: dict = {}
+_STREAM_WORDS: dict = {}
 
 
 def balance_flags(cupy, device_id: int, stream_ptr: int, size: int):
     """The balanced kernel's flags for launches on one stream: zeros, and left zero by each
     launch (so one buffer serves every launch in that stream's order)."""
-    flags = _BALANCE_FLAGS.get((device_id, stream_ptr))
-    if flags is None or flags.size < size:
-        flags = _BALANCE_FLAGS[(device_id, stream_ptr)] = cupy.zeros(max(size, 1024), dtype=cupy.int32)
-    return flags
+    return _stream_words(cupy, "flags", device_id, stream_ptr, max(size, 1024), cupy.int32)
+
+
+def grid_barrier_words(cupy, device_id: int, stream_ptr: int):
+    """The two words of ``grid_barrier`` (``kernels/tile_gemm.cu``) for launches on one
+    stream: an arrival count each launch leaves zero, and a generation it raises."""
+    return _stream_words(cupy, "barrier", device_id, stream_ptr, 2, cupy.uint32)
+
+
+def _stream_words(cupy, name: str, device_id: int, stream_ptr: int, size: int, dtype):
+    words = _STREAM_WORDS.get((name, device_id, stream_ptr))
+    if words is None or words.size < size:
+        words = _STREAM_WORDS[(name, device_id, stream_ptr)] = cupy.zeros(size, dtype=dtype)
+    return words

@@ -4,8 +4,9 @@ the cost model's prediction for every candidate, and say why.
 Candidates (:data:`KERNEL_CHOICES`):
 
 ``dense``        cuBLAS on the whole input.
-``tile_sparse``  the tile-sparse GEMM over the input's non-zero tiles (list built from the
-                 monitor's counts at the policy's tile, by count, scan and scatter).
+``tile_sparse``  the tile-sparse GEMM over the input's non-zero tiles, from the monitor's
+                 counts at the policy's tile (FP32: listed inside the GEMM's launch;
+                 TF32: a list launch first, by count, scan and scatter).
 ``row_compact``  gather the live rows, cuBLAS on them, scatter the result back.
 ``csr``          convert the input to CSR and multiply with cuSPARSE (SpMM).
 
@@ -47,9 +48,10 @@ from spartan_py.sparsity.tile_gemm import (
     dense_matmul,
     fp32_block_width,
     fp32_schedule,
+    lists_own_tiles,
     tile_sparse_matmul,
 )
-from spartan_py.sparsity.tiles import TileShape, coarsen_counts, tile_counts
+from spartan_py.sparsity.tiles import TileCounts, TileShape, coarsen_counts, tile_counts
 from spartan_py.trace import TraceRecord, to_frame
 
 KERNEL_CHOICES = ("dense", "tile_sparse", "row_compact", "csr")
@@ -122,11 +124,40 @@ def candidate_records(
         balanced = (
             precision == "fp32"
             and resident_blocks > 0
-            and fp32_schedule(tm, -(-n // bn), resident_blocks) == "balanced"
+            and fp32_schedule(tm, -(-n // bn), resident_blocks, tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn))
+            == "balanced"
         )
         blocks = tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn) if balanced else tm * -(-n // bn)
-        tiles = tm * tn  # counts read twice (per-row counts, then the list), the list written
-        return [
+        tiles = tm * tn
+        schedule = "balanced" if balanced else "tiles"
+        own_list = lists_own_tiles(precision, schedule, tm, tn)
+        # listing in the GEMM: the counts read by every column block (tiles) or once, with
+        # the padded list written and read again (balanced)
+        listing_bytes = (4 * tiles * -(-n // bn) if not balanced else 12 * tiles + 8 * tm) if own_list else 0
+        gemm_record = TraceRecord(
+            kernel=tile_gemm(precision),
+            variant="-".join(part for part, on in (("balanced", balanced), ("counts", own_list)) if on),
+            rows_in=m,
+            rows_out=m,
+            tiles_total=tm * tn,
+            tiles_active=tiles_active,
+            tile_rows=tile.rows,
+            tile_cols=tile.cols,
+            executed_macs=tiles_active * tile.size * n,
+            bytes_read=4 * (tiles_active * tile.size + k * n) + listing_bytes,
+            bytes_written=4 * m * n,
+            blocks=blocks,
+            block_rows=tile.rows,
+            block_threads=f32_block_threads(tile.rows, bn),
+            block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+            resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn)
+            if precision == "fp32"
+            else 1,  # tf32: 162 registers a thread
+            **gemm,
+        )
+        if own_list:
+            return [gemm_record]
+        return [  # counts read twice (per-row counts, then the list), the list written
             TraceRecord(
                 kernel=LIST_TILES,
                 variant="row-scan",
@@ -136,27 +167,7 @@ def candidate_records(
                 tiles_active=tiles_active,
                 **common,
             ),
-            TraceRecord(
-                kernel=tile_gemm(precision),
-                variant="balanced" if balanced else "",
-                rows_in=m,
-                rows_out=m,
-                tiles_total=tm * tn,
-                tiles_active=tiles_active,
-                tile_rows=tile.rows,
-                tile_cols=tile.cols,
-                executed_macs=tiles_active * tile.size * n,
-                bytes_read=4 * (tiles_active * tile.size + k * n),
-                bytes_written=4 * m * n,
-                blocks=blocks,
-                block_rows=tile.rows,
-                block_threads=f32_block_threads(tile.rows, bn),
-                block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
-                resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn)
-                if precision == "fp32"
-                else 1,  # tf32: 162 registers a thread
-                **gemm,
-            ),
+            gemm_record,
         ]
     if kernel == "row_compact":
 
@@ -194,6 +205,12 @@ def candidate_records(
             ),
         ]
     raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
+
+
+def tile_gemm_schedule(record: TraceRecord) -> str:
+    """The schedule (``tiles`` or ``balanced``) a tile-GEMM record of
+    :func:`candidate_records` describes."""
+    return "balanced" if record.variant.startswith("balanced") else "tiles"
 
 
 def _profile_scalars(profile: LayerProfile, counts) -> tuple[int, int, int]:
@@ -369,12 +386,19 @@ class KernelPolicy:
             return dense_matmul(a, w, precision=self.precision, out=out)
         fresh = profile is not None and not profile.stale and profile.shape == tuple(a.shape)
         if kernel == "tile_sparse":
-            from spartan_py.sparsity.compaction import tile_list
-
             counts = self._policy_counts(profile) if fresh and profile is not None else None
+            schedule = None  # without the profile's tile count: by the grid alone
             if counts is None:
                 counts = tile_counts(a, self.tile)
-            return tile_sparse_matmul(a, w, tile_list(counts, a.shape, self.tile), precision=self.precision, out=out)
+            elif profile is not None and counts is profile.tile_nnz and self.precision == "fp32":
+                # the schedule the records describe, from the counts the choice read
+                nnz, active, live = self.profile_counts(profile)
+                m, k = a.shape
+                gemm = self.records(kernel, m, k, w.shape[1], nnz=nnz, tiles_active=active, live_rows=live)[-1]
+                schedule = tile_gemm_schedule(gemm)
+            return tile_sparse_matmul(
+                a, w, TileCounts(a.shape, self.tile, counts), precision=self.precision, schedule=schedule, out=out
+            )
         if kernel == "row_compact":
             from spartan_py.sparsity.compaction import compact_rows
 

@@ -10,6 +10,9 @@ GPU kernels (``kernels/tile_gemm.cu``) take the tile list as CSR over row blocks
 tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 128 for ``tf32``) and
 its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
 multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
+Given the per-tile counts (:class:`~spartan_py.sparsity.tiles.TileCounts`, what the
+monitor writes) instead of a list, the FP32 kernels list each row block's non-zero tiles
+themselves, in the same launch (:func:`lists_own_tiles`): no list launch before the GEMM.
 
 Schedules (GPU, ``fp32``): ``balanced`` spreads the listed tiles' steps evenly over a grid
 that fills the GPU once (stream-K: blocks that share an output add their partial sums), so
@@ -37,7 +40,7 @@ import numpy as np
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
 from spartan_py.sparsity.compaction import CompactTiles
-from spartan_py.sparsity.tiles import TileList, TileShape
+from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape
 
 PRECISIONS = ("fp32", "tf32")
 SCHEDULES = ("balanced", "tiles")
@@ -50,10 +53,25 @@ BALANCED_MIN_STEPS = 4
 BALANCED_BELOW_WAVES = 4
 
 
-def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int) -> str:
+#: ... unless the grid is over one wave and the listed tiles make fewer BK-steps than this
+#: per resident block (when the caller knows the count): then what a block would balance is
+#: small, and the balanced kernel's listing, barrier and merges cost more than it saves. On
+#: an H100, listing from counts, grids of 2-4 waves at tile density 0.01-0.02 (5.5-11 steps
+#: a block) ran 4-30% faster with ``tiles``; with 28 or more steps ``balanced`` was as fast
+#: or faster on 3 of 4 layers (``scratch`` sweep of session 23, in ``docs/tile-gemm.md``).
+BALANCED_MIN_STEPS_PER_BLOCK = 16
+
+
+def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int, steps: int | None = None) -> str:
     """The default FP32 schedule for a grid of ``row_blocks x col_blocks`` outputs on a GPU
-    that holds ``resident_blocks`` blocks at once."""
-    return "balanced" if row_blocks * col_blocks < BALANCED_BELOW_WAVES * resident_blocks else "tiles"
+    that holds ``resident_blocks`` blocks at once; ``steps``: the BK-steps of all listed
+    tiles in all column blocks, when known (it needs the tile count on the host)."""
+    outputs = row_blocks * col_blocks
+    if outputs >= BALANCED_BELOW_WAVES * resident_blocks:
+        return "tiles"
+    if steps is None or outputs <= resident_blocks or steps >= BALANCED_MIN_STEPS_PER_BLOCK * resident_blocks:
+        return "balanced"
+    return "tiles"
 
 
 #: The FP32 tile GEMM's tile when none is given: 64-row blocks, 32 columns. On an H100 the
@@ -99,40 +117,61 @@ def _check_operands(a, w, precision: str):
     return a, w
 
 
+def lists_own_tiles(precision: str, schedule: str, tiles_m: int, k_tiles: int) -> bool:
+    """Whether the GPU tile GEMM of ``precision`` and ``schedule`` (one of :data:`SCHEDULES`)
+    lists the non-zero tiles from a :class:`~spartan_py.sparsity.tiles.TileCounts` in its own
+    launch, for ``tiles_m`` row blocks of ``k_tiles`` tiles: FP32 within the kernels' lists
+    in shared memory (else a tile list is built first, a launch of its own)."""
+    from spartan_py.sparsity.gpu_kernels import COUNTS_MAX_K_TILES, COUNTS_MAX_ROW_BLOCKS
+
+    if precision != "fp32":
+        return False
+    return tiles_m <= COUNTS_MAX_ROW_BLOCKS if schedule == "balanced" else k_tiles <= COUNTS_MAX_K_TILES
+
+
 def tile_sparse_matmul(
     a,
     w,
-    tiles: TileList | CompactTiles | None = None,
+    tiles: TileList | TileCounts | CompactTiles | None = None,
     *,
     precision: str = "fp32",
     schedule: str | None = None,
     out=None,
 ):
-    """``A @ W`` computing only ``A``'s tiles listed in ``tiles`` (all non-zero tiles of ``A``
-    at :func:`default_gemm_tile` when None); ``A`` must be zero outside them. ``tiles`` may
-    be a :class:`TileList` or what :func:`~spartan_py.sparsity.compact_tiles` returns. ``schedule``:
-    one of :data:`SCHEDULES` (None: :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for
-    ``tf32``)."""
+    """``A @ W`` computing only ``A``'s non-zero tiles; ``A`` must be zero outside them.
+    ``tiles``: a :class:`TileList`, what :func:`~spartan_py.sparsity.compact_tiles` returns,
+    or the per-tile counts (:class:`TileCounts`, e.g. a monitor's), which the GPU's FP32
+    kernel lists in its own launch (:func:`lists_own_tiles`); None: ``A``'s non-zero tiles
+    at :func:`default_gemm_tile`. ``schedule``: one of :data:`SCHEDULES` (None:
+    :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for ``tf32``)."""
     a, w = _check_operands(a, w, precision)
     schedule = _check_schedule(schedule, precision)
     if isinstance(tiles, CompactTiles):
         tiles = tiles.tiles
-    elif tiles is not None and not isinstance(tiles, TileList):
-        raise InputError(f"tiles must be a TileList, a CompactTiles or None, not {type(tiles).__name__}")
+    elif tiles is not None and not isinstance(tiles, (TileList, TileCounts)):
+        raise InputError(f"tiles must be a TileList, TileCounts, CompactTiles or None, not {type(tiles).__name__}")
     if tiles is None:
-        from spartan_py.sparsity.compaction import tile_list
         from spartan_py.sparsity.tiles import tile_counts
 
         tile = default_gemm_tile(precision)
-        tiles = tile_list(tile_counts(a, tile), a.shape, tile)
+        tiles = TileCounts(a.shape, tile, tile_counts(a, tile))
     if tuple(tiles.shape) != tuple(a.shape):
-        raise InputError(f"the tile list describes a {tiles.shape} matrix, but A is {tuple(a.shape)}")
+        kind = "tile list" if isinstance(tiles, TileList) else "tile counts"
+        raise InputError(f"the {kind} describes a {tuple(tiles.shape)} matrix, but A is {tuple(a.shape)}")
     # row_ptr, not coords: coords reads the tile count from the device (a host round trip)
-    if is_gpu_array(a) != is_gpu_array(tiles.row_ptr):
-        raise InputError("the tile list must live on the same device as A")
+    if is_gpu_array(a) != is_gpu_array(tiles.row_ptr if isinstance(tiles, TileList) else tiles.nnz):
+        raise InputError("the tiles must be described on the same device as A")
     if is_gpu_array(a):
         return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule)
+    if isinstance(tiles, TileCounts):
+        tiles = _listed(tiles)
     return _cpu_tile_matmul(a, w, tiles, precision, out)
+
+
+def _listed(counts: TileCounts) -> TileList:
+    from spartan_py.sparsity.compaction import tile_list
+
+    return tile_list(counts.nnz, counts.shape, counts.tile)
 
 
 def _check_schedule(schedule: str | None, precision: str) -> str | None:
@@ -167,7 +206,7 @@ def _cpu_tile_matmul(a, w, tiles: TileList, precision: str, out):
 def _gpu_tile_matmul(
     a,
     w,
-    tiles: TileList,
+    tiles: TileList | TileCounts,
     precision: str,
     out,
     block: tuple | None = None,
@@ -212,8 +251,8 @@ def _gpu_tile_matmul(
     c = out if out is not None and n_pad == n else cupy.empty((m, n_pad), dtype=cupy.float32)
     device = cupy.cuda.Device().id
     kernels = gemm_kernels(device)
-    grid = (n_pad // bn, tiles.grid[0])
-    args = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k), tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
+    tiles_m, k_tiles = tiles.grid
+    grid = (n_pad // bn, tiles_m)
     if schedule is None:
         schedule = (
             "tiles"
@@ -221,17 +260,29 @@ def _gpu_tile_matmul(
             else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
         )
     # the balanced kernel counts steps in int32: every tile listed, in every column block
-    if (
-        precision == "fp32"
-        and schedule == "balanced"
-        and tiles.grid[0] * tiles.grid[1] * (tile.cols // bk) * grid[0] < 2**31
-    ):
-        _launch_balanced(cupy, device, kernels, (bm, bn, bk), args, tiles.grid[0], min_steps)
-    elif precision == "tf32":
-        shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
-        kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
+    if schedule == "balanced" and tiles_m * k_tiles * (tile.cols // bk) * grid[0] >= 2**31:
+        schedule = "tiles"
+    head: tuple = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k))
+    if isinstance(tiles, TileCounts) and lists_own_tiles(precision, schedule, tiles_m, k_tiles):
+        counts = cupy.ascontiguousarray(tiles.nnz, dtype=cupy.int32)
+        from_counts = (*head, counts, np.int32(tile.cols))
+        if schedule == "balanced":
+            _launch_balanced(
+                cupy, device, kernels, ("fp32-balanced-counts", bm, bn, bk), from_counts, tiles_m, min_steps, k_tiles
+            )
+        else:
+            kernels[("fp32-counts", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), from_counts)
     else:
-        kernels[("fp32", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
+        if isinstance(tiles, TileCounts):
+            tiles = _listed(tiles)
+        args = (*head, tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
+        if schedule == "balanced":
+            _launch_balanced(cupy, device, kernels, ("fp32-balanced", bm, bn, bk), args, tiles_m, min_steps)
+        elif precision == "tf32":
+            shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
+            kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
+        else:
+            kernels[("fp32", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
     if n_pad != n:
         c = c[:, :n]
         if out is not None:
@@ -241,20 +292,30 @@ def _gpu_tile_matmul(
     return c
 
 
-def _launch_balanced(cupy, device: int, kernels: dict, shape: tuple, args: tuple, row_blocks: int, min_steps: int):
-    """One launch of ``tile_gemm_f32_balanced``: a resident grid, a partial sum per block
-    (from CuPy's pool, which orders reuse by stream) and the stream's flags."""
-    from spartan_py.sparsity.gpu_kernels import balance_flags, f32_block_threads, resident_grid
+def _launch_balanced(
+    cupy, device: int, kernels: dict, key: tuple, args: tuple, row_blocks: int, min_steps: int, k_tiles: int = 0
+):
+    """One launch of a balanced kernel (``key``: its kind and shape): a resident grid, a
+    partial sum per block (from CuPy's pool, which orders reuse by stream), the stream's
+    flags, and for the kernel listing from counts (``k_tiles`` a row block) its padded
+    list, row counts and barrier."""
+    from spartan_py.sparsity.gpu_kernels import balance_flags, f32_block_threads, grid_barrier_words, resident_grid
 
-    key = ("fp32-balanced", *shape)
+    kind, bm, bn, _ = key
     blocks = resident_grid(device, key)
-    partial = cupy.empty(blocks * shape[0] * shape[1], dtype=cupy.float32)
-    flags = balance_flags(cupy, device, cupy.cuda.get_current_stream().ptr, blocks)
-    kernels[key](
-        (blocks,),
-        (f32_block_threads(*shape[:2]),),
-        (*args, np.int32(row_blocks), np.int32(max(1, min_steps)), partial, flags),
+    stream = cupy.cuda.get_current_stream().ptr
+    partial = cupy.empty(blocks * bm * bn, dtype=cupy.float32)
+    tail: tuple = (
+        np.int32(row_blocks),
+        np.int32(max(1, min_steps)),
+        partial,
+        balance_flags(cupy, device, stream, blocks),
     )
+    if kind == "fp32-balanced-counts":
+        k_pad = cupy.empty(max(row_blocks * k_tiles, 1), dtype=cupy.int32)
+        row_count = cupy.empty(max(row_blocks, 1), dtype=cupy.int32)
+        tail += (k_pad, row_count, grid_barrier_words(cupy, device, stream))
+    kernels[key]((blocks,), (f32_block_threads(bm, bn),), (*args, *tail))
 
 
 def dense_matmul(a, w, *, precision: str = "fp32", out=None):

@@ -121,6 +121,32 @@ class TileList:
         return self.count / max(tm * tn, 1)
 
 
+@dataclass(frozen=True)
+class TileCounts:
+    """The non-zeros of each ``tile`` of a matrix of ``shape`` (``nnz``: int32 ``[tiles_m x
+    tiles_n]`` on the matrix's device, as the monitor writes them). Given to
+    :func:`~spartan_py.sparsity.tile_sparse_matmul` in place of a :class:`TileList`, it lets
+    the GPU's FP32 kernel list the non-zero tiles itself, in the same launch."""
+
+    shape: tuple[int, int]
+    tile: TileShape
+    nnz: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "tile", TileShape.of(self.tile))
+        expected = self.tile.grid(self.shape)
+        if tuple(self.nnz.shape) != expected:
+            raise InputError(
+                f"tile counts of shape {tuple(self.nnz.shape)} do not fit a {tuple(self.shape)} matrix "
+                f"in {self.tile} tiles (expected {expected})"
+            )
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(tiles_m, tiles_n) of the whole matrix."""
+        return self.tile.grid(self.shape)
+
+
 def tile_utilization(a, tile) -> float:
     """Useful / executed multiply-adds of a tile-sparse product at this tile size: the
     non-zeros of ``a`` over the activations in its non-zero tiles (full tiles; 1.0 for a
