@@ -19,6 +19,8 @@ ALLOWED_SPILLS = {
     "_Z22tile_gemm_f32_balancedILi128ELi128ELi16E": "8 bytes on sm_80 (nvcc 13.0), none on sm_90 since 2a5deea "
     "keeps an output's end state in shared memory, at the 128-register cap of 2 blocks per SM (ptxas -v); "
     "docs/performance-notes.md has its H100 times",
+    "_Z29tile_gemm_f32_balanced_countsILi128ELi128ELi16E": "4 bytes on sm_90 (nvcc 13.0) at the same 128-register "
+    "cap, since the padded list is read with plain loads (5ac1ca1); the 64-row default instances do not spill",
 }
 
 
