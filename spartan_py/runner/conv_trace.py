@@ -3,10 +3,10 @@
 The cost model is calibrated and validated on single launches, so this times each launch
 of each candidate on its own (CUDA events, warm-up, L2 flush; the median of ``repeats``)
 and attaches the time to that launch's trace record (the smaller of two such medians): the
-dense cuBLAS GEMM, the tile-sparse
-GEMM (and its tile list where that is a launch of its own), the row compaction's gather, GEMM and expansion, the CSR
-conversion and cuSPARSE SpMM (FP32 only), and the epilogue without the monitor, with the
-fused monitor, and the software monitor's separate counting pass.
+dense cuBLAS GEMM, the tile-sparse GEMM (and its tile list where that is a launch of its
+own), the row compaction's gather, GEMM and expansion, the CSR conversion and cuSPARSE
+SpMM (FP32 only), and the epilogue without the monitor, with the fused monitor, and the
+software monitor's separate counting pass.
 """
 
 from __future__ import annotations

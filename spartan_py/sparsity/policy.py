@@ -121,19 +121,20 @@ def candidate_records(
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
         bn = fp32_block_width(n)
+        col_blocks = -(-n // bn)
+        steps = tiles_active * (tile.cols // F32_BLOCK_K) * col_blocks  # BK-steps of all listed tiles
         balanced = (
             precision == "fp32"
             and resident_blocks > 0
-            and fp32_schedule(tm, -(-n // bn), resident_blocks, tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn))
-            == "balanced"
+            and fp32_schedule(tm, col_blocks, resident_blocks, steps) == "balanced"
         )
-        blocks = tiles_active * (tile.cols // F32_BLOCK_K) * -(-n // bn) if balanced else tm * -(-n // bn)
+        blocks = steps if balanced else tm * col_blocks
         tiles = tm * tn
         schedule = "balanced" if balanced else "tiles"
         own_list = lists_own_tiles(precision, schedule, tm, tn)
         # listing in the GEMM: the counts read by every column block (tiles) or once, with
         # the padded list written and read again (balanced)
-        listing_bytes = (4 * tiles * -(-n // bn) if not balanced else 12 * tiles + 8 * tm) if own_list else 0
+        listing_bytes = (4 * tiles * col_blocks if not balanced else 12 * tiles + 8 * tm) if own_list else 0
         gemm_record = TraceRecord(
             kernel=tile_gemm(precision),
             variant="-".join(part for part, on in (("balanced", balanced), ("counts", own_list)) if on),
