@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from spartan_py.timing import paired_difference, time_cpu
+from spartan_py.timing import hold_stream, paired_difference, time_cpu
 
 
 def test_paired_difference_cancels_common_drift():
@@ -45,3 +45,31 @@ def test_time_interleaved_sees_twice_the_work():
     extra = paired_difference(times["two"], times["one"])["median"]
     one = sorted(times["one"])[3]
     assert 0.5 * one < extra < 1.5 * one
+
+
+def test_hold_stream_needs_a_positive_time():
+    with pytest.raises(ValueError, match="positive"):
+        hold_stream(0.0)
+
+
+@pytest.mark.gpu
+def test_hold_stream_hides_the_hosts_time_from_events():
+    import cupy
+
+    data = cupy.ones(1 << 20, dtype=cupy.float32)
+
+    def elapsed_ms(hold: bool) -> float:
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        cupy.cuda.get_current_stream().synchronize()
+        if hold:
+            hold_stream(0.03)
+        start.record()
+        time.sleep(0.01)  # the host is slow to issue the work
+        data.sum()
+        stop.record()
+        stop.synchronize()
+        return cupy.cuda.get_elapsed_time(start, stop)
+
+    data.sum()
+    assert elapsed_ms(hold=False) > 8.0  # the GPU waited for the host between the events
+    assert elapsed_ms(hold=True) < 2.0  # the work alone
