@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from spartan_py.errors import InputError
 from spartan_py.resources import kernel_source
 
 
@@ -57,10 +58,11 @@ def hold_stream(seconds: float = 0.005, stream=None) -> None:
     events against 99 us of kernel).
     """
     if seconds <= 0:
-        raise ValueError(f"hold_stream needs a positive time in seconds, got {seconds}")
+        raise InputError(f"hold_stream needs a positive time in seconds, got {seconds}")
     import cupy
 
-    stream = stream or cupy.cuda.get_current_stream()
+    if stream is None:
+        stream = cupy.cuda.get_current_stream()
     with stream:
         _hold_kernel(cupy.cuda.Device().id)((1,), (1,), (np.uint64(round(seconds * 1e9)),))
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from spartan_py.errors import InputError
 from spartan_py.timing import hold_stream, paired_difference, time_cpu
 
 
@@ -48,7 +49,7 @@ def test_time_interleaved_sees_twice_the_work():
 
 
 def test_hold_stream_needs_a_positive_time():
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(InputError, match="positive"):
         hold_stream(0.0)
 
 
