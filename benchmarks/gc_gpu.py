@@ -138,6 +138,9 @@ def main() -> int:
         ("rows", GpuEngine, {}),
         ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
         ("merged", GpuMergedEngine, {}),
+        ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
+        ("merged-chain1", GpuMergedEngine, {"chain_rows": 1}),
+        ("merged-chain2", GpuMergedEngine, {"chain_rows": 2}),
         ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
         ("merged-R32", GpuMergedEngine, {"rows_per_tile": 32}),
         ("merged-streamed", GpuMergedEngine, {"stream": True}),

@@ -101,6 +101,9 @@ def test_twin_trace_accounts_for_the_merged_work():
         {"streamed": True, "compact_every": 3},
         {"varied_inputs": True},
         {"varied_inputs": True, "rows_per_tile": 8},
+        {"chain_rows": 1},
+        {"chain_rows": 2, "compact_every": 1},
+        {"chain_rows": 0},
     ],
 )
 def test_gpu_merged_matches_its_twin_exactly(options):
@@ -154,10 +157,17 @@ def test_monitor_masks_count_each_tiles_nonzeros():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("neurons", [1024, 16384])  # with masks / with group lookups
-def test_gpu_merged_monitor_counts_match_outputs(neurons):
+@pytest.mark.parametrize(
+    "neurons, masks, chain_rows",
+    [(1024, True, 1), (1024, True, 2), (1024, True, 0), (1024, False, 1), (1024, False, 2), (16384, False, None)],
+)  # the chain kernel runs the later 1024-neuron launches; without masks, tiles look groups up
+def test_gpu_merged_monitor_counts_match_outputs(neurons, masks, chain_rows, monkeypatch):
+    import spartan_py.engines.gpu_merged as gpu_merged
+
+    if not masks:
+        monkeypatch.setattr(gpu_merged, "monitor_masks", lambda groups, width: None)
     network = generate_network(neurons, 3, seed=1)
-    engine = make_engine("gpu-merged", network, compact_every=1)
+    engine = make_engine("gpu-merged", network, compact_every=1, chain_rows=chain_rows)
     batch = engine.upload(generate_inputs(200, neurons, seed=2))
     engine.run_device(batch, per_layer_times=True)
     live = int(batch.counts[3].get())
@@ -242,3 +252,63 @@ def test_simulated_mode_runs_the_merged_twin():
     assert result.simulated and result.backend == "gpu-merged-twin" and result.seconds > 0
     assert np.array_equal(result.categories - 1, want.live_rows)
     assert (result.predicted_trace["kernel"] == "gpu.gc_merged").sum() == 6  # 1, 1, 1, 1, 2, 2 layers per launch
+
+
+def test_chain_words_pack_indices_and_weight_codes():
+    """The chain kernel's stage of a layer (kernels/gc_chain.cu): a byte a step's input, low
+    byte first; four bits a step's weight, an entry of the layer's table; steps past the
+    plan's read the zero column ``width_in``."""
+    from spartan_py.engines.support.chain_plan import TABLE_SIZE, chain_code_steps, chain_steps, chain_words
+
+    merged = merge_network(generate_network(1024, 12, seed=2))  # uniform and coded layers
+    coded = 0
+    for before, layer in zip(merged.layers, merged.layers[1:]):
+        assert layer.width_in == before.width  # the kernel reads the input width from the previous layer
+        stage = chain_words(layer)
+        k4, k8, width, steps = chain_steps(layer), chain_code_steps(layer), layer.width, layer.plan.steps
+        assert stage is not None and stage.size == (k4 + k8) * width + TABLE_SIZE
+        words = stage[: k4 * width].view(np.uint32).reshape(k4, width)
+        index = ((words[:, None, :] >> (8 * np.arange(4, dtype=np.uint32))[None, :, None]) & 0xFF).reshape(-1, width)
+        assert np.array_equal(index[:steps], layer.plan.index) and np.all(index[steps:] == layer.width_in)
+        if layer.plan.uniform is None:
+            coded += 1
+            codes = stage[k4 * width : (k4 + k8) * width].view(np.uint32).reshape(k8, width)
+            code = ((codes[:, None, :] >> (4 * np.arange(8, dtype=np.uint32))[None, :, None]) & 0xF).reshape(-1, width)
+            table = stage[(k4 + k8) * width :].view(np.float32)
+            assert np.array_equal(table[code[:steps]], layer.plan.weight)
+        else:
+            assert k8 == 0
+    assert coded >= 3
+    assert chain_words(merged.layers[0]) is None  # its inputs are the n-wide rows
+
+
+def test_chain_launches_need_narrow_layers_of_few_weights():
+    from spartan_py.engines.support.chain_plan import chain_fits, chain_group_rows, chain_launch, checked_chain_rows
+
+    merged = merge_network(generate_network(1024, 6, seed=5))
+    layers = merged.layers
+    assert chain_launch(layers[1:5], 1, merged.width, 1)
+    assert not chain_launch(layers[0:2], 0, merged.width, 1)  # the first launch reads the inputs
+    assert not chain_launch(layers[1:5], 1, merged.width, 0)  # turned off
+    assert not chain_fits(merge_network(generate_network(4096, 2, seed=5)).layers[1])  # 256 columns
+    rng = np.random.default_rng(3)
+    weights = tuple(sp.random(64, 64, density=0.3, format="csr", dtype=np.float32, random_state=rng) for _ in range(2))
+    assert not chain_fits(merge_network(Network(64, weights, bias=-0.1)).layers[1])  # more than 16 weights
+    with pytest.raises(InputError, match="chain_rows"):
+        checked_chain_rows(3)
+    assert [chain_group_rows(n) for n in (1, 8, 16, 32)] == [2, 2, 1, 1]
+
+
+def test_twin_trace_names_the_chain_launches():
+    """Launches after the first run the chain kernel ("C": a warp per group of rows, 32 warps
+    an SM); with ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
+    network = generate_network(1024, 12, seed=2)
+    inputs = generate_inputs(400, 1024, seed=2)
+    for chain_rows, kind in ((1, "C1xW"), (2, "C2xW"), (0, "R16xW"), (None, "C2xW")):
+        out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows, compact_every=4).run(inputs)
+        launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
+        assert len(launches) == 3 and launches[0].variant.startswith("B16xW")
+        assert all(r.variant.startswith(kind) for r in launches[1:]), [r.variant for r in launches]
+        if chain_rows:
+            assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in launches[1:])
+            assert launches[1].blocks == -(-launches[1].rows_in // chain_rows)

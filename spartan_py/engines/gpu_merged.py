@@ -17,6 +17,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, EXPAND, GC_MERGED, SCATTER_ROWS, SYNC
+from spartan_py.engines.support.chain_plan import (
+    CHAIN_GROUP_ROWS,
+    CHAIN_MAX_COLUMNS,
+    CHAIN_THREADS,
+    chain_code_steps,
+    chain_shared_bytes,
+    chain_steps,
+    chain_words,
+    checked_chain_rows,
+)
 from spartan_py.engines.support.column_merge import (
     MERGED_THREADS as THREADS,
 )
@@ -57,6 +67,24 @@ def _merged_kernels(device_id: int):
     return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
 
 
+@functools.cache
+def _chain_kernels(device_id: int):
+    """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a warp): gc_chain<C, G>}."""
+    import cupy
+
+    names = {
+        (columns, rows): f"gc_chain<{columns}, {rows}>"
+        for columns in range(1, CHAIN_MAX_COLUMNS + 1)
+        for rows in CHAIN_GROUP_ROWS
+    }
+    module = cupy.RawModule(
+        code=kernel_source("gc_chain.cu"),
+        options=("-std=c++17", f"-DCH_THREADS={CHAIN_THREADS}", "-DCH_NO_EXPLICIT_INSTANCES"),
+        name_expressions=list(names.values()),
+    )
+    return {key: module.get_function(name) for key, name in names.items()}
+
+
 class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
@@ -74,17 +102,23 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         monitor_every: int = 4,
         use_graph: bool = True,
         rows_per_tile: int | None = None,
+        chain_rows: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         weight_budget_bytes: int | None = None,
         merged: MergedNetwork | None = None,
     ):
+        """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits);
+        ``chain_rows``: rows a warp of the chain kernel takes in the launches after the
+        first (``kernels/gc_chain.cu``; None: by launch length, 0: every launch runs the
+        block-tile kernel)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         self.monitor = gc_monitor_mode(monitor)
         if self.monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
         self.merged = merged or merge_network(network)
+        self.chain_rows = checked_chain_rows(chain_rows)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
@@ -125,6 +159,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 "sizes": m.sizes,
                 "groups": m.groups,
                 "masks": mask,
+                "chain": chain_words(m) if self.chain_rows != 0 else None,
             }
             for m, mask in zip(self.merged.layers, masks)
         ]
@@ -136,8 +171,30 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             "k": cp.asarray(np.array([m.plan.steps for m in self.merged.layers], dtype=np.int32)),
             "width": cp.asarray(np.array([m.width for m in self.merged.layers], dtype=np.int32)),
             "levels": cp.asarray(np.array([0 if mask is None else mask.shape[0] for mask in masks], dtype=np.int32)),
+            "k4": cp.asarray(np.array([chain_steps(m) for m in self.merged.layers], dtype=np.int32)),
+            "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
+        self._chain_launches = self._plan_chain_launches()
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
+
+    def _plan_chain_launches(self) -> dict:
+        """{launch: (kernel, dynamic shared bytes)} of the launches the chain kernel runs."""
+        if self.chain_rows == 0:
+            return {}
+        kernels = _chain_kernels(self.cp.cuda.Device().id)
+        launches, start = {}, 0
+        for chunk, length in enumerate(self.chunks):
+            stop = start + length
+            rows = self.launch_chain_rows(start, stop)
+            if rows:
+                layers = self.merged.layers[start:stop]
+                columns = max(layer.width for layer in layers) // 32
+                kernel = kernels[columns, rows]
+                shared = chain_shared_bytes(layers, self.stride, rows)
+                kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
+                launches[chunk] = (kernel, shared)
+            start = stop
+        return launches
 
     def _shared_bytes(self, rows: int, input_words: int) -> int:
         """Dynamic shared memory of a block of ``rows`` rows, ``input_words`` of input tile a
@@ -184,12 +241,15 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 events[chunk].record()
             start, length = int(self.weights.chunk_bounds[chunk]), self.chunks[chunk]
             src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
+            monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
+            if chunk in self._chain_launches:
+                self._launch_chain(batch, chunk, start, length, src, dst, monitored)
+                continue
             first = start == 0
             if first:
                 kernel, _, shared = self.first_launches[batch.input_value != 0.0]
             else:
                 kernel, shared = self.kernel, self.shared_bytes
-            monitored = launch_monitored(self.monitor, chunk, self.monitor_every)
             args = (
                 *(
                     (batch.csr_ptr, batch.csr_idx, batch.csr_val)
@@ -241,6 +301,38 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         )
         if events is not None:
             events[-1].record()
+
+    def _launch_chain(self, batch: MergedBatch, chunk: int, start: int, length: int, src, dst, monitored: bool) -> None:
+        """Launch ``chunk`` (layers ``start .. start + length - 1``) on the chain kernel: one
+        block per SM."""
+        kernel, shared = self._chain_launches[chunk]
+        pointers, network = self.weights.pointers, self.network
+        args = (
+            src.values,
+            src.ids,
+            dst.values,
+            dst.ids,
+            pointers["chain"],
+            self._tables["k4"],
+            self._tables["k8"],
+            self._tables["uniform"],
+            self._tables["width"],
+            pointers["sizes"],
+            pointers["groups"],
+            batch.counts,
+            batch.nnz_counts,
+            np.int32(start),
+            np.int32(length),
+            *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
+            batch.tile_layers,
+            pointers["masks"],
+            self._tables["levels"],
+            np.int32(network.neurons),
+            np.int32(self.stride),
+            np.float32(network.bias),
+            np.float32(network.clamp),
+        )
+        kernel((self.sm_count,), (CHAIN_THREADS,), args, shared_mem=shared)
 
     def _event_count(self) -> int:
         """One event before each launch, one before the expansion of the final rows (so the

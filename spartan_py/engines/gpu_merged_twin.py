@@ -15,6 +15,7 @@ import numpy as np
 from numba import prange
 
 from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.engines.support.chain_plan import checked_chain_rows
 from spartan_py.engines.support.column_merge import (
     MergedKernelTrace,
     input_bit_value,
@@ -70,10 +71,12 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         monitor: bool | str = True,
         monitor_every: int = 4,
         rows_per_tile: int | None = None,
+        chain_rows: int | None = None,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
     ):
+        """Options as :class:`~spartan_py.engines.gpu_merged.GpuMergedEngine`'s."""
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
@@ -86,6 +89,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
             device=f"cpu twin of gpu.gc_merged ({device_name})",
         )
         self.merged = merge_network(network)
+        self.chain_rows = checked_chain_rows(chain_rows)
         self.stage_bytes = 4 * stage_words(self.merged)
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
@@ -101,7 +105,9 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
 
     def _tile_rows(self, launch_start, inputs):
         if launch_start:
-            return self.rows_per_tile
+            stops = np.cumsum(self.chunks)
+            stop = int(stops[np.searchsorted(stops, launch_start, side="right")])
+            return self.launch_chain_rows(launch_start, stop) or self.rows_per_tile
         return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):

@@ -31,6 +31,13 @@ import scipy.sparse as sp
 
 from spartan_py.costmodel.families import EXPAND, GC_MERGED, SCATTER_ROWS
 from spartan_py.engines.support.bank_schedule import BANKS, conflict_free_ell
+from spartan_py.engines.support.chain_plan import (
+    CHAIN_THREADS,
+    chain_group_rows,
+    chain_launch,
+    chain_shared_bytes,
+    chain_warp_bytes,
+)
 from spartan_py.engines.support.layer_plan import LaunchCost, LayerKernelTrace, LayerPlan, executed_macs
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
@@ -315,6 +322,15 @@ class MergedKernelTrace(LayerKernelTrace):
     first_rows: int
     first_from_tile: bool
     stage_bytes: int
+    #: rows a warp of the chain kernel takes (``kernels/gc_chain.cu``); None: by launch
+    #: (:func:`~spartan_py.engines.support.chain_plan.chain_group_rows`); 0: no chain launches
+    chain_rows: int | None
+
+    def launch_chain_rows(self, start: int, stop: int) -> int:
+        """Rows a warp takes when the launch of layers ``start .. stop - 1`` runs the chain
+        kernel (:func:`~spartan_py.engines.support.chain_plan.chain_launch`), else 0."""
+        rows = chain_group_rows(stop - start) if self.chain_rows is None else self.chain_rows
+        return rows if chain_launch(self.merged.layers[start:stop], start, self.merged.width, rows) else 0
 
     def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
         """(rows per tile, words of input tile a row) of the first launch: binary inputs
@@ -327,12 +343,37 @@ class MergedKernelTrace(LayerKernelTrace):
 
     def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False, bit_inputs=False):
         """``streamed``: the weights come from host memory (named in the variant);
-        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B")."""
+        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B").
+        A chain launch is its own kernel (instance "C", the rows a warp takes); its warps work
+        independently, so its record describes a warp as the block (one group of rows, its two
+        buffers, 32 resident on an SM) and leaves the stage of indices, loaded once per
+        launch, to the fitted per-wave cost."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
+        chunk = layers[start:stop]
+        useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
+        suffix = f"xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else "")
+        group = self.launch_chain_rows(start, stop)
+        if group:
+            groups = -(-rows_in // group)
+            return LaunchCost(
+                variant=f"C{group}{suffix}",
+                tile_rows=group,
+                tiles=groups,
+                bytes_read=rows_in * (layers[start - 1].width * 4 + 4)
+                + chain_shared_bytes(chunk, stride, 0)  # the stages (each block's copy after the first from L2)
+                + sum(4 * layer.width for layer in chunk),  # the column sizes
+                row_bytes_written=chunk[-1].width * 4 + 4,
+                useful_macs=useful,
+                executed_macs=executed_macs(
+                    [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], tile_layers
+                ),
+                block_threads=32,
+                block_shared_bytes=chain_warp_bytes(stride, group),
+                resident_blocks_per_sm=CHAIN_THREADS // 32,
+            )
         first_rows, input_words = self.first_launch_tile(bit_inputs)
         tile = first_rows if start == 0 else self.rows_per_tile
         tiles = -(-rows_in // tile)
-        chunk = layers[start:stop]
         if start == 0 and bit_inputs:
             read = input_nnz * 4 + (rows_in + 1) * 4  # the indices only
         elif start == 0:
@@ -352,12 +393,12 @@ class MergedKernelTrace(LayerKernelTrace):
         # apart; so is one holding its inputs as bits ("B")
         kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
         return LaunchCost(
-            variant=f"{kind}{tile}xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else ""),
+            variant=f"{kind}{tile}{suffix}",
             tile_rows=tile,
             tiles=tiles,
             bytes_read=read + weight_bytes,
             row_bytes_written=chunk[-1].width * 4 + 4,
-            useful_macs=sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk)),
+            useful_macs=useful,
             executed_macs=executed_macs(
                 [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
             ),
