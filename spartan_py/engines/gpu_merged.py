@@ -3,9 +3,12 @@
 Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.support.column_merge`):
 the official RadiX-Net layers need 1/16 to 1/20 of the multiply-adds and rows 1/16 as wide.
 Same schedule as the rows kernel (:mod:`spartan_py.engines.gpu`): chunks of layers per
-launch with the tile kept in shared memory, live-row compaction after each launch, sizes on
+launch with the rows kept in shared memory, live-row compaction after each launch, sizes on
 the device, one host synchronisation at the end; then the final live rows are expanded back
-to ``neurons`` columns on the device (timed). Weights that exceed the device memory budget
+to ``neurons`` columns on the device (timed). The first launch runs block tiles
+(``kernels/gc_merged.cu``); later ones, where the layers fit it, the chain kernel
+(``kernels/gc_chain.cu``: a warp carries its rows through the launch's layers alone; see
+:mod:`spartan_py.engines.support.chain_plan`). Weights that exceed the device memory budget
 stream from pinned host memory (:class:`~spartan_py.engines.support.weight_store.LayerStore`).
 """
 
