@@ -125,6 +125,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
+        self.chain_rows_by_start = self.plan_chain_launches()
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
         self._sm_shared_bytes = props["sharedMemPerMultiprocessor"]
@@ -162,7 +163,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 "sizes": m.sizes,
                 "groups": m.groups,
                 "masks": mask,
-                "chain": chain_words(m) if self.chain_rows != 0 else None,
+                "chain": chain_words(m) if self.chain_rows_by_start else None,
             }
             for m, mask in zip(self.merged.layers, masks)
         ]
@@ -181,22 +182,21 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
     def _plan_chain_launches(self) -> dict:
-        """{launch: (kernel, dynamic shared bytes)} of the launches the chain kernel runs."""
-        if self.chain_rows == 0:
+        """{launch: (kernel, dynamic shared bytes)} of the launches the chain kernel runs
+        (compiled only when there is one)."""
+        if not self.chain_rows_by_start:
             return {}
         kernels = _chain_kernels(self.cp.cuda.Device().id)
         launches, start = {}, 0
         for chunk, length in enumerate(self.chunks):
-            stop = start + length
-            rows = self.launch_chain_rows(start, stop)
+            rows = self.chain_rows_by_start.get(start)
             if rows:
-                layers = self.merged.layers[start:stop]
-                columns = max(layer.width for layer in layers) // 32
-                kernel = kernels[columns, rows]
+                layers = self.merged.layers[start : start + length]
+                kernel = kernels[max(layer.width for layer in layers) // 32, rows]
                 shared = chain_shared_bytes(layers, self.stride, rows)
                 kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
                 launches[chunk] = (kernel, shared)
-            start = stop
+            start += length
         return launches
 
     def _shared_bytes(self, rows: int, input_words: int) -> int:

@@ -90,6 +90,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         )
         self.merged = merge_network(network)
         self.chain_rows = checked_chain_rows(chain_rows)
+        self.chain_rows_by_start = self.plan_chain_launches()
         self.stage_bytes = 4 * stage_words(self.merged)
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
@@ -105,9 +106,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
 
     def _tile_rows(self, launch_start, inputs):
         if launch_start:
-            stops = np.cumsum(self.chunks)
-            stop = int(stops[np.searchsorted(stops, launch_start, side="right")])
-            return self.launch_chain_rows(launch_start, stop) or self.rows_per_tile
+            return self.chain_rows_by_start.get(launch_start) or self.rows_per_tile
         return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):

@@ -325,12 +325,20 @@ class MergedKernelTrace(LayerKernelTrace):
     #: rows a warp of the chain kernel takes (``kernels/gc_chain.cu``); None: by launch
     #: (:func:`~spartan_py.engines.support.chain_plan.chain_group_rows`); 0: no chain launches
     chain_rows: int | None
+    #: rows a warp takes in each launch that runs the chain kernel, by the launch's first
+    #: layer (:meth:`plan_chain_launches`, set once when the engine is built)
+    chain_rows_by_start: dict[int, int]
 
-    def launch_chain_rows(self, start: int, stop: int) -> int:
-        """Rows a warp takes when the launch of layers ``start .. stop - 1`` runs the chain
-        kernel (:func:`~spartan_py.engines.support.chain_plan.chain_launch`), else 0."""
-        rows = chain_group_rows(stop - start) if self.chain_rows is None else self.chain_rows
-        return rows if chain_launch(self.merged.layers[start:stop], start, self.merged.width, rows) else 0
+    def plan_chain_launches(self) -> dict[int, int]:
+        """{first layer: rows a warp} of the launches (``self.chunks``) that run the chain
+        kernel (:func:`~spartan_py.engines.support.chain_plan.chain_launch`)."""
+        plan, start = {}, 0
+        for length in self.chunks:
+            rows = chain_group_rows(length) if self.chain_rows is None else self.chain_rows
+            if chain_launch(self.merged.layers[start : start + length], start, self.merged.width, rows):
+                plan[start] = rows
+            start += length
+        return plan
 
     def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
         """(rows per tile, words of input tile a row) of the first launch: binary inputs
@@ -352,7 +360,7 @@ class MergedKernelTrace(LayerKernelTrace):
         chunk = layers[start:stop]
         useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
         suffix = f"xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else "")
-        group = self.launch_chain_rows(start, stop)
+        group = self.chain_rows_by_start.get(start, 0)
         if group:
             groups = -(-rows_in // group)
             return LaunchCost(
