@@ -269,18 +269,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 self._tables["uniform"],
                 self._tables["k"],
                 self._tables["width"],
-                pointers["sizes"],
-                pointers["groups"],
-                batch.counts,
-                batch.nnz_counts,
-                np.int32(start),
-                np.int32(length),
-                *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
-                batch.tile_layers,
-                pointers["masks"],
-                self._tables["levels"],
-                np.int32(network.neurons),
-                np.int32(self.stride),
+                *self._shared_args(batch, start, length, monitored),
                 np.int32(self.stage_words),
                 np.float32(network.bias),
                 np.float32(network.clamp),
@@ -305,6 +294,26 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         if events is not None:
             events[-1].record()
 
+    def _shared_args(self, batch: MergedBatch, start: int, length: int, monitored: bool) -> tuple:
+        """The arguments both merged kernels (``gc_merged`` and ``gc_chain``) take in this order
+        after their layer tables: column sizes and groups, counters, the launch's layers, the
+        monitor's outputs (null when the launch is not monitored) and masks, widths."""
+        pointers = self.weights.pointers
+        return (
+            pointers["sizes"],
+            pointers["groups"],
+            batch.counts,
+            batch.nnz_counts,
+            np.int32(start),
+            np.int32(length),
+            *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
+            batch.tile_layers,
+            pointers["masks"],
+            self._tables["levels"],
+            np.int32(self.network.neurons),
+            np.int32(self.stride),
+        )
+
     def _launch_chain(self, batch: MergedBatch, chunk: int, start: int, length: int, src, dst, monitored: bool) -> None:
         """Launch ``chunk`` (layers ``start .. start + length - 1``) on the chain kernel: one
         block per SM."""
@@ -320,18 +329,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             self._tables["k8"],
             self._tables["uniform"],
             self._tables["width"],
-            pointers["sizes"],
-            pointers["groups"],
-            batch.counts,
-            batch.nnz_counts,
-            np.int32(start),
-            np.int32(length),
-            *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
-            batch.tile_layers,
-            pointers["masks"],
-            self._tables["levels"],
-            np.int32(network.neurons),
-            np.int32(self.stride),
+            *self._shared_args(batch, start, length, monitored),
             np.float32(network.bias),
             np.float32(network.clamp),
         )
