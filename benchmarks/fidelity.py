@@ -12,7 +12,8 @@ held-out points' errors, stores the fit in ``sim/h100-sxm.yaml`` (named there as
 carries it over to ``sim/h200-sxm.yaml`` (``carry_over``: efficiencies kept, per-step
 overheads scaled by clock) and keeps the H100 trace in ``benchmarks/results/fidelity/``.
 ``predict`` writes the H200 predictions, to be committed before the H200 is measured.
-``compare`` writes the summary the docs cite. ``challenge RUN`` replays the Graph Challenge
+``compare`` writes the summary the docs cite; ``tables FILE`` prints that summary as the
+Markdown tables of docs/cost-model.md. ``challenge RUN`` replays the Graph Challenge
 networks' runs (experiments/graph-challenge-all.yaml) on the current model.
 """
 
@@ -150,6 +151,66 @@ def cmd_compare(args) -> dict:
     }
 
 
+def _run_name(run: str) -> str:
+    """A validation run's label as the docs' tables write it."""
+    point, _, family = run.partition(" / ")
+    fields = dict(f.split("=", 1) for f in point.split(", ") if "=" in f)
+    network = next((f.split(" layers")[0] for f in point.split(", ") if f.startswith("generated:")), None)
+    if family:
+        density = point.rsplit("density ", 1)[1]
+        return f"{fields['precision'].upper()}, density {density} / `{family}`"
+    return f"`{fields['backend']}`, " + (network or "official 1024 x 120 proxy")
+
+
+def _pct(value: float, signed: bool = True) -> str:
+    return f"{value:+.1f}%" if signed else f"{value:.1f}"
+
+
+def fidelity_tables(summary_file: Path) -> str:
+    """The per-family, whole-run, speed-up and reverse tables of a ``compare`` summary as Markdown
+    (the H200 after-fix column reads "as blind" where the current model predicts the same)."""
+    found = json.loads(summary_file.read_text())
+    lines = [
+        "| family | H100 held out: launches, median, p90 (%) "
+        "| H200 blind: launches, median, p90 (%) | H200 after fix |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in found["families"]:
+
+        def errors(column: str, bold: bool = False) -> str:
+            launches, median, p90 = (row.get(f"{column} {k}") for k in ("launches", "median_pct", "p90_pct"))
+            if launches is None:
+                return "-"
+            return f"{launches}, **{median:.1f}**, {p90:.1f}" if bold else f"{launches}, {median:.1f}, {p90:.1f}"
+
+        blind, now = errors("h200-sxm blind"), errors("h200-sxm now")
+        after = "as blind" if now == blind else now.split(", ", 1)[1]
+        lines.append(
+            f"| `{row['family']}` | {errors('h100-sxm held out')} | {errors('h200-sxm blind', bold=True)} | {after} |"
+        )
+    lines += ["", "| whole run | H100 (role) | H200 blind | H200 after fix |", "| --- | --- | --- | --- |"]
+    runs = sorted(found["whole_runs"], key=lambda r: (" / " in r["run"], r["run"]))
+    for row in runs:
+        blind, now = row["h200-sxm blind error_pct"], row["h200-sxm now error_pct"]
+        after = "as blind" if _pct(now) == _pct(blind) else _pct(now)
+        lines.append(
+            f"| {_run_name(row['run'])} | {_pct(row['h100-sxm error_pct'])} ({row['h100-sxm role']}) "
+            f"| **{_pct(blind)}** | {after} |"
+        )
+    lines += ["", "| family | measured H100 -> H200 speed-up | predicted |", "| --- | --- | --- |"]
+    lines += [
+        f"| `{r['family']}` | {r['measured_speedup']:.2f}x | {r['predicted_speedup']:.2f}x |" for r in found["speedups"]
+    ]
+    lines += ["", "| family | launches | median % | p90 % |", "| --- | --- | --- | --- |"]
+    prefix = "h100-sxm from h200-sxm fit"
+    for r in found["reverse_families"]:
+        launches, median, p90 = (r[f"{prefix} {k}"] for k in ("launches", "median_pct", "p90_pct"))
+        lines.append(f"| `{r['family']}` | {launches} | {median:.1f} | {p90:.1f} |")
+    worst = max(found["reverse_whole_runs"], key=lambda r: abs(r["error_pct"]))
+    lines += ["", f"Whole runs: worst {_pct(worst['error_pct'])} ({_run_name(worst['run'])})."]
+    return "\n".join(lines) + "\n"
+
+
 def cmd_challenge(args) -> dict:
     """The Graph Challenge networks' runs replayed on the current model: each point's own
     trace predicted on the listed machine that describes its GPU (no fitting on them); the
@@ -211,11 +272,16 @@ def main() -> int:
     cmp_.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)
     cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="name of the H200 trace kept here")
     cmp_.add_argument("--scope", default="validate-h200.yaml", help=scope_help)
+    tab = sub.add_parser("tables", help="print a compare summary as the docs' Markdown tables")
+    tab.add_argument("summary", type=Path, help="an h200-fidelity-*.json file")
     cha = sub.add_parser("challenge")
     cha.add_argument("run", type=Path, help="a run folder of experiments/graph-challenge-all.yaml")
     cha.add_argument("--stock", type=Path, help="challenge.csv whose stock-library columns to keep")
     cha.add_argument("--name", default="gc-all-h100", help="folder under benchmarks/results")
     args = parser.parse_args()
+    if args.command == "tables":
+        print(fidelity_tables(args.summary), end="")
+        return 0
     commands = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare, "challenge": cmd_challenge}
     payload = commands[args.command](args)
     name = {"calibrate": "h100-calibration", "predict": "h200-predictions", "compare": "h200-fidelity"}.get(

@@ -133,3 +133,20 @@ def test_machines_say_whether_they_were_validated():
         family.records == 0 and "carried over from h100-sxm" in family.source for family in h200.calibration.values()
     )
     assert carry_over(h100, h200).calibration == h200.calibration
+
+
+def test_fidelity_tables_print_every_family_and_run_of_a_summary():
+    """``benchmarks/fidelity.py tables``: the docs' tables from the committed round-5 summary,
+    a row per family and whole run, with the figures the summary holds."""
+    from benchmarks._results import RESULTS
+    from benchmarks.fidelity import fidelity_tables
+
+    summary = RESULTS / "fidelity" / "h200-fidelity-20261125-174459.json"
+    found = json.loads(summary.read_text())
+    tables = fidelity_tables(summary).split("\n\n")
+    families, runs, speedups, reverse = (table.splitlines()[2:] for table in tables[:4])
+    assert len(families) == len(speedups) == len(reverse) == len(found["families"])
+    assert len(runs) == len(found["whole_runs"])
+    proxy = next(r for r in found["whole_runs"] if r["run"] == "backend=gpu-merged")
+    assert "| `gpu-merged`, official 1024 x 120 proxy | " in "\n".join(runs)
+    assert f"**{proxy['h200-sxm blind error_pct']:+.1f}%**" in next(r for r in runs if "gpu-merged`, official" in r)
