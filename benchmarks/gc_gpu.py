@@ -138,6 +138,7 @@ def main() -> int:
         ("rows", GpuEngine, {}),
         ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
         ("merged", GpuMergedEngine, {}),
+        ("merged-first-bits", GpuMergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
         ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
         ("merged-chain1", GpuMergedEngine, {"chain_rows": 1}),
         ("merged-chain2", GpuMergedEngine, {"chain_rows": 2}),

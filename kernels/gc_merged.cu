@@ -11,6 +11,15 @@
 //                 launches only: the tile then holds each row as n / 32 + 1 words of bits,
 //                 not n + 32 floats (1/32 of the shared memory, so more blocks per SM), and
 //                 csr_val is not read. The sums see the same operands either way.
+//   pixel_columns, count_words: null and 0, or, for gc_merged<R, true> when layer 0's weights
+//                 are one value (spartan_py/engines/support/input_counts.py), each input
+//                 pixel's merged columns of layer 0 as the halves of a word (0xffff: none), and the
+//                 words a row of the counts tile takes. The first launch then counts each
+//                 row's lit inputs of every merged column (a scatter of its ~100 pixels)
+//                 instead of testing the column's inputs, and reads the column's sum from a
+//                 table of fmaf chains: acc after c lit inputs is c fmaf(w, input_value, acc)
+//                 in a row, since the steps on unlit inputs add w * 0, so the sums are the
+//                 same floats, bit for bit.
 //   y_dense     : null, or the input rows expanded (rows x n) when a tile of n-wide rows does
 //                 not fit shared memory; the first layer then gathers from it.
 //   y_in, y_out : live rows of Z, row stride `stride` floats (the widest layer, padded).
@@ -45,6 +54,9 @@
 #endif
 #define GM_PRAGMA(x) _Pragma(#x)
 #define GM_UNROLL_PRAGMA(n) GM_PRAGMA(unroll n)
+#ifndef GM_COUNT_MAX
+#define GM_COUNT_MAX 64  // layer 0's steps at most, for the counts path (input_counts.COUNT_MAX_STEPS)
+#endif
 #ifndef GM_MIN_BLOCKS
 #define GM_MIN_BLOCKS 4
 #endif
@@ -61,7 +73,8 @@
 #endif
 // where a layer's operands come from: shared floats, global floats (the expanded inputs of a
 // network too wide for a tile), or the first launch's shared bits (see input_value)
-enum GmSource { GM_SHARED = 0, GM_GLOBAL = 1, GM_BITS = 2 };
+// or its counts of lit inputs per merged column (see pixel_columns)
+enum GmSource { GM_SHARED = 0, GM_GLOBAL = 1, GM_BITS = 2, GM_COUNTS = 3 };
 
 // SAME_H: the items are one column of GM_ILP rows (the block's threads a multiple of the
 // layer's width), so that each step loads one index and weight for all of them.
@@ -125,7 +138,8 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
                                          const int* __restrict__ stage, const int* __restrict__ w_idx,
                                          const float* __restrict__ w_val, float w_uniform, int k,
                                          const int* __restrict__ sizes, float bias, float clamp, int* row_count,
-                                         unsigned* nz_mask, int mask_words, float input_value) {
+                                         unsigned* nz_mask, int mask_words, float input_value,
+                                         const float* __restrict__ chain = nullptr) {
     const int items = R * width;
     for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
         int r[GM_ILP], h[GM_ILP];
@@ -143,7 +157,10 @@ __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_
             h[j] = item - r[j] * width;
             if (same_h) r[j] = min(r[j], R - 1);
         }
-        if (same_h)
+        if constexpr (SRC == GM_COUNTS) {  // src: the tile's counts (src_stride words a row); chain: their sums
+#pragma unroll
+            for (int j = 0; j < GM_ILP; ++j) acc[j] = chain[reinterpret_cast<const int*>(src)[r[j] * src_stride + h[j]]];
+        } else if (same_h)
             gm_sums_from<SRC, true>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
                                     k, input_value);
         else
@@ -223,6 +240,14 @@ __device__ __forceinline__ void gm_tile_counts(const unsigned* __restrict__ nz_m
         }
 }
 
+// Counts path (see pixel_columns): one lit input of a row whose counts start at `row_counts`;
+// `columns` holds the merged columns it feeds as its halves, 0xffff for none.
+__device__ __forceinline__ void gm_count_pixel(unsigned* __restrict__ row_counts, unsigned columns) {
+    const unsigned low = columns & 0xffffu, high = columns >> 16;
+    if (low != 0xffffu) atomicAdd(row_counts + low, 1u);
+    if (high != 0xffffu) atomicAdd(row_counts + high, 1u);
+}
+
 template <int R, bool BITS>
 __global__ void __launch_bounds__(GM_THREADS, GM_MIN_BLOCKS)
 gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
@@ -234,7 +259,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
           unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
           const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
-          int n, int stride, int stage_words, float bias, float clamp, float input_value) {
+          int n, int stride, int stage_words, float bias, float clamp, float input_value,
+          const unsigned* __restrict__ pixel_columns, int count_words) {
     extern __shared__ float smem[];
     const bool first_launch = layer == 0;
     const bool tile_input = first_launch && !y_dense;  // n-wide input rows in shared memory
@@ -242,12 +268,15 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     // launches keep their registers
 #define GM_TILE_BITS (BITS && tile_input)
 #define GM_BIT_WORDS (n / 32 + 1)  // a row of bits, with a zero word for padding steps
+    // counts of lit inputs per merged column instead of bits (see pixel_columns)
+    const bool counts_input = GM_TILE_BITS && pixel_columns;
+    const int input_words = counts_input ? count_words : GM_BIT_WORDS;  // a row of the input tile
     const int S = stride + GM_PAD;  // row stride of the two Z buffers
     // first launch only: R x (n + 32) floats, or R x (n / 32 + 1) words rounded up to keep the
     // buffers 16-byte aligned
     float* input_tile = smem;
     unsigned* const input_bits = reinterpret_cast<unsigned*>(smem);
-    float* const buffers = smem + (!tile_input ? 0 : GM_TILE_BITS ? (R * GM_BIT_WORDS + 3) & ~3 : R * (n + GM_PAD));  // two of R x S
+    float* const buffers = smem + (!tile_input ? 0 : GM_TILE_BITS ? (R * input_words + 3) & ~3 : R * (n + GM_PAD));  // two of R x S
     // a layer's indices, weights and column sizes staged here when they fit: every tile reads
     // them K times
     int* const stage = reinterpret_cast<int*>(buffers + 2 * R * S);
@@ -260,6 +289,12 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     __shared__ int s_ptr[R + 1];
     __shared__ int s_base;
     __shared__ int s_any;
+    __shared__ float s_chain[GM_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
+    if (counts_input && threadIdx.x <= ks[0]) {  // (read after the first tile's barrier)
+        float acc = 0.0f;
+        for (int c = 0; c < threadIdx.x; ++c) acc = fmaf(w_uniforms[0], input_value, acc);
+        s_chain[threadIdx.x] = acc;
+    }
 
     const int rows = counts[layer];
     const int n_tiles = (rows + R - 1) / R;
@@ -288,7 +323,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         if (tile_input) {
             if (threadIdx.x <= valid_rows) s_ptr[threadIdx.x] = __ldg(csr_ptr + first + threadIdx.x);
             if (GM_TILE_BITS) {
-                for (int e = threadIdx.x; e < R * GM_BIT_WORDS; e += GM_THREADS) input_bits[e] = 0u;
+                for (int e = threadIdx.x; e < R * input_words; e += GM_THREADS) input_bits[e] = 0u;
             } else {
                 float4* tile4 = reinterpret_cast<float4*>(input_tile);
                 for (int e = threadIdx.x; e < R * (n + GM_PAD) / 4; e += GM_THREADS) tile4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -306,10 +341,15 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                             idx[j] = __ldg(csr_idx + e);
                             val[j] = GM_TILE_BITS ? input_value : __ldg(csr_val + e);
                         }
+                        if (counts_input) {  // each pixel's merged columns, in place of the pixel
+#pragma unroll
+                            for (int j = 0; j < 4; ++j) idx[j] = (int)__ldg(pixel_columns + idx[j]);
+                        }
 #pragma unroll
                         for (int j = 0; j < 4; ++j) {
                             if (e0 + j * 32 < end) {
-                                if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
+                                if (counts_input) gm_count_pixel(input_bits + r * input_words, (unsigned)idx[j]);
+                                else if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
                                 else input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
                             }
                         }
@@ -333,7 +373,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                         const int e = e0 + j * GM_THREADS;
                         if (e < end) {
                             while (s_ptr[r + 1] <= e) ++r;
-                            if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
+                            if (counts_input) gm_count_pixel(input_bits + r * input_words, __ldg(pixel_columns + idx[j]));
+                            else if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
                             else input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
                         }
                     }
@@ -362,6 +403,9 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             if (cur >= 0)
                 gm_layer<R, GM_SHARED>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, staged,
                                        stage, w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, 0.0f);
+            else if (counts_input)
+                gm_layer<R, GM_COUNTS>(input_tile, count_words, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
+                                       w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, input_value, s_chain);
             else if (GM_TILE_BITS)
                 gm_layer<R, GM_BITS>(input_tile, GM_BIT_WORDS, n, valid_rows, buffers + out * R * S, S, width, staged, stage, w_idx,
                                      w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, input_value);
@@ -491,7 +535,7 @@ extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int strid
                                           const float*, const int*, const int*, const unsigned long long*,           \
                                           const unsigned long long*, int*, unsigned long long*, int, int,            \
                                           unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
-                                          float, float, float);
+                                          float, float, float, const unsigned*, int);
 GC_MERGED_INSTANCE(1, false)
 GC_MERGED_INSTANCE(2, false)
 GC_MERGED_INSTANCE(4, false)

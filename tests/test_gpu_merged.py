@@ -104,11 +104,14 @@ def test_twin_trace_accounts_for_the_merged_work():
         {"chain_rows": 1},
         {"chain_rows": 2, "compact_every": 1},
         {"chain_rows": 0},
+        {"input_counts": False},
+        {"input_counts": False, "rows_per_tile": 8},
     ],
 )
 def test_gpu_merged_matches_its_twin_exactly(options):
     """Bit-equal values, counts and trace to the twin; streamed weights change nothing;
-    binary inputs (a first launch on bits) and varied ones (on floats) alike."""
+    binary inputs (a first launch on counts of lit inputs, or on bits) and varied ones (on
+    floats) alike."""
     network = generate_network(1024, 30, seed=8)
     inputs = generate_inputs(900, 1024, seed=8)
     options = dict(options)
@@ -128,7 +131,8 @@ def test_gpu_merged_matches_its_twin_exactly(options):
     columns = [c for c in got.columns if c not in ("measured_us", "device", "executed_macs", "variant")]
     assert got[columns].equals(want[columns])
     first = got[got["kernel"] == "gpu.gc_merged"]["variant"].iloc[0]
-    assert first.startswith("R" if input_bit_value(inputs) == 0 else "B"), first
+    binary_kind = "P" if options.get("input_counts", True) else "B"
+    assert first.startswith("R" if input_bit_value(inputs) == 0 else binary_kind), first
 
 
 def test_monitor_masks_count_each_tiles_nonzeros():
@@ -182,7 +186,7 @@ def test_gpu_merged_monitor_counts_match_outputs(neurons, masks, chain_rows, mon
 @pytest.mark.gpu
 def test_gpu_merged_65536_neurons_gathers_wide_inputs():
     """65536 neurons: float input rows too wide for shared memory are expanded in device
-    memory; binary ones fit the tile as bits."""
+    memory; binary ones are counted in the tile (4096 merged columns)."""
     network = generate_network(65536, 4, seed=0)
     binary = generate_inputs(40, 65536, seed=1)
     varied = binary.copy()
@@ -193,7 +197,7 @@ def test_gpu_merged_65536_neurons_gathers_wide_inputs():
         got = engine.run(inputs)
         assert_same_run(got, ReferenceEngine(network).run(inputs))
         assert any(r.kernel == "gpu.scatter_rows" for r in got.trace) == gathers
-        assert next(r.variant for r in got.trace if r.kernel == "gpu.gc_merged")[0] == ("G" if gathers else "B")
+        assert next(r.variant for r in got.trace if r.kernel == "gpu.gc_merged")[0] == ("G" if gathers else "P")
 
 
 def test_input_bit_value_finds_binary_inputs():
@@ -209,19 +213,51 @@ def test_input_bit_value_finds_binary_inputs():
 
 
 def test_twin_trace_names_the_first_launchs_input_tile():
-    """Binary inputs: the first launch's tile holds bits ("B": its own instance, 1/32 of the
-    shared memory of a float tile); other inputs: floats ("R")."""
+    """Binary inputs: the first launch counts lit inputs per merged column ("P": its own
+    instance, a tenth of the bit tiles' work) or, with ``input_counts=False``, holds bits
+    ("B", 1/32 of the shared memory of a float tile); other inputs: floats ("R")."""
     network = generate_network(1024, 6, seed=2)
     binary = generate_inputs(300, 1024, seed=2)
     varied = binary.copy()
     varied.data *= np.random.default_rng(2).uniform(0.5, 1.5, varied.nnz).astype(np.float32)
     first = {}
-    for name, inputs in (("binary", binary), ("varied", varied)):
-        out = make_engine("gpu-merged-twin", network).run(inputs)
+    for name, inputs, counts in (("counts", binary, True), ("bits", binary, False), ("varied", varied, True)):
+        out = make_engine("gpu-merged-twin", network, input_counts=counts).run(inputs)
         first[name] = next(r for r in out.trace if r.kernel == "gpu.gc_merged")
-    assert first["binary"].variant.startswith("B16xW") and first["varied"].variant.startswith("R16xW")
-    assert first["binary"].bytes_read < first["varied"].bytes_read  # the indices only
-    assert first["binary"].block_shared_bytes < first["varied"].block_shared_bytes / 2
+    kinds = {name: record.variant[:5] for name, record in first.items()}
+    assert kinds == {"counts": "P16xW", "bits": "B16xW", "varied": "R16xW"}
+    assert first["bits"].bytes_read < first["varied"].bytes_read  # the indices only
+    assert first["bits"].block_shared_bytes < first["varied"].block_shared_bytes / 2
+    assert first["counts"].executed_macs * 5 < first["bits"].executed_macs
+
+
+def test_pixel_columns_give_the_first_layers_sums():
+    """The counts path's table, and its premise: with binary inputs and one weight, each
+    merged column's sum (the twin's, in the plan's order) is its count of lit inputs times
+    the weight."""
+    from spartan_py.engines.gpu_merged_twin import twin_merged_layer
+    from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_columns
+
+    network = generate_network(1024, 1, seed=4)
+    layer = merge_network(network).layers[0]
+    packed = pixel_columns(layer, 1024)
+    assert packed is not None and packed.dtype == np.uint32 and packed.shape == (1024,)
+    halves = packed.view(np.uint16).reshape(1024, 2)
+    inputs = generate_inputs(60, 1024, seed=4).toarray()
+    counts = np.zeros((60, layer.width), np.int64)
+    for pixel, column in zip(*np.nonzero(halves != NO_COLUMN)):
+        counts[:, halves[pixel, column]] += inputs[:, pixel] != 0
+    acc = (counts * np.float64(layer.plan.uniform)).astype(np.float32)
+    want = np.where(acc != 0, np.clip(acc + network.bias, 0, network.clamp), 0).astype(np.float32)
+    row_nnz = np.zeros(60, np.int64)
+    got = twin_merged_layer(
+        inputs.astype(np.float32), layer.plan.index, layer.plan.weight, np.float32(layer.plan.uniform), True,
+        layer.sizes, np.float32(network.bias), np.float32(network.clamp), row_nnz,
+    )
+    assert np.array_equal(got, want) and (got != 0).any()
+    # no counts path where a pixel feeds more than two merged columns (no duplicates to merge)
+    unmerged = merge_network(generate_network(1024, 1, seed=4, unmergeable=True)).layers[0]
+    assert pixel_columns(unmerged, 1024) is None
 
 
 @pytest.mark.gpu
@@ -307,7 +343,7 @@ def test_twin_trace_names_the_chain_launches():
     for chain_rows, kind in ((1, "C1xW"), (2, "C2xW"), (0, "R16xW"), (None, "C2xW")):
         out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows, compact_every=4).run(inputs)
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
-        assert len(launches) == 3 and launches[0].variant.startswith("B16xW")
+        assert len(launches) == 3 and launches[0].variant.startswith("P16xW")
         assert all(r.variant.startswith(kind) for r in launches[1:]), [r.variant for r in launches]
         if chain_rows:
             assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in launches[1:])

@@ -47,6 +47,7 @@ from spartan_py.engines.support.column_merge import (
 )
 from spartan_py.engines.support.cuda import NULL_POINTER, device_name, import_cupy
 from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
+from spartan_py.engines.support.input_counts import COUNT_MAX_STEPS
 from spartan_py.engines.support.layer_plan import chunk_schedule, gc_monitor_mode, launch_monitored
 from spartan_py.engines.support.weight_store import LayerStore
 from spartan_py.errors import InputError
@@ -63,7 +64,12 @@ def _merged_kernels(device_id: int):
     names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows in TILE_ROWS for bits in (False, True)}
     module = cupy.RawModule(
         code=kernel_source("gc_merged.cu"),
-        options=("-std=c++17", f"-DGM_THREADS={THREADS}", "-DGM_NO_EXPLICIT_INSTANCES"),
+        options=(
+            "-std=c++17",
+            f"-DGM_THREADS={THREADS}",
+            f"-DGM_COUNT_MAX={COUNT_MAX_STEPS}",
+            "-DGM_NO_EXPLICIT_INSTANCES",
+        ),
         name_expressions=list(names.values()),
     )
     kernels = {key: module.get_function(name) for key, name in names.items()}
@@ -106,6 +112,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         use_graph: bool = True,
         rows_per_tile: int | None = None,
         chain_rows: int | None = None,
+        input_counts: bool = True,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         weight_budget_bytes: int | None = None,
@@ -114,7 +121,9 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits);
         ``chain_rows``: rows a warp of the chain kernel takes in the launches after the
         first (``kernels/gc_chain.cu``; None: by launch length, 0: every launch runs the
-        block-tile kernel)."""
+        block-tile kernel); ``input_counts``: binary inputs enter the first layer as counts
+        of lit inputs per merged column where the layer allows it
+        (:mod:`~spartan_py.engines.support.input_counts`), else as bits."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         self.monitor = gc_monitor_mode(monitor)
@@ -126,6 +135,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
         self.chain_rows_by_start = self.plan_chain_launches()
+        self.input_columns = self.plan_input_counts(input_counts)
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
         self._sm_shared_bytes = props["sharedMemPerMultiprocessor"]
@@ -179,6 +189,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
         self._chain_launches = self._plan_chain_launches()
+        self._input_columns = None if self.input_columns is None else cp.asarray(self.input_columns)
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
     def _plan_chain_launches(self) -> dict:
@@ -274,6 +285,11 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 np.float32(network.bias),
                 np.float32(network.clamp),
                 np.float32(batch.input_value),
+                *(
+                    (self._input_columns, np.int32(self.first_launch_tile(True)[1]))
+                    if first and self.counts_first_layer(batch.input_value != 0.0)
+                    else (NULL_POINTER, np.int32(0))
+                ),
             )
             kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]

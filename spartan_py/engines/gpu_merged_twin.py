@@ -3,9 +3,11 @@
 It computes what ``kernels/gc_merged.cu`` computes, in the same order: each merged column
 is summed over the plan's steps one fused multiply-add at a time (padding steps read zero),
 then bias on non-zeros, ReLU, clamp; non-zeros are counted in original columns (group
-sizes). So its float32 results, live rows and non-zeros per layer equal the GPU's, and its
-trace records the GPU's launches (``executed_macs`` of multi-layer launches aside: they
-depend on the GPU's compaction order, as with :mod:`spartan_py.engines.gpu_twin`).
+sizes). (The GPU's first launch may count lit binary inputs instead: the same sums, see
+:mod:`spartan_py.engines.support.input_counts`.) So its float32 results, live rows and
+non-zeros per layer equal the GPU's, and its trace records the GPU's launches
+(``executed_macs`` of multi-layer launches aside: they depend on the GPU's compaction
+order, as with :mod:`spartan_py.engines.gpu_twin`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         monitor_every: int = 4,
         rows_per_tile: int | None = None,
         chain_rows: int | None = None,
+        input_counts: bool = True,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
@@ -91,6 +94,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         self.merged = merge_network(network)
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_rows_by_start = self.plan_chain_launches()
+        self.input_columns = self.plan_input_counts(input_counts)
         self.stage_bytes = 4 * stage_words(self.merged)
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes

@@ -38,6 +38,7 @@ from spartan_py.engines.support.chain_plan import (
     chain_shared_bytes,
     chain_warp_bytes,
 )
+from spartan_py.engines.support.input_counts import NO_COLUMN, count_tile_words, pixel_columns
 from spartan_py.engines.support.layer_plan import LaunchCost, LayerKernelTrace, LayerPlan, executed_macs
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
@@ -328,6 +329,9 @@ class MergedKernelTrace(LayerKernelTrace):
     #: rows a warp takes in each launch that runs the chain kernel, by the launch's first
     #: layer (:meth:`plan_chain_launches`, set once when the engine is built)
     chain_rows_by_start: dict[int, int]
+    #: the first layer's merged columns of each input pixel, when binary inputs take the
+    #: counts path (:func:`~spartan_py.engines.support.input_counts.pixel_columns`), else None
+    input_columns: np.ndarray | None
 
     def plan_chain_launches(self) -> dict[int, int]:
         """{first layer: rows a warp} of the launches (``self.chunks``) that run the chain
@@ -340,18 +344,36 @@ class MergedKernelTrace(LayerKernelTrace):
             start += length
         return plan
 
+    def plan_input_counts(self, enabled: bool) -> np.ndarray | None:
+        """:attr:`input_columns` for the engine option ``input_counts`` (None when off or when
+        the first layer does not allow the counts path)."""
+        if not enabled or not self.merged.layers:
+            return None
+        return pixel_columns(self.merged.layers[0], self.merged.neurons)
+
+    def counts_first_layer(self, bit_inputs: bool) -> bool:
+        """Whether the first launch counts lit inputs (binary inputs, and a first layer that
+        allows it: :mod:`~spartan_py.engines.support.input_counts`)."""
+        return bit_inputs and self.input_columns is not None
+
     def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
         """(rows per tile, words of input tile a row) of the first launch: binary inputs
-        as bits (``n / 32 + 1`` words a row, tiles of ``rows_per_tile``), else as floats
+        as counts of lit inputs per merged column where the first layer allows it
+        (:func:`~spartan_py.engines.support.input_counts.count_tile_words`), else as bits
+        (``n / 32 + 1`` words a row), in tiles of ``rows_per_tile``; other inputs as floats
         (``n + 32``, :func:`merged_tile_rows`' first tile), or none when they are too wide."""
         n = self.merged.neurons
+        if self.counts_first_layer(bit_inputs):
+            return self.rows_per_tile, count_tile_words(self.merged.layers[0], n)
         if bit_inputs:
             return self.rows_per_tile, n // 32 + 1
         return self.first_rows, (n + 32) if self.first_from_tile else 0
 
     def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False, bit_inputs=False):
         """``streamed``: the weights come from host memory (named in the variant);
-        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B").
+        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
+        or counts them (instance "P": its work is an increment per lit input and merged
+        column it feeds, and a lookup per merged output).
         A chain launch is its own kernel (instance "C", the rows a warp takes); its warps work
         independently, so its record describes a warp as the block (one group of rows, its two
         buffers, 32 resident on an SM) and leaves the stage of indices, loaded once per
@@ -400,6 +422,15 @@ class MergedKernelTrace(LayerKernelTrace):
         # shared memory) is a different kernel in effect: its own instance ("G"), calibrated
         # apart; so is one holding its inputs as bits ("B")
         kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
+        executed = executed_macs(
+            [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
+        )
+        if start == 0 and self.counts_first_layer(bit_inputs):
+            kind = "P"
+            assert self.input_columns is not None
+            pairs = int(np.count_nonzero(self.input_columns.view(np.uint16) != NO_COLUMN))
+            first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], tile_layers)
+            executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
         return LaunchCost(
             variant=f"{kind}{tile}{suffix}",
             tile_rows=tile,
@@ -407,9 +438,7 @@ class MergedKernelTrace(LayerKernelTrace):
             bytes_read=read + weight_bytes,
             row_bytes_written=chunk[-1].width * 4 + 4,
             useful_macs=useful,
-            executed_macs=executed_macs(
-                [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
-            ),
+            executed_macs=executed,
             block_threads=MERGED_THREADS,
             block_shared_bytes=(tile * (2 * (stride + 32) + stride // 32) + (tile * input_tile + 3) // 4 * 4) * 4
             + self.stage_bytes,
