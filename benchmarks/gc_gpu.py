@@ -23,7 +23,7 @@ import spartan_py as sp
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
 from spartan_py.engines.gpu import GpuEngine
 from spartan_py.engines.gpu_merged import GpuMergedEngine
-from spartan_py.timing import copy_bandwidth, hold_stream
+from spartan_py.timing import copy_bandwidth
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
 
@@ -70,12 +70,10 @@ LAUNCH_REPEATS = 7
 
 def launch_times(engine, batch) -> list[float]:
     """Seconds of each launch (and of the final expansion), the median of
-    :data:`LAUNCH_REPEATS` eager runs with events between launches. The stream is held
-    first, so that every launch is queued before the GPU reaches it: otherwise the first
-    interval also holds the host's time to issue the first launch."""
+    :data:`LAUNCH_REPEATS` eager runs with events between launches (each behind a hold of
+    the stream: ``run_device``)."""
     runs = []
     for _ in range(LAUNCH_REPEATS):
-        hold_stream(0.005, batch.stream)
         engine.run_device(batch, per_layer_times=True)
         runs.append(batch.layer_seconds)
     return np.median(np.array(runs), axis=0).tolist()
