@@ -251,8 +251,15 @@ def test_pixel_columns_give_the_first_layers_sums():
     want = np.where(acc != 0, np.clip(acc + network.bias, 0, network.clamp), 0).astype(np.float32)
     row_nnz = np.zeros(60, np.int64)
     got = twin_merged_layer(
-        inputs.astype(np.float32), layer.plan.index, layer.plan.weight, np.float32(layer.plan.uniform), True,
-        layer.sizes, np.float32(network.bias), np.float32(network.clamp), row_nnz,
+        inputs.astype(np.float32),
+        layer.plan.index,
+        layer.plan.weight,
+        np.float32(layer.plan.uniform),
+        True,
+        layer.sizes,
+        np.float32(network.bias),
+        np.float32(network.clamp),
+        row_nnz,
     )
     assert np.array_equal(got, want) and (got != 0).any()
     # no counts path where a pixel feeds more than two merged columns (no duplicates to merge)

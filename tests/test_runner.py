@@ -17,6 +17,8 @@ from spartan_py.config.validate import ConfigError
 from spartan_py.errors import InputError
 from spartan_py.report import write_report
 from spartan_py.runner import load_experiment, run_experiment
+from spartan_py.runner.store import load_points
+from spartan_py.trace import read_trace
 from tests.conftest import ROOT, checkout_env
 
 BAD = ROOT / "tests" / "data" / "bad-experiments"
@@ -258,3 +260,27 @@ def test_sweep_cases_mix_workload_kinds(tmp_path):
     path.write_text(path.read_text().replace("grid: {repeats: [1, 2]}", "grid: {backend: [cpu, reference]}"))
     with pytest.raises(ConfigError, match="both cases and grid"):
         load_experiment(path)
+
+
+def test_merged_kernel_options_reach_the_engine(tmp_path):
+    """``chain_rows`` and ``input_counts`` go to the merged engines (here the simulated twin,
+    whose trace names the kernels its GPU twin would run) and not to others."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "name: m\nworkload: {network: generated:1024:5, layers: 12, inputs: generated:300:6}\nmode: simulated\n"
+        "machines: [h100-sxm]\ncompact_every: 4\n"
+        "sweep:\n  cases:\n    - {backend: gpu-merged}\n"
+        "    - {backend: gpu-merged, chain_rows: 0, input_counts: false}\n    - {backend: gpu, chain_rows: 1}\n"
+    )
+    experiment, points = load_experiment(path)
+    run_experiment(experiment, points, tmp_path / "run")
+    kinds = {}
+    for point in load_points(tmp_path / "run"):
+        trace = read_trace(tmp_path / "run" / "points" / f"{point['id']}.trace.csv")
+        launches = trace[trace["kernel"].isin(["gpu.gc_merged", "gpu.gc_layer"])]
+        kinds[point["label"]] = [variant[:1] for variant in launches["variant"]]
+    assert kinds == {
+        "backend=gpu-merged": ["P", "C", "C"],
+        "backend=gpu-merged, chain_rows=0, input_counts=False": ["B", "R", "R"],
+        "backend=gpu, chain_rows=1": ["R", "R", "R"],
+    }, kinds

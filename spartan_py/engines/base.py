@@ -46,6 +46,8 @@ class Engine(ABC):
     #: Whether the constructor takes the Graph Challenge kernels' options (``monitor``,
     #: ``compact_every``, ``rows_per_tile``).
     takes_kernel_options: ClassVar[bool] = False
+    #: Whether it also takes the merged kernel's options (``chain_rows``, ``input_counts``).
+    takes_merged_options: ClassVar[bool] = False
     #: Whether it runs on a GPU (so that a sharded run puts each shard on one).
     uses_gpu: ClassVar[bool] = False
     #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost

@@ -100,6 +100,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
     name = "gpu-merged"
     cpu_twin = "gpu-merged-twin"
     takes_kernel_options = True
+    takes_merged_options = True
     uses_gpu = True
     trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
 

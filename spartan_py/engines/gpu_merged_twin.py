@@ -64,6 +64,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
     name = "gpu-merged-twin"
     cpu_twin = "gpu-merged-twin"
     takes_kernel_options = True
+    takes_merged_options = True
     trace_families = GpuMergedEngine.trace_families
 
     def __init__(

@@ -101,6 +101,9 @@ def run_point(point: Point) -> tuple[dict, list]:
         options["compact_every"] = config.compact_every
         if config.rows_per_tile:
             options["rows_per_tile"] = config.rows_per_tile
+    if cls.takes_merged_options:
+        options["chain_rows"] = config.chain_rows
+        options["input_counts"] = config.input_counts
     if cls.stock_library and config.time_limit_seconds is not None:
         options["time_limit_seconds"] = config.time_limit_seconds
     machine = config.machines[0] if config.mode == "simulated" else None

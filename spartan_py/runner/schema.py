@@ -36,7 +36,7 @@ Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 CONV_BACKENDS = ("auto", "cpu", "gpu")
 #: Fields only one workload kind takes (each kind refuses the other's).
 KIND_FIELDS = {
-    "graph_challenge": ("rows_per_tile", "compact_every", "time_limit_seconds"),
+    "graph_challenge": ("rows_per_tile", "chain_rows", "input_counts", "compact_every", "time_limit_seconds"),
     "conv_layers": ("tile", "policy", "precision", "trace"),
 }
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
@@ -227,6 +227,16 @@ class Experiment(_Frozen):
     )
     rows_per_tile: PositiveInt | None = Field(
         None, description="gpu kernel tile height (gpu, gpu-twin; default per size)"
+    )
+    chain_rows: Literal[0, 1, 2] | None = Field(
+        None,
+        description="gpu-merged, gpu-merged-twin: rows a warp of the chain kernel takes in the launches after "
+        "the first (null: two in launches of up to 8 layers, one after; 0: the block-tile kernel in every launch)",
+    )
+    input_counts: bool = Field(
+        True,
+        description="gpu-merged, gpu-merged-twin: binary inputs enter the first layer as counts of lit inputs "
+        "per merged column where the layer allows it (false: as bits)",
     )
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling",
