@@ -272,8 +272,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     const bool counts_input = GM_TILE_BITS && pixel_columns;
     const int input_words = counts_input ? count_words : GM_BIT_WORDS;  // a row of the input tile
     const int S = stride + GM_PAD;  // row stride of the two Z buffers
-    // first launch only: R x (n + 32) floats, or R x (n / 32 + 1) words rounded up to keep the
-    // buffers 16-byte aligned
+    // first launch only: R x (n + 32) floats, or R x (n / 32 + 1) words of bits or R x
+    // count_words counts, rounded up to keep the buffers 16-byte aligned
     float* input_tile = smem;
     unsigned* const input_bits = reinterpret_cast<unsigned*>(smem);
     float* const buffers = smem + (!tile_input ? 0 : GM_TILE_BITS ? (R * input_words + 3) & ~3 : R * (n + GM_PAD));  // two of R x S

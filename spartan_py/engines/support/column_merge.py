@@ -425,10 +425,10 @@ class MergedKernelTrace(LayerKernelTrace):
         executed = executed_macs(
             [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
         )
-        if start == 0 and self.counts_first_layer(bit_inputs):
+        columns = self.input_columns if start == 0 and bit_inputs else None
+        if columns is not None:  # the counts path (counts_first_layer)
             kind = "P"
-            assert self.input_columns is not None
-            pairs = int(np.count_nonzero(self.input_columns.view(np.uint16) != NO_COLUMN))
+            pairs = int(np.count_nonzero(columns.view(np.uint16) != NO_COLUMN))
             first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], tile_layers)
             executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
         return LaunchCost(
