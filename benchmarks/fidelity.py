@@ -162,8 +162,8 @@ def _run_name(run: str) -> str:
     return f"`{fields['backend']}`, " + (network or "official 1024 x 120 proxy")
 
 
-def _pct(value: float, signed: bool = True) -> str:
-    return f"{value:+.1f}%" if signed else f"{value:.1f}"
+def _pct(value: float) -> str:
+    return f"{value:+.1f}%"
 
 
 def fidelity_tables(summary_file: Path) -> str:

@@ -190,7 +190,13 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
         self._chain_launches = self._plan_chain_launches()
-        self._input_columns = None if self.input_columns is None else cp.asarray(self.input_columns)
+        # the first launch's arguments for the counts path (pixel table, counts a row), null
+        # and 0 when it takes bits
+        self._counts_args = (
+            (NULL_POINTER, np.int32(0))
+            if self.input_columns is None
+            else (cp.asarray(self.input_columns), np.int32(self.first_launch_tile(True)[1]))
+        )
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
     def _plan_chain_launches(self) -> dict:
@@ -286,11 +292,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
                 np.float32(network.bias),
                 np.float32(network.clamp),
                 np.float32(batch.input_value),
-                *(
-                    (self._input_columns, np.int32(self.first_launch_tile(True)[1]))
-                    if first and self.counts_first_layer(batch.input_value != 0.0)
-                    else (NULL_POINTER, np.int32(0))
-                ),
+                *(self._counts_args if first and batch.input_value != 0.0 else (NULL_POINTER, np.int32(0))),
             )
             kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]

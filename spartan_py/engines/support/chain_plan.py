@@ -64,7 +64,11 @@ def chain_fits(layer) -> bool:
     """Whether the chain kernel can compute a merged layer: at most ``32 *
     CHAIN_MAX_COLUMNS`` columns, every index (padding columns included) a byte, and uniform
     weights or at most :data:`TABLE_SIZE` distinct ones."""
-    table = _weight_table(layer)
+    return _fits(layer, _weight_table(layer))
+
+
+def _fits(layer, table: np.ndarray | None) -> bool:
+    """:func:`chain_fits` given the layer's :func:`_weight_table`."""
     return (
         layer.width <= 32 * CHAIN_MAX_COLUMNS
         and 0 < layer.width_in
@@ -89,7 +93,8 @@ def chain_words(layer) -> np.ndarray | None:
     ``k8 x width`` code words (four bits a step into the table), then the table's
     :data:`TABLE_SIZE` floats. Steps past the plan's read the zero column ``width_in``.
     None when :func:`chain_fits` says no."""
-    if not chain_fits(layer):
+    distinct = _weight_table(layer)
+    if not _fits(layer, distinct):
         return None
     steps, width = layer.plan.steps, layer.width
     k4, k8 = chain_steps(layer), chain_code_steps(layer)
@@ -99,7 +104,6 @@ def chain_words(layer) -> np.ndarray | None:
     words = quads[:, 0] | (quads[:, 1] << 8) | (quads[:, 2] << 16) | (quads[:, 3] << 24)
     table = np.zeros(TABLE_SIZE, np.float32)
     codes = np.zeros((8 * k8, width), dtype=np.uint32)
-    distinct = _weight_table(layer)
     if distinct is not None:
         table[: distinct.size] = distinct
         codes[:steps] = np.searchsorted(distinct, np.asarray(layer.plan.weight).reshape(steps, width))
