@@ -135,6 +135,7 @@ def main() -> int:
     cases = (
         ("rows", GpuEngine, {}),
         ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
+        ("rows-first-floats", GpuEngine, {"input_counts": False}),  # the first layer's multiply-adds
         ("merged", GpuMergedEngine, {}),
         ("merged-first-bits", GpuMergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
         ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu

@@ -23,6 +23,14 @@
 //   tile_layers : optional, tile_layers[l] += 1 for every tile that computed layer l (a
 //                 tile stops once all its rows are dead), so the trace's executed
 //                 multiply-adds are exact whatever order compaction left the rows in.
+//   pixel_columns, pixel_degree, input_value: null, 0 and 0, or the counts path of the
+//                 first launch (spartan_py/engines/support/input_counts.py): every stored
+//                 input entry is input_value and every weight of layer 0 is one value, so an
+//                 output's sum is the fmaf chain of its lit inputs' count. Each row's lit
+//                 pixels add one to the count of every output they feed (pixel p's outputs at
+//                 pixel_columns[p * pixel_degree ..], GC_NO_COLUMN past its degree; at most
+//                 32), and each output reads its sum from the chain: the same floats, bit for
+//                 bit, for about a tenth of the shared-memory traffic on the official inputs.
 //
 // Work split: a block of THREADS threads holds a tile of R rows in shared memory; thread t
 // owns output columns t, t + THREADS, ... (CPT of them). For each of its columns it walks
@@ -38,6 +46,60 @@
 // weight schedule (spartan_py/engines/bank_schedule.py) points steps where an output has
 // no input at a zero entry in a bank no other thread of the warp reads at that step.
 #define PAD 32
+#ifndef GC_COUNT_MAX
+#define GC_COUNT_MAX 64  // layer 0's steps at most, for the counts path (input_counts.COUNT_MAX_STEPS)
+#endif
+#define GC_NO_COLUMN 0xffffu  // input_counts.NO_COLUMN
+// Build options for measuring the kernel against itself (benchmarks): groups of four steps
+// whose indices are loaded ahead, and whether launches of few rows shrink their tiles.
+#ifndef GC_PREFETCH_GROUPS
+#define GC_PREFETCH_GROUPS 2
+#endif
+#ifndef GC_SHRINK_TILES
+#define GC_SHRINK_TILES 1
+#endif
+
+// The counts path keeps output j's count at this position of its row: a pixel's outputs
+// (e.g. j, j + 64, j + 128, ... in RadiX-Net layers) then fall in different banks.
+__device__ __forceinline__ int gc_count_slot(int j) { return j ^ ((j >> 5) & 31); }
+
+// Output j's sums over the R tile rows, step by step in the plan's order. A load brings four
+// steps' indices (or weights): w_idx and w_val are [step / 4][n][4] (LayerPlan.grouped). The
+// next Q groups' indices are loaded while the current Q are summed, so that a warp waits on
+// them once a layer rather than once a step.
+template <int R, int Q, bool WEIGHTS>
+__device__ __forceinline__ void gc_column_sums(const float* __restrict__ tile, const unsigned short* __restrict__ w_idx,
+                                               const float* __restrict__ w_val, float w_uniform, int n, int k, int j,
+                                               float (&acc)[R]) {
+    const uint2* __restrict__ idx4 = reinterpret_cast<const uint2*>(w_idx);
+    const float4* __restrict__ val4 = reinterpret_cast<const float4*>(w_val);
+    const int groups = k / 4;  // k is a multiple of 4 (plan_layer pads it)
+    uint2 next[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) next[q] = __ldg(idx4 + (size_t)min(q, groups - 1) * n + j);
+#pragma unroll 1
+    for (int g0 = 0; g0 < groups; g0 += Q) {
+        uint2 step[Q];
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+            step[q] = next[q];
+            next[q] = __ldg(idx4 + (size_t)min(g0 + Q + q, groups - 1) * n + j);
+        }
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+            if (g0 + q < groups) {
+                // the weights (rare: the Graph Challenge's are uniform) are not loaded ahead
+                const float4 w4 = WEIGHTS ? __ldg(val4 + (size_t)(g0 + q) * n + j) : make_float4(w_uniform, w_uniform, w_uniform, w_uniform);
+                const int i[4] = {(int)(step[q].x & 0xffffu), (int)(step[q].x >> 16), (int)(step[q].y & 0xffffu), (int)(step[q].y >> 16)};
+                const float w[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r] = fmaf(w[u], tile[r * (n + PAD) + i[u]], acc[r]);
+            }
+        }
+    }
+}
 
 template <int R, int CPT>
 __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, const unsigned short* __restrict__ w_idx,
@@ -49,13 +111,17 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-#pragma unroll 4
-        for (int kk = 0; kk < k; ++kk) {
-            const int i = __ldg(w_idx + (size_t)kk * n + j);
-            const float w = w_val ? __ldg(w_val + (size_t)kk * n + j) : w_uniform;
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r] = fmaf(w, tile[r * (n + PAD) + i], acc[r]);
-        }
+        // groups of four steps in flight: one where a thread keeps many outputs (whose
+        // registers it needs)
+#if __CUDA_ARCH__ >= 900
+        constexpr int Q = CPT >= 4 ? 1 : GC_PREFETCH_GROUPS;
+#else  // sm_80 spills the R >= 12 instances at 2
+        constexpr int Q = 1;
+#endif
+        if (w_val)
+            gc_column_sums<R, Q, true>(tile, w_idx, w_val, w_uniform, n, k, j, acc);
+        else
+            gc_column_sums<R, Q, false>(tile, w_idx, w_val, w_uniform, n, k, j, acc);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const float z = acc[r];
@@ -64,6 +130,190 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
         }
     }
 }
+
+// Counts path, input side: the tile's counts (R rows of NS words, output j at
+// gc_count_slot(j)) from the rows' lit pixels. GC_THREADS / 32 / R warps share a row, each
+// taking every so many groups of 32 of its pixels; lane s adds one to pixel p's s-th output,
+// four pixels' table reads in flight before their additions.
+template <int R, int NS>
+__device__ __forceinline__ void gc_count_inputs(unsigned* __restrict__ counts, const int* __restrict__ csr_ptr,
+                                                const int* __restrict__ csr_idx, int first, int rows,
+                                                const unsigned short* __restrict__ pixel_columns, int pixel_degree) {
+    constexpr int WARPS = GC_THREADS / 32;
+    constexpr int SPLIT = WARPS >= R ? WARPS / R : 1;
+    const int lane = threadIdx.x & 31;
+    for (int item = threadIdx.x >> 5; item < R * SPLIT; item += WARPS) {
+        const int r = item % R, row = first + r;
+        if (row >= rows) continue;
+        unsigned* const row_counts = counts + r * NS;
+        const int end = __ldg(csr_ptr + row + 1);
+        for (int e0 = __ldg(csr_ptr + row) + (item / R) * 32; e0 < end; e0 += SPLIT * 32) {
+            const int pixel = e0 + lane < end ? __ldg(csr_idx + e0 + lane) : 0;
+            const int lit = min(32, end - e0);
+            for (int q0 = 0; q0 < lit; q0 += 4) {
+                unsigned column[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int p = __shfl_sync(0xffffffffu, pixel, (q0 + u) & 31);
+                    column[u] = (q0 + u < lit && lane < pixel_degree) ? __ldg(pixel_columns + p * pixel_degree + lane) : GC_NO_COLUMN;
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (column[u] != GC_NO_COLUMN) atomicAdd(row_counts + gc_count_slot((int)column[u]), 1u);
+            }
+        }
+    }
+}
+
+// Counts path, output side: each output's sum from its count (the fmaf chain), then as
+// gc_tile_compute.
+template <int R, int CPT>
+__device__ __forceinline__ void gc_tile_from_counts(const unsigned* __restrict__ counts, const float* __restrict__ chain,
+                                                    float bias, float clamp, float (&out)[CPT][R]) {
+    constexpr int NS = CPT * GC_THREADS + PAD;
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+        const int slot = gc_count_slot(c * GC_THREADS + threadIdx.x);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float z = chain[counts[r * NS + slot]];
+            const float y = fminf(fmaxf(z + bias, 0.0f), clamp);
+            out[c][r] = (z != 0.0f) ? y : 0.0f;
+        }
+    }
+}
+
+// What a block keeps in static shared memory besides the tile: per row of the tile, its
+// non-zeros (and per 32 columns at a launch's last layer), its rank among the live rows.
+template <int R, int CPT>
+struct GcShared {
+    int row_count[R];
+    int tile_count[R][CPT * GC_THREADS / 32];
+    int rank[R];
+    int base;
+    int any;
+    float chain[GC_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
+};
+
+// The launch's work on tiles of RT rows (RT <= R, the rows the block's shared memory holds).
+template <int R, int RT, int CPT>
+__device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __restrict__ tile,
+         const float* __restrict__ y_in, const int* __restrict__ ids_in,
+         const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, const float* __restrict__ csr_val,
+         float* __restrict__ y_out, int* __restrict__ ids_out,
+         const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
+         const float* __restrict__ w_uniforms, const int* __restrict__ ks,
+         int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
+         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, int rows) {
+    constexpr int N = CPT * GC_THREADS;
+    constexpr int TILES_PER_ROW = N / 32;
+    constexpr int NS = N + PAD;  // tile row stride
+    const bool counts_input = csr_ptr && pixel_columns;
+    const int n_tiles = (rows + RT - 1) / RT;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int last = layer + layer_count - 1;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const int first = t * RT;
+        // 1. load the tile (rows past the end are zero)
+        if (csr_ptr) {
+            for (int e = threadIdx.x; e < RT * NS; e += GC_THREADS) tile[e] = 0.0f;
+            __syncthreads();
+            if (counts_input) {
+                gc_count_inputs<RT, NS>(reinterpret_cast<unsigned*>(tile), csr_ptr, csr_idx, first, rows, pixel_columns, pixel_degree);
+            } else
+            for (int r = warp; r < RT; r += GC_THREADS / 32) {
+                const int row = first + r;
+                if (row < rows) {
+                    for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) tile[r * NS + csr_idx[e]] = csr_val[e];
+                }
+            }
+        } else {
+            const float4* src = reinterpret_cast<const float4*>(y_in + (size_t)first * N);
+            float4* dst = reinterpret_cast<float4*>(tile);
+            const int valid_rows = min(RT, rows - first);
+            for (int e = threadIdx.x; e < RT * NS / 4; e += GC_THREADS) {
+                const int r = e / (NS / 4), c = e - r * (NS / 4);
+                dst[e] = (r < valid_rows && c < N / 4) ? __ldg(src + r * (N / 4) + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+
+        // 2. run the chunk's layers on the tile, in shared memory; rows are independent
+        for (int l = layer; l <= last; ++l) {
+            if (threadIdx.x < RT) sh.row_count[threadIdx.x] = 0;
+            __syncthreads();
+            float out[CPT][RT];
+            if (counts_input && l == layer)
+                gc_tile_from_counts<RT, CPT>(reinterpret_cast<const unsigned*>(tile), sh.chain, bias, clamp, out);
+            else
+                gc_tile_compute<RT, CPT>(tile, reinterpret_cast<const unsigned short*>(w_idx_ptrs[l]),
+                                        reinterpret_cast<const float*>(w_val_ptrs[l]), w_uniforms[l], N, ks[l], bias,
+                                        clamp, out);
+            __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
+
+            // store in place; count non-zeros per row and per 32-column tile (the monitor)
+#pragma unroll
+            for (int c = 0; c < CPT; ++c) {
+                const int j = c * GC_THREADS + threadIdx.x;
+#pragma unroll
+                for (int r = 0; r < RT; ++r) {
+                    tile[r * NS + j] = out[c][r];
+                    const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
+                    if (lane == 0) {
+                        if (l == last) sh.tile_count[r][j >> 5] = lit;
+                        if (lit) atomicAdd(&sh.row_count[r], lit);
+                    }
+                }
+            }
+            __syncthreads();
+
+            // per-layer counts; at the chunk's last layer the count also allocates positions
+            if (warp == 0) {
+                const bool live = lane < RT && first + lane < rows && sh.row_count[lane] > 0;
+                const unsigned mask = __ballot_sync(0xffffffffu, live);
+                if (l == last && lane < RT) sh.rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+                int tile_nnz_sum = live ? sh.row_count[lane] : 0;
+                for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
+                if (lane == 0) {
+                    const int n_live = __popc(mask);
+                    const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
+                    if (l == last) sh.base = base;
+                    if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
+                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
+                    sh.any = n_live;
+                }
+            }
+            __syncthreads();
+            if (!sh.any) break;  // every row of the tile is dead: later layers add nothing
+        }
+        if (!sh.any) continue;  // (uniform across the block)
+
+        // 3. the live rows' ids and (monitor) counts, all rows in one pass over every thread;
+        //    then the rows themselves, coalesced
+        if (threadIdx.x < RT && sh.rank[threadIdx.x] >= 0) {
+            const size_t dst_row = (size_t)sh.base + sh.rank[threadIdx.x];
+            ids_out[dst_row] = csr_ptr ? first + threadIdx.x : ids_in[first + threadIdx.x];
+            if (row_nnz) row_nnz[dst_row] = sh.row_count[threadIdx.x];
+        }
+        if (tile_nnz)
+#pragma unroll 1
+            for (int e = threadIdx.x; e < RT * TILES_PER_ROW; e += GC_THREADS) {
+                const int r = e / TILES_PER_ROW, c = e % TILES_PER_ROW;
+                if (sh.rank[r] >= 0) tile_nnz[((size_t)sh.base + sh.rank[r]) * TILES_PER_ROW + c] = (unsigned char)sh.tile_count[r][c];
+            }
+        for (int r = 0; r < RT; ++r) {
+            const int rank = sh.rank[r];
+            if (rank < 0) continue;
+            const size_t dst_row = (size_t)sh.base + rank;
+            const float4* src = reinterpret_cast<const float4*>(tile + r * NS);
+            float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
+            for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
+        }
+        __syncthreads();  // the tile buffer is reused by the next iteration
+    }
+}
+
 
 template <int R, int CPT>
 __global__ void __launch_bounds__(GC_THREADS, 1)
@@ -74,115 +324,30 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
-         float bias, float clamp) {
-    constexpr int N = CPT * GC_THREADS;
-    constexpr int TILES_PER_ROW = N / 32;
-    constexpr int NS = N + PAD;                     // tile row stride
-    extern __shared__ float tile[];                 // R * NS floats
-    __shared__ int s_row_count[R];
-    __shared__ int s_tile_count[R][TILES_PER_ROW];
-    __shared__ int s_rank[R];
-    __shared__ int s_base;
-    __shared__ int s_any;
-
-    const int rows = counts[layer];
-    const int n_tiles = (rows + R - 1) / R;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int last = layer + layer_count - 1;
-
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-        const int first = t * R;
-        // 1. load the tile (rows past the end are zero)
-        if (csr_ptr) {
-            for (int e = threadIdx.x; e < R * NS; e += GC_THREADS) tile[e] = 0.0f;
-            __syncthreads();
-            for (int r = warp; r < R; r += GC_THREADS / 32) {
-                const int row = first + r;
-                if (row < rows) {
-                    for (int e = csr_ptr[row] + lane; e < csr_ptr[row + 1]; e += 32) tile[r * NS + csr_idx[e]] = csr_val[e];
-                }
-            }
-        } else {
-            const float4* src = reinterpret_cast<const float4*>(y_in + (size_t)first * N);
-            float4* dst = reinterpret_cast<float4*>(tile);
-            const int valid_rows = min(R, rows - first);
-            for (int e = threadIdx.x; e < R * NS / 4; e += GC_THREADS) {
-                const int r = e / (NS / 4), c = e - r * (NS / 4);
-                dst[e] = (r < valid_rows && c < N / 4) ? __ldg(src + r * (N / 4) + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-        }
-
-        // 2. run the chunk's layers on the tile, in shared memory; rows are independent
-        for (int l = layer; l <= last; ++l) {
-            if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
-            __syncthreads();
-            float out[CPT][R];
-            gc_tile_compute<R, CPT>(tile, reinterpret_cast<const unsigned short*>(w_idx_ptrs[l]),
-                                    reinterpret_cast<const float*>(w_val_ptrs[l]), w_uniforms[l], N, ks[l], bias,
-                                    clamp, out);
-            __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
-
-            // store in place; count non-zeros per row and per 32-column tile (the monitor)
-#pragma unroll
-            for (int c = 0; c < CPT; ++c) {
-                const int j = c * GC_THREADS + threadIdx.x;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    tile[r * NS + j] = out[c][r];
-                    const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
-                    if (lane == 0) {
-                        if (l == last) s_tile_count[r][j >> 5] = lit;
-                        if (lit) atomicAdd(&s_row_count[r], lit);
-                    }
-                }
-            }
-            __syncthreads();
-
-            // per-layer counts; at the chunk's last layer the count also allocates positions
-            if (warp == 0) {
-                const bool live = lane < R && first + lane < rows && s_row_count[lane] > 0;
-                const unsigned mask = __ballot_sync(0xffffffffu, live);
-                if (l == last && lane < R) s_rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
-                int tile_nnz_sum = live ? s_row_count[lane] : 0;
-                for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
-                if (lane == 0) {
-                    const int n_live = __popc(mask);
-                    const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
-                    if (l == last) s_base = base;
-                    if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
-                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
-                    s_any = n_live;
-                }
-            }
-            __syncthreads();
-            if (!s_any) break;  // every row of the tile is dead: later layers add nothing
-        }
-        if (!s_any) continue;  // (uniform across the block)
-
-        // 3. the live rows' ids and (monitor) counts, all rows in one pass over every thread;
-        //    then the rows themselves, coalesced
-        if (threadIdx.x < R && s_rank[threadIdx.x] >= 0) {
-            const size_t dst_row = (size_t)s_base + s_rank[threadIdx.x];
-            ids_out[dst_row] = csr_ptr ? first + threadIdx.x : ids_in[first + threadIdx.x];
-            if (row_nnz) row_nnz[dst_row] = s_row_count[threadIdx.x];
-        }
-        if (tile_nnz)
-#pragma unroll 1
-            for (int e = threadIdx.x; e < R * TILES_PER_ROW; e += GC_THREADS) {
-                const int r = e / TILES_PER_ROW, c = e % TILES_PER_ROW;
-                if (s_rank[r] >= 0) tile_nnz[((size_t)s_base + s_rank[r]) * TILES_PER_ROW + c] = (unsigned char)s_tile_count[r][c];
-            }
-        for (int r = 0; r < R; ++r) {
-            const int rank = s_rank[r];
-            if (rank < 0) continue;
-            const size_t dst_row = (size_t)s_base + rank;
-            const float4* src = reinterpret_cast<const float4*>(tile + r * NS);
-            float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
-            for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
-        }
-        __syncthreads();  // the tile buffer is reused by the next iteration
+         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, float input_value) {
+    extern __shared__ float tile[];  // R * (N + PAD) floats
+    __shared__ GcShared<R, CPT> sh;
+    if (csr_ptr && pixel_columns && threadIdx.x <= ks[layer]) {  // (read after the first tile's barrier)
+        float acc = 0.0f;
+        for (int c = 0; c < threadIdx.x; ++c) acc = fmaf(w_uniforms[layer], input_value, acc);
+        sh.chain[threadIdx.x] = acc;
     }
+    const int rows = counts[layer];
+#define GC_TILES(RT)                                                                                                    \
+    gc_layer_tiles<R, RT, CPT>(sh, tile, y_in, ids_in, csr_ptr, csr_idx, csr_val, y_out, ids_out, w_idx_ptrs, w_val_ptrs, \
+                               w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, tile_layers,  \
+                               bias, clamp, pixel_columns, pixel_degree, rows)
+    // Fewer rows than one tile of R for every block: tiles of a quarter, half or three quarters
+    // of R, the fewest that still give every block one (gc_tile_rows in layer_plan.py), so
+    // that the rows spread over all the SMs rather than leave some idle.
+    if constexpr (GC_SHRINK_TILES && R >= 8 && R % 4 == 0) {
+        const int blocks = gridDim.x;
+        if (rows <= blocks * (R / 4)) { GC_TILES(R / 4); return; }
+        if (rows <= blocks * (R / 2)) { GC_TILES(R / 2); return; }
+        if (rows <= blocks * (3 * R / 4)) { GC_TILES(3 * R / 4); return; }
+    }
+    GC_TILES(R);
+#undef GC_TILES
 }
 
 #ifndef GC_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
@@ -190,7 +355,8 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
-                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, int*, float, float);
+                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, int*, float, float, \
+                                              const unsigned short*, int, float);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)
 GC_LAYER_INSTANCE(16, 1)

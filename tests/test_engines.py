@@ -241,16 +241,22 @@ def test_gpu_monitor_counts_match_outputs():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compact_every", ["doubling", 1])
-def test_gpu_twin_matches_gpu_exactly(compact_every):
-    """The CPU twin computes the GPU kernel's float32 results bit for bit, and its trace."""
+@pytest.mark.parametrize(
+    ("compact_every", "input_counts", "unmergeable"),
+    [("doubling", True, False), (1, True, False), (3, True, True), ("doubling", False, False)],
+)
+def test_gpu_twin_matches_gpu_exactly(compact_every, input_counts, unmergeable):
+    """The CPU twin computes the GPU kernel's float32 results bit for bit, and its trace,
+    with the first launch counting the binary inputs (in a launch of one layer or of three)
+    or multiplying them."""
     from spartan_py.trace import to_frame
 
-    network = generate_network(1024, 30, seed=8)
+    network = generate_network(1024, 30, seed=8, unmergeable=unmergeable)
     inputs = generate_inputs(900, 1024, seed=8)
-    options = {"max_batch_rows": 500, "compact_every": compact_every}
-    gpu = make_engine("gpu", network, **options).run(inputs)
-    twin = make_engine("gpu-twin", network, **options).run(inputs)
+    options = {"max_batch_rows": 500, "compact_every": compact_every, "input_counts": input_counts}
+    engine = make_engine("gpu", network, **options)
+    gpu = engine.run(inputs)
+    twin = make_engine("gpu-twin", network, grid_blocks=engine._grid(), **options).run(inputs)
     assert np.array_equal(gpu.live_rows, twin.live_rows)
     assert gpu.live_rows_by_layer == twin.live_rows_by_layer
     assert gpu.nonzeros_by_layer == twin.nonzeros_by_layer
@@ -269,6 +275,7 @@ def test_gpu_twin_matches_gpu_exactly(compact_every):
     for record in (r for r in gpu.trace if r.kernel == "gpu.gc_layer"):
         assert record.executed_macs <= executed_upper_bound(record, plans)
     assert twin.simulated and not gpu.simulated
+    assert got.loc[launches, "variant"].iloc[0][0] == ("P" if input_counts else "R")
 
 
 def executed_upper_bound(record, plans) -> int:
@@ -283,7 +290,7 @@ def test_twin_counts_tiles_that_still_have_live_rows():
 
     network = generate_network(1024, 40, seed=3)
     inputs = generate_inputs(3000, 1024, seed=5)
-    out = GpuTwinEngine(network).run(inputs)
+    out = GpuTwinEngine(network, input_counts=False).run(inputs)  # every launch multiplies
     launches = [r for r in out.trace if r.kernel == "gpu.gc_layer"]
     plans = GpuTwinEngine(network).plans
     for record in launches:
@@ -324,3 +331,102 @@ def test_monitor_modes_change_only_the_monitoring(backend):
     assert sum(r.host_syncs for r in software if r.variant == "monitor") == 2 * network.layers
     with pytest.raises(InputError, match="monitor must be one of"):
         make_engine(backend, network, monitor="hardware")
+
+
+@pytest.mark.parametrize("unmergeable", [False, True])
+def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
+    """The rows kernel's counts path, its table and its premise: with binary inputs and one
+    weight, each output's sum (the twin's, in the bank schedule's order) is the fmaf chain's
+    value at its count of lit inputs; the trace's first launch is instance P, an increment
+    per lit input and output it feeds plus a lookup per output."""
+    from spartan_py.engines.gpu_twin import GpuTwinEngine, twin_layer
+    from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_outputs
+    from spartan_py.engines.support.layer_plan import plan_layer
+
+    network = generate_network(1024, 2, seed=4, unmergeable=unmergeable)
+    weights = network.weights[0]
+    plan = plan_layer(weights)
+    table = pixel_outputs(weights, plan)
+    assert table is not None and table.dtype == np.uint16 and table.shape == (1024, 32)
+    inputs = generate_inputs(60, 1024, seed=4)
+    dense = inputs.toarray().astype(np.float32)
+    counts = np.zeros((60, 1024), np.int64)
+    for pixel, slot in zip(*np.nonzero(table != NO_COLUMN)):
+        counts[:, table[pixel, slot]] += dense[:, pixel] != 0
+    assert np.array_equal(counts, (dense != 0).astype(np.int64) @ (weights.toarray() != 0))
+    chain = [np.float32(0)]
+    for _ in range(plan.steps):  # fmaf: the product of two float32s is exact in float64
+        chain.append(np.float32(np.float64(plan.uniform) * np.float64(dense.max()) + np.float64(chain[-1])))
+    acc = np.asarray(chain, np.float32)[counts]
+    want = np.where(acc != 0, np.clip(acc + network.bias, 0, network.clamp), 0).astype(np.float32)
+    got = dense.copy()
+    twin_layer(
+        got,
+        plan.index,
+        plan.weight,
+        np.float32(plan.uniform),
+        True,
+        np.float32(network.bias),
+        np.float32(network.clamp),
+        np.zeros(60, np.int64),
+    )
+    assert np.array_equal(got, want) and (got != 0).any()
+
+    inputs = generate_inputs(2200, 1024, seed=4)  # enough rows for full tiles on 132 blocks
+    records = [r for r in GpuTwinEngine(network).run(inputs).trace if r.kernel == "gpu.gc_layer"]
+    first = records[0]
+    assert first.variant.startswith("P16xC1-layers1-1")
+    tiles = -(-2200 // 16)
+    assert first.executed_macs == inputs.nnz * 32 + tiles * 16 * 1024
+    assert first.bytes_read == inputs.nnz * 4 + 2201 * 4 + table.nbytes + plan.device_bytes
+    assert records[1].variant.startswith("R16xC1")
+    # float inputs take the multiply-adds
+    floats = GpuTwinEngine(network).run(inputs * np.float32(0.5) + inputs.multiply(inputs.sum(axis=1) % 2 == 0))
+    assert [r for r in floats.trace if r.kernel == "gpu.gc_layer"][0].variant.startswith("R16xC1")
+
+
+def test_rows_kernel_tiles_shrink_to_spread_few_rows_over_the_grid():
+    """A launch of fewer rows than a full tile for every block takes tiles of a quarter, half
+    or three quarters of the kernel's rows, the fewest that give every block one; the twin's
+    trace names the tile it took."""
+    from spartan_py.engines.gpu_twin import GpuTwinEngine
+    from spartan_py.engines.support.layer_plan import gc_tile_rows
+
+    assert [gc_tile_rows(rows, 16, 132) for rows in (1, 528, 529, 1056, 1057, 1584, 1585, 60000)] == [
+        4,
+        4,
+        8,
+        8,
+        12,
+        12,
+        16,
+        16,
+    ]
+    assert gc_tile_rows(100, 4, 132) == 4  # the 4096-neuron kernel keeps its tile
+    network = generate_network(1024, 6, seed=4)
+    records = [r for r in GpuTwinEngine(network).run(generate_inputs(1500, 1024, seed=4)).trace]
+    launches = [r for r in records if r.kernel == "gpu.gc_layer"]
+    assert [r.block_rows for r in launches] == [gc_tile_rows(r.rows_in, 16, 132) for r in launches]
+    assert launches[0].block_rows == 12 and launches[0].variant.startswith("P12xC1")
+    assert launches[0].blocks == 125 and launches[0].block_shared_bytes == 16 * 1056 * 4
+
+
+def test_pixel_outputs_refuse_layers_the_counts_do_not_describe():
+    """No pixel table for weights of two values, a pixel feeding more than 32 outputs, or
+    more steps than the kernel's chain table."""
+    from spartan_py.engines.support.input_counts import COUNT_MAX_STEPS, pixel_outputs
+    from spartan_py.engines.support.layer_plan import plan_layer
+
+    weights = generate_network(1024, 1, seed=4).weights[0].tocsr()
+    two_values = weights.copy()
+    two_values.data[::2] *= 2
+    assert pixel_outputs(two_values, plan_layer(two_values)) is None
+    wide = sp.csr_matrix(np.ones((64, 64), np.float32))  # 64 outputs a pixel, 64 steps
+    assert pixel_outputs(wide, plan_layer(wide)) is None
+    deep = np.zeros((96, 96), np.float32)
+    deep[: COUNT_MAX_STEPS + 1, :32] = 1  # 32 outputs a pixel, 65 steps
+    assert pixel_outputs(sp.csr_matrix(deep), plan_layer(sp.csr_matrix(deep))) is None
+    fits = sp.csr_matrix(deep[1:])
+    fits = sp.vstack([fits, sp.csr_matrix((1, 96))]).tocsr()
+    table = pixel_outputs(fits, plan_layer(fits))
+    assert table is not None and table.shape == (96, 32) and (table[COUNT_MAX_STEPS:] == 0xFFFF).all()

@@ -8,7 +8,8 @@ import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
 from spartan_py.engines.reference import ReferenceEngine
-from spartan_py.engines.support.column_merge import duplicate_groups, input_bit_value, merge_network, merged_tile_rows
+from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
+from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.errors import InputError
 from spartan_py.trace import to_frame
 from tests.test_engines import assert_same_run

@@ -12,8 +12,8 @@ from spartan_py.resources import data_folder
 SOURCES = sorted(data_folder("kernels").glob("*.cu"))
 # Kernel instances allowed to spill, with why. Anything else that spills fails the build test.
 ALLOWED_SPILLS = {
-    "_Z8gc_layerILi1ELi32E": "16384 neurons with 512 threads: 32 outputs per thread; 40-80 bytes spill (measured); "
-    "the default 1024-thread build does not spill",
+    "_Z8gc_layerILi1ELi32E": "16384 neurons with 512 threads: 32 outputs per thread; 240-320 bytes spill since "
+    "the first launch may read 32 outputs from counts (measured); the default 1024-thread build does not spill",
     "_Z8gc_layerILi1ELi16E": "16384 neurons with 1024 threads: 32-52 bytes spill on sm_80 only (measured), "
     "none on sm_90",
     "_Z22tile_gemm_f32_balancedILi128ELi128ELi16E": "8 bytes on sm_80 (nvcc 13.0), none on sm_90 since 2a5deea "

@@ -263,14 +263,16 @@ def test_sweep_cases_mix_workload_kinds(tmp_path):
 
 
 def test_merged_kernel_options_reach_the_engine(tmp_path):
-    """``chain_rows`` and ``input_counts`` go to the merged engines (here the simulated twin,
-    whose trace names the kernels its GPU twin would run) and not to others."""
+    """``chain_rows`` goes to the merged engines (here the simulated twins, whose traces name
+    the kernels their GPU engines would run) and not to others; ``input_counts`` to both
+    kernels' engines."""
     path = tmp_path / "m.yaml"
     path.write_text(
         "name: m\nworkload: {network: generated:1024:5, layers: 12, inputs: generated:300:6}\nmode: simulated\n"
         "machines: [h100-sxm]\ncompact_every: 4\n"
         "sweep:\n  cases:\n    - {backend: gpu-merged}\n"
         "    - {backend: gpu-merged, chain_rows: 0, input_counts: false}\n    - {backend: gpu, chain_rows: 1}\n"
+        "    - {backend: gpu, input_counts: false}\n"
     )
     experiment, points = load_experiment(path)
     run_experiment(experiment, points, tmp_path / "run")
@@ -282,5 +284,6 @@ def test_merged_kernel_options_reach_the_engine(tmp_path):
     assert kinds == {
         "backend=gpu-merged": ["P", "C", "C"],
         "backend=gpu-merged, chain_rows=0, input_counts=False": ["B", "R", "R"],
-        "backend=gpu, chain_rows=1": ["R", "R", "R"],
+        "backend=gpu, chain_rows=1": ["P", "R", "R"],
+        "backend=gpu, input_counts=False": ["R", "R", "R"],
     }, kinds

@@ -46,8 +46,10 @@ class Engine(ABC):
     #: Whether the constructor takes the Graph Challenge kernels' options (``monitor``,
     #: ``compact_every``, ``rows_per_tile``).
     takes_kernel_options: ClassVar[bool] = False
-    #: Whether it also takes the merged kernel's options (``chain_rows``, ``input_counts``).
+    #: Whether it also takes the merged kernel's option ``chain_rows``.
     takes_merged_options: ClassVar[bool] = False
+    #: Whether it takes ``input_counts`` (binary inputs counted into the first layer).
+    takes_input_counts: ClassVar[bool] = False
     #: Whether it runs on a GPU (so that a sharded run puts each shard on one).
     uses_gpu: ClassVar[bool] = False
     #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, import_cupy
 from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
+from spartan_py.engines.support.input_counts import pixel_outputs
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
@@ -54,8 +55,8 @@ def _layer_kernels(device_id: int, threads: int):
 
 @dataclass
 class _DeviceLayer:
-    index: Any  # cupy uint16 [steps * n], k-major
-    weight: Any | None  # cupy float32 [steps * n], or None when the layer's weights are uniform
+    index: Any  # cupy uint16 [steps / 4][n][4] (LayerPlan.grouped)
+    weight: Any | None  # cupy float32, as index, or None when the layer's weights are uniform
 
 
 class GpuEngine(RowKernelTrace, GpuEngineBase):
@@ -64,6 +65,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
     name = "gpu"
     cpu_twin = "gpu-twin"
     takes_kernel_options = True
+    takes_input_counts = True
     uses_gpu = True
     trace_families = (GC_LAYER, MONITOR_PASS, COPY_H2D, COPY_D2H, SYNC)
     supported_neurons = tuple(ROWS_PER_TILE)  # an activation row tile must fit shared memory
@@ -79,7 +81,11 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         threads: int = DEFAULT_THREADS,
+        input_counts: bool = True,
     ):
+        """``input_counts``: binary inputs enter the first layer as counts of lit inputs per
+        output where the layer allows it (:mod:`~spartan_py.engines.support.input_counts`),
+        else as floats."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         if network.neurons not in ROWS_PER_TILE:
@@ -112,7 +118,15 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         self._sm_threads = props["maxThreadsPerMultiProcessor"]
         self._device = device_name(cp)
         self.plans = [plan_layer(w) for w in network.weights]
+        self.input_columns = pixel_outputs(network.weights[0], self.plans[0]) if input_counts else None
         self.layers = [self._upload_layer(plan) for plan in self.plans]
+        # the first launch's arguments for the counts path (pixel table, its width), null and
+        # 0 for float inputs
+        self._counts_args = (
+            (NULL_POINTER, np.int32(0))
+            if self.input_columns is None
+            else (cp.asarray(self.input_columns.ravel()), np.int32(self.input_columns.shape[1]))
+        )
         self.chunks = chunk_schedule(network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile))
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
@@ -128,8 +142,8 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
     def _upload_layer(self, plan: LayerPlan) -> _DeviceLayer:
         cp = self.cp
         try:
-            index = cp.asarray(plan.index.ravel())
-            weight = None if plan.uniform is not None else cp.asarray(plan.weight.ravel())
+            index = cp.asarray(plan.grouped(plan.index).ravel())
+            weight = None if plan.uniform is not None else cp.asarray(plan.grouped(plan.weight).ravel())
         except cp.cuda.memory.OutOfMemoryError:
             raise DeviceMemoryError(f"layer weights ({plan.device_bytes} bytes) do not fit the GPU") from None
         return _DeviceLayer(index, weight)
@@ -161,6 +175,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                 events[chunk].record()
             src, dst = batch.buffers[chunk % 2], batch.buffers[(chunk + 1) % 2]
             first = start == 0
+            counts_input = first and batch.input_value != 0.0
             args = (
                 src.values,
                 src.ids,
@@ -185,6 +200,8 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                 batch.tile_layers,
                 np.float32(network.bias),
                 np.float32(network.clamp),
+                *(self._counts_args if counts_input else (NULL_POINTER, np.int32(0))),
+                np.float32(batch.input_value if counts_input else 0.0),
             )
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length
@@ -209,4 +226,9 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         return 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
 
     def _trace_options(self, batch: DeviceBatch) -> dict:
-        return {"resident_blocks_per_sm": self._grid() // self.sm_count}
+        grid = self._grid()
+        return {
+            "resident_blocks_per_sm": grid // self.sm_count,
+            "grid_blocks": grid,
+            "bit_inputs": batch.input_value != 0.0,
+        }

@@ -39,7 +39,6 @@ from spartan_py.engines.support.column_merge import (
 from spartan_py.engines.support.column_merge import (
     MergedKernelTrace,
     MergedNetwork,
-    input_bit_value,
     merge_network,
     merged_tile_rows,
     monitor_masks,
@@ -101,6 +100,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
     cpu_twin = "gpu-merged-twin"
     takes_kernel_options = True
     takes_merged_options = True
+    takes_input_counts = True
     uses_gpu = True
     trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
 
@@ -375,11 +375,11 @@ class MergedBatch(DeviceBatch):
     :class:`~spartan_py.engines.support.gpu_base.DeviceBatch`)."""
 
     def __init__(self, engine: GpuMergedEngine, inputs: sp.csr_matrix):
-        n = engine.network.neurons
-        #: the value of every stored input entry, or 0.0 (see :func:`input_bit_value`)
-        self.input_value = input_bit_value(inputs)
-        self.extra_bytes_per_row = 4 * (n + (0 if self._from_tile(engine) else n))
         super().__init__(engine, inputs, engine.stride)
+
+    def _extra_bytes_per_row(self, engine) -> int:
+        n = engine.network.neurons
+        return 4 * (n + (0 if self._from_tile(engine) else n))
 
     def _from_tile(self, engine: GpuMergedEngine) -> bool:
         """Whether the first launch takes the inputs into its tile (bits, or floats that fit)."""

@@ -20,11 +20,11 @@ from spartan_py.engines.gpu_merged import GpuMergedEngine
 from spartan_py.engines.support.chain_plan import checked_chain_rows
 from spartan_py.engines.support.column_merge import (
     MergedKernelTrace,
-    input_bit_value,
     merge_network,
     merged_tile_rows,
     stage_words,
 )
+from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.engines.support.layer_plan import gc_monitor_mode
 from spartan_py.engines.support.twin_base import TwinEngine
 from spartan_py.errors import InputError
@@ -65,6 +65,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
     cpu_twin = "gpu-merged-twin"
     takes_kernel_options = True
     takes_merged_options = True
+    takes_input_counts = True
     trace_families = GpuMergedEngine.trace_families
 
     def __init__(
@@ -109,7 +110,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
             rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias, clamp, row_nnz
         )
 
-    def _tile_rows(self, launch_start, inputs):
+    def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:
             return self.chain_rows_by_start.get(launch_start) or self.rows_per_tile
         return self.first_launch_tile(**self._trace_options(inputs))[0]

@@ -18,12 +18,15 @@ import numpy as np
 from numba import prange
 
 from spartan_py.engines.gpu import GpuEngine
+from spartan_py.engines.support.input_counts import input_bit_value, pixel_outputs
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
+    TWIN_GRID_BLOCKS,
     RowKernelTrace,
     gc_monitor_mode,
+    gc_tile_rows,
     launch_layer_cap,
     plan_layer,
 )
@@ -71,6 +74,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
     name = "gpu-twin"
     cpu_twin = "gpu-twin"
     takes_kernel_options = True
+    takes_input_counts = True
     trace_families = GpuEngine.trace_families
     supported_neurons = GpuEngine.supported_neurons
 
@@ -85,7 +89,12 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         compact_every: str | int = "doubling",
         threads: int = DEFAULT_THREADS,
         device_name: str = "simulated",
+        input_counts: bool = True,
+        grid_blocks: int = TWIN_GRID_BLOCKS,
     ):
+        """Options as :class:`~spartan_py.engines.gpu.GpuEngine`'s; ``grid_blocks``: the GPU
+        grid whose tiles the trace describes (they shrink for launches of few rows:
+        :func:`~spartan_py.engines.support.layer_plan.gc_tile_rows`)."""
         if network.neurons not in ROWS_PER_TILE:
             sizes = ", ".join(str(n) for n in ROWS_PER_TILE)
             raise BackendUnavailableError(
@@ -99,6 +108,8 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         self.cols_per_thread = network.neurons // threads
         self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
         self.plans = [plan_layer(w) for w in network.weights]
+        self.input_columns = pixel_outputs(network.weights[0], self.plans[0]) if input_counts else None
+        self.grid_blocks = grid_blocks
         super().__init__(
             network,
             monitor=monitor,
@@ -115,5 +126,10 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         twin_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz)
         return rows  # computed in place
 
-    def _tile_rows(self, launch_start, inputs):
-        return self.rows_per_tile
+    def _tile_rows(self, launch_start, inputs, rows):
+        return gc_tile_rows(rows, self.rows_per_tile, self.grid_blocks)
+
+    def _trace_options(self, inputs):
+        # the GPU engine's first launch counts binary inputs where the layer allows it; the
+        # sums are the same floats either way (input_counts), so only the trace tells
+        return {"bit_inputs": input_bit_value(inputs) != 0.0, "grid_blocks": self.grid_blocks}

@@ -103,6 +103,7 @@ def run_point(point: Point) -> tuple[dict, list]:
             options["rows_per_tile"] = config.rows_per_tile
     if cls.takes_merged_options:
         options["chain_rows"] = config.chain_rows
+    if cls.takes_input_counts:
         options["input_counts"] = config.input_counts
     if cls.stock_library and config.time_limit_seconds is not None:
         options["time_limit_seconds"] = config.time_limit_seconds

@@ -235,8 +235,8 @@ class Experiment(_Frozen):
     )
     input_counts: bool = Field(
         True,
-        description="gpu-merged, gpu-merged-twin: binary inputs enter the first layer as counts of lit inputs "
-        "per merged column where the layer allows it (false: as bits)",
+        description="gpu, gpu-merged and their twins: binary inputs enter the first layer as counts of lit "
+        "inputs per output (merged column) where the layer allows it (false: as floats, as bits in gpu-merged)",
     )
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling",

@@ -251,16 +251,6 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
-def input_bit_value(inputs) -> float:
-    """The value every stored entry of the input rows ``inputs`` (SciPy CSR) has, when they
-    all have one non-zero value (binary images, as the Graph Challenge's), else 0.0. With
-    such inputs the first launch holds its tile as bits (``kernels/gc_merged.cu``)."""
-    data = np.asarray(inputs.data, dtype=np.float32)
-    if data.size == 0 or data[0] == 0 or not np.isfinite(data[0]) or not (data == data[0]).all():
-        return 0.0
-    return float(data[0])
-
-
 def stage_words(merged: MergedNetwork) -> int:
     """4-byte words of the per-block stage: the largest layer's indices (and weights, when not uniform)
     and column sizes, or the last layer's ``neurons`` groups (for the monitor), whichever is

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.support.cuda import Buffers, EventTimer, cupy_unavailable_reason, download_rows
+from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.engines.support.layer_plan import transfer_records
 from spartan_py.errors import DeviceMemoryError
 from spartan_py.timing import hold_stream
@@ -156,13 +157,14 @@ class DeviceBatch:
 
     Buffers are poisoned with NaN (ids with -1) so that an element a kernel should have
     written but did not shows up in the checks. A subclass adds its own arrays in
-    ``_allocate`` (``extra_bytes_per_row`` sizes the out-of-memory message).
+    ``_allocate`` (and their size a row in ``_extra_bytes_per_row``, for the out-of-memory
+    message).
     """
-
-    extra_bytes_per_row = 0
 
     def __init__(self, engine: GpuEngineBase, inputs: sp.csr_matrix, width: int):
         cp = engine.cp
+        #: the value of every stored input entry, or 0.0 (see :func:`input_bit_value`)
+        self.input_value = input_bit_value(inputs)
         n = engine.network.neurons
         layers = engine.network.layers
         self.rows = rows = inputs.shape[0]
@@ -183,7 +185,7 @@ class DeviceBatch:
             self.tile_layers = cp.zeros(layers, dtype=cp.int32)
             self._allocate(engine, capacity)
         except cp.cuda.memory.OutOfMemoryError:
-            need = capacity * (2 * width * 4 + self.extra_bytes_per_row)
+            need = capacity * (2 * width * 4 + self._extra_bytes_per_row(engine))
             raise DeviceMemoryError(
                 f"a batch of {rows} rows x {n} neurons ({need / 2**30:.2f} GiB) does not fit the GPU"
             ) from None
@@ -201,6 +203,10 @@ class DeviceBatch:
 
     def _allocate(self, engine: GpuEngineBase, capacity: int) -> None:
         """A subclass's own device arrays (allocated, and poisoned, before the sync)."""
+
+    def _extra_bytes_per_row(self, engine: GpuEngineBase) -> int:
+        """Device bytes a row of ``_allocate``'s arrays takes."""
+        return 0
 
     def _final_values(self, engine: GpuEngineBase):
         """The device array holding the final rows' n-wide values, in the final buffer's order."""

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.bank_schedule import conflict_free_ell
+from spartan_py.engines.support.input_counts import NO_COLUMN
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord, pass_through
@@ -34,6 +35,25 @@ MAX_LAUNCH_LAYERS = 32
 #: a launch's layers, and once those pass about 8 MB each multiply-add costs up to 1.6x
 #: (H100; docs/performance-notes.md), so these launches take fewer layers.
 ONE_ROW_LAUNCH_BYTES = 6 * 2**20
+
+
+#: Steps of a layer plan the rows kernel loads at once (a layer's steps are padded to a multiple).
+STEP_GROUP = 4
+#: Blocks of the rows kernel's persistent grid the CPU twin's trace assumes: one on each of
+#: an H100's (or H200's) 132 SMs.
+TWIN_GRID_BLOCKS = 132
+
+
+def gc_tile_rows(rows: int, rows_per_tile: int, grid_blocks: int) -> int:
+    """Rows per tile the rows kernel (``kernels/gc_layer.cu``, built for ``rows_per_tile``)
+    takes for a launch entered by ``rows`` live rows on a grid of ``grid_blocks``: where the
+    rows do not give every block a full tile, a quarter, half or three quarters of it, the
+    fewest that still give every block one, so that they spread over all the SMs."""
+    if rows_per_tile >= 8 and rows_per_tile % 4 == 0:
+        for quarters in (1, 2, 3):
+            if rows <= grid_blocks * (rows_per_tile * quarters // 4):
+                return rows_per_tile * quarters // 4
+    return rows_per_tile
 
 
 def kernel_shapes(threads: int) -> list[tuple[int, int]]:
@@ -116,6 +136,13 @@ class LayerPlan:
         """Inputs summed per output, padding included."""
         return int(self.index.shape[0])
 
+    def grouped(self, array: np.ndarray) -> np.ndarray:
+        """``index`` or ``weight`` as the rows kernel reads them: each output's
+        :data:`STEP_GROUP` consecutive steps side by side, ``[step / 4][output][step % 4]``,
+        so that one load brings four."""
+        steps, n = array.shape
+        return np.ascontiguousarray(array.reshape(steps // STEP_GROUP, STEP_GROUP, n).transpose(0, 2, 1))
+
     @property
     def device_bytes(self) -> int:
         """Bytes the layer occupies on the device (uint16 indices, float32 weights unless uniform)."""
@@ -123,10 +150,17 @@ class LayerPlan:
 
 
 def plan_layer(matrix: sp.spmatrix) -> LayerPlan:
-    """The kernel's view of one weight matrix (rows = inputs, columns = outputs)."""
+    """The kernel's view of one weight matrix (rows = inputs, columns = outputs), its steps
+    padded to a multiple of :data:`STEP_GROUP` (output j's padding steps read the zero column
+    ``n + j % 32``, a bank no other output of its warp reads then)."""
     csc = sp.csc_matrix(matrix, dtype=np.float32)
     csc.sort_indices()
     index, weight = conflict_free_ell(csc.indptr, csc.indices, csc.data, matrix.shape[0])
+    pad = -index.shape[0] % STEP_GROUP
+    if pad:
+        n = index.shape[1]
+        index = np.vstack([index, np.broadcast_to(n + np.arange(n) % 32, (pad, n))])
+        weight = np.vstack([weight, np.zeros((pad, n), weight.dtype)])
     values = csc.data
     uniform = float(values[0]) if values.size and np.all(values == values[0]) else None
     return LayerPlan(index.astype(np.uint16), weight, uniform, int(csc.nnz))
@@ -278,29 +312,54 @@ class RowKernelTrace(LayerKernelTrace):
     plans: list[LayerPlan]
     rows_per_tile: int
     cols_per_thread: int
+    #: the first layer's pixel table for the counts path, or None (:func:`pixel_outputs`)
+    input_columns: np.ndarray | None
 
-    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, resident_blocks_per_sm=1):
+    def launch_cost(
+        self,
+        start,
+        stop,
+        rows_in,
+        entering,
+        input_nnz,
+        tile_layers,
+        resident_blocks_per_sm=1,
+        bit_inputs=False,
+        grid_blocks=TWIN_GRID_BLOCKS,
+    ):
         """``resident_blocks_per_sm``: the GPU engine's grid / SMs (one for every shipped
         kernel instance on the H100: 1024 threads and their registers fill an SM; a GPU test
-        checks it). ``useful_macs``: one multiply-add per non-zero input activation and
-        outgoing edge."""
+        checks it); ``grid_blocks``: the grid, which sets the rows per tile of a launch with
+        few rows (:func:`gc_tile_rows`; the variant names them). ``bit_inputs``: the inputs
+        are binary, so a first launch whose layer allows it counts them (``input_columns``;
+        its own instance, "P": an increment per lit input and output it feeds, a lookup per
+        output, in place of the first layer's multiply-adds). ``useful_macs``: one
+        multiply-add per non-zero input activation and outgoing edge."""
         n = self.network.neurons
-        rows_per_tile = self.rows_per_tile
+        rows_per_tile = gc_tile_rows(rows_in, self.rows_per_tile, grid_blocks)
         layers = self.plans[start:stop]
         tiles = -(-rows_in // rows_per_tile)
         read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
         uniform = all(layer.uniform is not None for layer in layers)
+        executed = executed_macs(layers, start, tiles, rows_per_tile, [n] * len(layers), tile_layers)
+        kind = "R"
+        if start == 0 and bit_inputs and self.input_columns is not None:
+            kind = "P"
+            read = input_nnz * 4 + (rows_in + 1) * 4 + self.input_columns.nbytes  # indices only, the table
+            first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], tile_layers)
+            outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
+            executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
         return LaunchCost(
-            variant=f"R{rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}"
+            variant=f"{kind}{rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}"
             + ("-uniform" if uniform else ""),
             tile_rows=rows_per_tile,
             tiles=tiles,
             bytes_read=read + sum(layer.device_bytes for layer in layers),
             row_bytes_written=n * 4 + 4,
             useful_macs=sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers)),
-            executed_macs=executed_macs(layers, start, tiles, rows_per_tile, [n] * len(layers), tile_layers),
+            executed_macs=executed,
             block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
-            block_shared_bytes=rows_per_tile * (n + 32) * 4,
+            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,  # what the block holds, whatever its tile
             resident_blocks_per_sm=resident_blocks_per_sm,
         )
 

@@ -44,9 +44,9 @@ class TwinEngine(Engine):
         """Layer ``layer``'s outputs of ``rows`` (each row's non-zeros into ``row_nnz``)."""
         raise NotImplementedError
 
-    def _tile_rows(self, launch_start: int, inputs: sp.csr_matrix) -> int:
+    def _tile_rows(self, launch_start: int, inputs: sp.csr_matrix, rows: int) -> int:
         """Rows per tile of the launch that starts at layer ``launch_start`` (``inputs``: the
-        batch's input rows)."""
+        batch's input rows; ``rows``: the live rows entering it)."""
         raise NotImplementedError
 
     def _final_values(self, rows: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ class TwinEngine(Engine):
         entering, tile = ids, 1
         for layer in range(network.layers):
             if layer in starts:  # the GPU compacts here; the twin keeps rows in input order
-                entering, tile = ids, self._tile_rows(layer, inputs)
+                entering, tile = ids, self._tile_rows(layer, inputs, ids.size)
             tile_layers[layer] = np.unique(np.searchsorted(entering, ids) // tile).size
             row_nnz = np.zeros(rows.shape[0], np.int64)
             rows = self._compute_layer(layer, rows, bias, clamp, row_nnz)
