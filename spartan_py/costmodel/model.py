@@ -103,9 +103,10 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
         new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)
         scale = (new_blocks * variant.block_rows) / (old_blocks * old_rows)
         frame.loc[tiled, "executed_macs"] = np.round(frame.loc[tiled, "executed_macs"] * scale).astype(np.int64)
-        frame.loc[tiled, "block_shared_bytes"] = (
-            frame.loc[tiled, "block_shared_bytes"] / old_rows * variant.block_rows
-        ).astype(np.int64)
+        # the block holds the tile it was built for, which a launch of few rows fills only in
+        # part: its shared memory is a tile row (outputs and 32 zero padding columns) a row
+        row_bytes = (frame.loc[tiled, "cols"].astype(np.int64) + 32) * 4
+        frame.loc[tiled, "block_shared_bytes"] = (row_bytes * variant.block_rows).astype(np.int64)
         frame.loc[tiled, "blocks"] = new_blocks.astype(np.int64)
         frame.loc[tiled, "block_rows"] = variant.block_rows
     return frame

@@ -359,7 +359,7 @@ class RowKernelTrace(LayerKernelTrace):
             useful_macs=sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers)),
             executed_macs=executed,
             block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
-            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,  # what the block holds, whatever its tile
+            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,  # the block's, whatever its tile
             resident_blocks_per_sm=resident_blocks_per_sm,
         )
 
