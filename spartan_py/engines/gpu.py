@@ -20,7 +20,6 @@ import scipy.sparse as sp
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, import_cupy
 from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
-from spartan_py.engines.support.input_counts import pixel_outputs
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
@@ -118,7 +117,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         self._sm_threads = props["maxThreadsPerMultiProcessor"]
         self._device = device_name(cp)
         self.plans = [plan_layer(w) for w in network.weights]
-        self.input_columns = pixel_outputs(network.weights[0], self.plans[0]) if input_counts else None
+        self.input_columns = self.plan_input_counts(input_counts)
         self.layers = [self._upload_layer(plan) for plan in self.plans]
         # the first launch's arguments for the counts path (pixel table, its width), null and
         # 0 for float inputs

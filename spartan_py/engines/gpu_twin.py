@@ -18,7 +18,7 @@ import numpy as np
 from numba import prange
 
 from spartan_py.engines.gpu import GpuEngine
-from spartan_py.engines.support.input_counts import input_bit_value, pixel_outputs
+from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
     ROWS_PER_TILE,
@@ -108,7 +108,6 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         self.cols_per_thread = network.neurons // threads
         self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
         self.plans = [plan_layer(w) for w in network.weights]
-        self.input_columns = pixel_outputs(network.weights[0], self.plans[0]) if input_counts else None
         self.grid_blocks = grid_blocks
         super().__init__(
             network,
@@ -119,6 +118,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
             device=f"cpu twin of gpu.gc_layer ({device_name})",
             max_launch_layers=launch_layer_cap(self.plans, self.rows_per_tile),
         )
+        self.input_columns = self.plan_input_counts(input_counts)
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         plan = self.plans[layer]

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from spartan_py.engines.support.ell import ell_from_csc
+
 if TYPE_CHECKING:
     from spartan_py.engines.support.column_merge import MergedLayer
     from spartan_py.engines.support.layer_plan import LayerPlan
@@ -99,7 +101,7 @@ def pixel_outputs(weights: sp.spmatrix, plan: LayerPlan) -> np.ndarray | None:
     width = int(degree.max(initial=0))
     if width > PIXEL_MAX_OUTPUTS:
         return None
-    table = np.full((inputs, max(width, 1)), NO_COLUMN, dtype=np.uint16)
-    slot = np.arange(csr.indices.size) - np.repeat(csr.indptr[:-1], degree)
-    table[np.repeat(np.arange(inputs), degree), slot] = csr.indices
-    return table
+    # a pixel's outputs are the CSR row's columns: ELL of the transposed layer
+    table, _ = ell_from_csc(csr.indptr, csr.indices, csr.data, inputs, max(width, 1))
+    table[np.arange(table.shape[1]) >= degree[:, None]] = NO_COLUMN
+    return table.astype(np.uint16)

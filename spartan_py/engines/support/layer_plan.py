@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.bank_schedule import conflict_free_ell
-from spartan_py.engines.support.input_counts import NO_COLUMN
+from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_outputs
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord, pass_through
@@ -312,8 +312,16 @@ class RowKernelTrace(LayerKernelTrace):
     plans: list[LayerPlan]
     rows_per_tile: int
     cols_per_thread: int
-    #: the first layer's pixel table for the counts path, or None (:func:`pixel_outputs`)
+    #: the first layer's pixel table for the counts path, or None
+    #: (:func:`~spartan_py.engines.support.input_counts.pixel_outputs`)
     input_columns: np.ndarray | None
+
+    def plan_input_counts(self, enabled: bool) -> np.ndarray | None:
+        """:attr:`input_columns` for the engine option ``input_counts`` (None when off or when
+        the first layer does not allow the counts path)."""
+        if not enabled or not self.plans:
+            return None
+        return pixel_outputs(self.network.weights[0], self.plans[0])
 
     def launch_cost(
         self,
