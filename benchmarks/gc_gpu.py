@@ -136,6 +136,7 @@ def main() -> int:
         ("rows", GpuEngine, {}),
         ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
         ("rows-first-floats", GpuEngine, {"input_counts": False}),  # the first layer's multiply-adds
+        ("rows-natural-order", GpuEngine, {"renumber_neurons": False}),  # neurons as numbered: ~42 steps a layer
         ("merged", GpuMergedEngine, {}),
         ("merged-first-bits", GpuMergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
         ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu

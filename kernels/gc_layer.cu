@@ -20,6 +20,10 @@
 //   tile_nnz    : optional monitor, per output row: non-zeros of each 32-column tile
 //                 [row * (n / 32) + tile], one byte each (a count is at most 32, and the
 //                 monitor's traffic is what it costs); row_nnz: optional per-row count.
+//   last_tiles  : with the monitor, where the launch's last layer keeps its outputs in another
+//                 order than the natural one (spartan_py/engines/support/neuron_order.py): the
+//                 natural 32-column tile of the neuron at each output position, so that the
+//                 monitor counts natural tiles; null where positions are the neurons' numbers.
 //   tile_layers : optional, tile_layers[l] += 1 for every tile that computed layer l (a
 //                 tile stops once all its rows are dead), so the trace's executed
 //                 multiply-adds are exact whatever order compaction left the rows in.
@@ -204,7 +208,8 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
          const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
-         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ tile_layers,
          float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, int rows) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
@@ -296,6 +301,26 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             ids_out[dst_row] = csr_ptr ? first + threadIdx.x : ids_in[first + threadIdx.x];
             if (row_nnz) row_nnz[dst_row] = sh.row_count[threadIdx.x];
         }
+        if (tile_nnz && last_tiles) {
+            // outputs not in natural order: each position's non-zeros into its natural tile's
+            // count, one atomic per tile a warp's positions fall in
+            for (int e = threadIdx.x; e < RT * TILES_PER_ROW; e += GC_THREADS) sh.tile_count[e / TILES_PER_ROW][e % TILES_PER_ROW] = 0;
+            __syncthreads();
+#pragma unroll 1
+            for (int c = 0; c < CPT; ++c) {
+                const int j = c * GC_THREADS + threadIdx.x;
+                const int natural_tile = __ldg(last_tiles + j);
+                const unsigned same = __match_any_sync(0xffffffffu, natural_tile);
+                const bool leader = lane == __ffs(same) - 1;
+#pragma unroll 1
+                for (int r = 0; r < RT; ++r) {
+                    if (sh.rank[r] < 0) continue;  // a dead row writes no counts (uniform)
+                    const int lit = __popc(__ballot_sync(0xffffffffu, tile[r * NS + j] != 0.0f) & same);
+                    if (leader && lit) atomicAdd(&sh.tile_count[r][natural_tile], lit);
+                }
+            }
+            __syncthreads();
+        }
         if (tile_nnz)
 #pragma unroll 1
             for (int e = threadIdx.x; e < RT * TILES_PER_ROW; e += GC_THREADS) {
@@ -323,7 +348,8 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const unsigned long long* __restrict__ w_idx_ptrs, const unsigned long long* __restrict__ w_val_ptrs,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
-         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+         unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ tile_layers,
          float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, float input_value) {
     extern __shared__ float tile[];  // R * (N + PAD) floats
     __shared__ GcShared<R, CPT> sh;
@@ -335,8 +361,8 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
     const int rows = counts[layer];
 #define GC_TILES(RT)                                                                                                    \
     gc_layer_tiles<R, RT, CPT>(sh, tile, y_in, ids_in, csr_ptr, csr_idx, csr_val, y_out, ids_out, w_idx_ptrs, w_val_ptrs, \
-                               w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, tile_layers,  \
-                               bias, clamp, pixel_columns, pixel_degree, rows)
+                               w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, last_tiles, \
+                               tile_layers, bias, clamp, pixel_columns, pixel_degree, rows)
     // Fewer rows than one tile of R for every block: tiles of a quarter, half or three quarters
     // of R, the fewest that still give every block one (gc_tile_rows in layer_plan.py), so
     // that the rows spread over all the SMs rather than leave some idle.
@@ -355,7 +381,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
-                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, int*, float, float, \
+                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, const unsigned short*, int*, float, float, \
                                               const unsigned short*, int, float);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)

@@ -194,6 +194,9 @@ def test_chunk_schedule():
     assert chunk_schedule(3) == [1, 1, 1]
     assert chunk_schedule(7, 3) == [3, 3, 1]
     assert chunk_schedule(12, "doubling", 3) == [1, 1, 1, 1, 2, 3, 3]
+    assert chunk_schedule(120, "doubling", 32, 4) == [4, 2, 4, 8, 16, 32, 32, 22]  # the rows kernel's
+    assert chunk_schedule(12, "doubling", 3, 4) == [3, 1, 2, 3, 3]
+    assert chunk_schedule(3, "doubling", 32, 4) == [3]
     assert chunk_schedule(7, 3, 2) == [3, 3, 1]  # an explicit launch size is kept
     with pytest.raises(ValueError):
         chunk_schedule(5, 0)
@@ -207,16 +210,14 @@ def test_one_row_tiles_take_fewer_layers_a_launch():
         MAX_LAUNCH_LAYERS,
         ONE_ROW_LAUNCH_BYTES,
         launch_layer_cap,
-        plan_layer,
     )
 
     network = generate_network(16384, 24, seed=0)  # layers of 1 to 2 MB
-    plans = [plan_layer(w) for w in network.weights]
-    largest = max(plan.device_bytes for plan in plans)
-    cap = launch_layer_cap(plans, rows_per_tile=1)
-    assert cap == ONE_ROW_LAUNCH_BYTES // largest and 1 <= cap < MAX_LAUNCH_LAYERS
-    assert launch_layer_cap(plans, rows_per_tile=4) == MAX_LAUNCH_LAYERS
     twin = GpuTwinEngine(network)
+    largest = max(plan.device_bytes for plan in twin.plans)
+    cap = launch_layer_cap(twin.plans, rows_per_tile=1)
+    assert cap == ONE_ROW_LAUNCH_BYTES // largest and 1 <= cap < MAX_LAUNCH_LAYERS
+    assert launch_layer_cap(twin.plans, rows_per_tile=4) == MAX_LAUNCH_LAYERS
     assert max(twin.chunks) == cap and sum(twin.chunks) == network.layers
 
 
@@ -238,6 +239,28 @@ def test_gpu_monitor_counts_match_outputs():
     assert np.all(monitor >= 0) and np.all(monitor <= 32)
     assert np.array_equal(monitor.sum(axis=1), batch.row_nnz[:live].get())
     del cp
+
+
+@pytest.mark.gpu
+def test_gpu_monitor_counts_natural_tiles_of_renumbered_outputs():
+    """Where a launch ends at a layer whose outputs the kernel keeps renumbered, the fused
+    monitor still counts each row's natural 32-column tiles."""
+    from spartan_py.engines.gpu import GpuEngine
+
+    network = generate_network(1024, 3, seed=1)
+    inputs = generate_inputs(300, 1024, seed=2)
+    engine = GpuEngine(network, compact_every=2, monitor="sampled", monitor_every=2)  # launch 1 monitored
+    order = engine.output_orders[1]
+    assert not np.array_equal(order, np.arange(1024))
+    batch = engine.upload(inputs)
+    engine.run_device(batch, per_layer_times=True)
+    live = int(batch.counts[2].get())
+    values = batch.buffers[1].values[: live * 1024].reshape(live, 1024).get()  # launch 1's output
+    natural = np.empty_like(values)
+    natural[:, order] = values
+    monitor = batch.tile_nnz[: live * 32].reshape(live, 32).get()
+    assert live > 0
+    assert np.array_equal(monitor, np.count_nonzero(natural.reshape(live, 32, 32), axis=2))
 
 
 @pytest.mark.gpu
@@ -373,7 +396,8 @@ def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
     assert np.array_equal(got, want) and (got != 0).any()
 
     inputs = generate_inputs(2200, 1024, seed=4)  # enough rows for full tiles on 132 blocks
-    records = [r for r in GpuTwinEngine(network).run(inputs).trace if r.kernel == "gpu.gc_layer"]
+    twin = GpuTwinEngine(network, compact_every=1)
+    records = [r for r in twin.run(inputs).trace if r.kernel == "gpu.gc_layer"]
     first = records[0]
     assert first.variant.startswith("P16xC1-layers1-1")
     tiles = -(-2200 // 16)

@@ -22,6 +22,7 @@ from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, 
 from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
+    ROWS_HEAD_LAYERS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
     LayerPlan,
@@ -31,7 +32,6 @@ from spartan_py.engines.support.layer_plan import (
     kernel_shapes,
     launch_layer_cap,
     launch_monitored,
-    plan_layer,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
@@ -81,10 +81,14 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         compact_every: str | int = "doubling",
         threads: int = DEFAULT_THREADS,
         input_counts: bool = True,
+        renumber_neurons: bool = True,
     ):
         """``input_counts``: binary inputs enter the first layer as counts of lit inputs per
         output where the layer allows it (:mod:`~spartan_py.engines.support.input_counts`),
-        else as floats."""
+        else as floats. ``renumber_neurons``: the kernel keeps each layer's neurons in the
+        order that lets every warp read each shared-memory bank equally often
+        (:mod:`~spartan_py.engines.support.neuron_order`; not with the software monitor,
+        whose pass counts natural 32-column tiles in memory)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         if network.neurons not in ROWS_PER_TILE:
@@ -116,7 +120,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         self._sm_shared_bytes = props["sharedMemPerMultiprocessor"]
         self._sm_threads = props["maxThreadsPerMultiProcessor"]
         self._device = device_name(cp)
-        self.plans = [plan_layer(w) for w in network.weights]
+        self.plan_layers(renumber_neurons and self.monitor != "software")
         self.input_columns = self.plan_input_counts(input_counts)
         self.layers = [self._upload_layer(plan) for plan in self.plans]
         # the first launch's arguments for the counts path (pixel table, its width), null and
@@ -126,7 +130,10 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
             if self.input_columns is None
             else (cp.asarray(self.input_columns.ravel()), np.int32(self.input_columns.shape[1]))
         )
-        self.chunks = chunk_schedule(network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile))
+        self.chunks = chunk_schedule(
+            network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile), ROWS_HEAD_LAYERS
+        )
+        self._last_tiles = self._monitor_tiles()
         self._layer_pointers = {
             "index": cp.asarray(np.array([layer.index.data.ptr for layer in self.layers], dtype=np.uint64)),
             "weight": cp.asarray(
@@ -150,7 +157,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
     # -- device state for one batch of rows -------------------------------------------------
     def upload(self, inputs: sp.csr_matrix) -> DeviceBatch:
         """Put a batch of input rows and its work buffers on the device (not timed)."""
-        return DeviceBatch(self, sp.csr_matrix(inputs, dtype=np.float32), self.network.neurons)
+        return DeviceBatch(self, self.kernel_inputs(sp.csr_matrix(inputs, dtype=np.float32)), self.network.neurons)
 
     def _grid(self) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
@@ -192,9 +199,9 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                 np.int32(start),
                 np.int32(length),
                 *(
-                    (batch.tile_nnz, batch.row_nnz)
+                    (batch.tile_nnz, batch.row_nnz, self._last_tiles.get(start + length - 1, NULL_POINTER))
                     if launch_monitored(self.monitor, chunk, self.monitor_every)
-                    else (NULL_POINTER, NULL_POINTER)
+                    else (NULL_POINTER, NULL_POINTER, NULL_POINTER)
                 ),
                 batch.tile_layers,
                 np.float32(network.bias),
@@ -208,6 +215,20 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                 self._monitor_pass(batch, dst, start)
         if events is not None:
             events[-1].record()
+
+    def _monitor_tiles(self) -> dict[int, Any]:
+        """For the monitor, at the last layer of each launch whose output positions are not the
+        neurons' numbers: the natural 32-column tile of the neuron at each position, on the
+        device (uploaded before any launch, which a CUDA graph may capture)."""
+        if self.output_orders is None:
+            return {}
+        ends = (int(end) for end in np.cumsum(self.chunks) - 1)
+        orders = {end: self.output_orders[end] for end in ends}
+        return {
+            end: self.cp.asarray((order // 32).astype(np.uint16))
+            for end, order in orders.items()
+            if not np.array_equal(order, np.arange(order.size))
+        }
 
     def _monitor_pass(self, batch: DeviceBatch, dst: Buffers, layer: int) -> None:
         """The software monitor after a launch: read the live-row count, count the layer's

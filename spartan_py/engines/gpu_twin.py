@@ -21,6 +21,7 @@ from spartan_py.engines.gpu import GpuEngine
 from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
+    ROWS_HEAD_LAYERS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
     TWIN_GRID_BLOCKS,
@@ -28,7 +29,6 @@ from spartan_py.engines.support.layer_plan import (
     gc_monitor_mode,
     gc_tile_rows,
     launch_layer_cap,
-    plan_layer,
 )
 from spartan_py.engines.support.twin_base import TwinEngine
 from spartan_py.errors import BackendUnavailableError
@@ -90,6 +90,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         threads: int = DEFAULT_THREADS,
         device_name: str = "simulated",
         input_counts: bool = True,
+        renumber_neurons: bool = True,
         grid_blocks: int = TWIN_GRID_BLOCKS,
     ):
         """Options as :class:`~spartan_py.engines.gpu.GpuEngine`'s; ``grid_blocks``: the GPU
@@ -107,7 +108,8 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
             compact_every = 1  # as on the GPU: the pass needs every layer's output in memory
         self.cols_per_thread = network.neurons // threads
         self.rows_per_tile = rows_per_tile or ROWS_PER_TILE[network.neurons]
-        self.plans = [plan_layer(w) for w in network.weights]
+        self.network = network
+        self.plan_layers(renumber_neurons and monitor != "software")
         self.grid_blocks = grid_blocks
         super().__init__(
             network,
@@ -117,6 +119,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
             compact_every=compact_every,
             device=f"cpu twin of gpu.gc_layer ({device_name})",
             max_launch_layers=launch_layer_cap(self.plans, self.rows_per_tile),
+            head_layers=ROWS_HEAD_LAYERS,
         )
         self.input_columns = self.plan_input_counts(input_counts)
 

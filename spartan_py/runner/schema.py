@@ -240,7 +240,7 @@ class Experiment(_Frozen):
     )
     compact_every: Literal["doubling"] | PositiveInt = Field(
         "doubling",
-        description="layers per gpu kernel launch (gpu, gpu-twin): doubling (1, 1, 1, 1, 2, 4, ... 32) or a count",
+        description="layers per gpu kernel launch (gpu, gpu-twin): doubling (4, 2, 4, 8, ... 32) or a count",
     )
     time_limit_seconds: PositiveFloat | None = Field(
         None,

@@ -24,8 +24,63 @@ BANKS = 32
 
 
 @numba.njit(cache=True, nogil=True)
+def edge_colouring(end_u, end_v, vertices_u, vertices_v, colours):  # pragma: no cover - compiled
+    """Colour the edges ``end_u[e] - end_v[e]`` of a bipartite multigraph so that no two
+    edges at a vertex share a colour, with ``colours`` >= its largest degree (Koenig's
+    theorem: a bipartite multigraph needs no more). Returns each edge's colour.
+    """
+    edges = end_u.shape[0]
+    colour = np.full(edges, -1, np.int64)
+    at_u = np.full((vertices_u, colours), -1, np.int64)
+    at_v = np.full((vertices_v, colours), -1, np.int64)
+    path = np.empty(2 * (vertices_u + vertices_v) + 2, np.int64)
+    for e in range(edges):
+        u, b = end_u[e], end_v[e]
+        alpha = -1
+        for c in range(colours):
+            if at_u[u, c] < 0:
+                alpha = c
+                break
+        beta = -1
+        for c in range(colours):
+            if at_v[b, c] < 0:
+                beta = c
+                break
+        if at_v[b, alpha] >= 0:
+            # Swap alpha and beta along the alternating path that starts at v-vertex b with
+            # colour alpha; in a bipartite graph it cannot end at u, so alpha frees at b.
+            length = 0
+            x_is_v = True
+            x = b
+            c = alpha
+            while True:
+                f = at_v[x, c] if x_is_v else at_u[x, c]
+                if f < 0:
+                    break
+                path[length] = f
+                length += 1
+                x = end_u[f] if x_is_v else end_v[f]
+                x_is_v = not x_is_v
+                c = beta if c == alpha else alpha
+            for q in range(length):
+                f = path[q]
+                at_u[end_u[f], colour[f]] = -1
+                at_v[end_v[f], colour[f]] = -1
+            for q in range(length):
+                f = path[q]
+                colour[f] = beta if colour[f] == alpha else alpha
+                at_u[end_u[f], colour[f]] = f
+                at_v[end_v[f], colour[f]] = f
+        colour[e] = alpha
+        at_u[u, alpha] = e
+        at_v[b, alpha] = e
+    return colour
+
+
+@numba.njit(cache=True, nogil=True)
 def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
-    """Edge-colour one group: ``inputs[u, :degree[u]]`` are output u's inputs.
+    """Edge-colour one group: ``inputs[u, :degree[u]]`` are output u's inputs, a colour is a
+    step, the other end of an edge its input's bank.
 
     Returns ``slot[u, s]`` = position in ``inputs[u]`` used at step ``s`` or -1.
     """
@@ -34,9 +89,6 @@ def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
     end_u = np.empty(edges, np.int64)
     end_b = np.empty(edges, np.int64)
     pos = np.empty(edges, np.int64)
-    colour = np.full(edges, -1, np.int64)
-    at_u = np.full((outputs, steps), -1, np.int64)
-    at_b = np.full((BANKS, steps), -1, np.int64)
     e = 0
     for u in range(outputs):
         for p in range(degree[u]):
@@ -44,47 +96,7 @@ def _colour_group(inputs, degree, steps):  # pragma: no cover - compiled
             end_b[e] = inputs[u, p] % BANKS
             pos[e] = p
             e += 1
-    path = np.empty(2 * (outputs + BANKS) + 2, np.int64)
-    for e in range(edges):
-        u, b = end_u[e], end_b[e]
-        alpha = -1
-        for c in range(steps):
-            if at_u[u, c] < 0:
-                alpha = c
-                break
-        beta = -1
-        for c in range(steps):
-            if at_b[b, c] < 0:
-                beta = c
-                break
-        if at_b[b, alpha] >= 0:
-            # Swap alpha and beta along the alternating path that starts at bank b with
-            # colour alpha; in a bipartite graph it cannot end at u, so alpha frees at b.
-            length = 0
-            x_is_bank = True
-            x = b
-            c = alpha
-            while True:
-                f = at_b[x, c] if x_is_bank else at_u[x, c]
-                if f < 0:
-                    break
-                path[length] = f
-                length += 1
-                x = end_u[f] if x_is_bank else end_b[f]
-                x_is_bank = not x_is_bank
-                c = beta if c == alpha else alpha
-            for q in range(length):
-                f = path[q]
-                at_u[end_u[f], colour[f]] = -1
-                at_b[end_b[f], colour[f]] = -1
-            for q in range(length):
-                f = path[q]
-                colour[f] = beta if colour[f] == alpha else alpha
-                at_u[end_u[f], colour[f]] = f
-                at_b[end_b[f], colour[f]] = f
-        colour[e] = alpha
-        at_u[u, alpha] = e
-        at_b[b, alpha] = e
+    colour = edge_colouring(end_u, end_b, outputs, BANKS, steps)
     slot = np.full((outputs, steps), -1, np.int64)
     for f in range(edges):
         slot[end_u[f], colour[f]] = pos[f]

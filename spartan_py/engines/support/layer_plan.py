@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
 from spartan_py.engines.support.bank_schedule import conflict_free_ell
 from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_outputs
+from spartan_py.engines.support.neuron_order import neuron_orders, renumbered
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord, pass_through
@@ -30,6 +31,14 @@ ROWS_PER_TILE: dict[int, int] = {1024: 16, 4096: 4, 16384: 1}
 EXTRA_ROWS_1024 = (12, 8, 4, 2)
 #: Most layers one launch runs (the ``"doubling"`` schedule's last size).
 MAX_LAUNCH_LAYERS = 32
+#: Layers at the start of a network that the ``"doubling"`` schedule runs in launches of the
+#: kernel's own size (``head_layers``) before doubling from 2.
+HEAD_LAYERS = 4
+#: The rows kernel's head launch: all four head layers at once. Most rows die there, but at
+#: 1024 neurons computing a dead row costs less than writing a live one out and reading it
+#: back: on the proxy (H100, by turns) launches of 4 then 2, 4, 8, ... took 2.664 ms against
+#: 2.984 for 1, 1, 1, 1, 2, 4, ... (docs/performance-notes.md).
+ROWS_HEAD_LAYERS = 4
 #: Layer bytes one launch of the rows kernel may span when its tile is a single row. Such a
 #: tile reads every weight of every layer from L2 once per row; the blocks drift apart across
 #: a launch's layers, and once those pass about 8 MB each multiply-add costs up to 1.6x
@@ -63,12 +72,12 @@ def kernel_shapes(threads: int) -> list[tuple[int, int]]:
 
 
 def chunk_schedule(
-    layers: int, compact_every: str | int = "doubling", max_layers: int = MAX_LAUNCH_LAYERS
+    layers: int, compact_every: str | int = "doubling", max_layers: int = MAX_LAUNCH_LAYERS, head_layers: int = 1
 ) -> list[int]:
-    """Layers per launch of the rows kernel; live rows are compacted after each launch.
+    """Layers per launch of a layer kernel; live rows are compacted after each launch.
 
-    ``"doubling"``: one layer per launch for the first four layers (where most rows of a
-    sparse DNN die), then 2, 4, 8, ... layers per launch, at most ``max_layers``. An integer
+    ``"doubling"``: the first four layers (where most rows of a sparse DNN die) in launches of
+    ``head_layers``, then 2, 4, 8, ... layers per launch, at most ``max_layers``. An integer
     gives launches of that many layers.
     """
     if isinstance(compact_every, int):
@@ -78,11 +87,14 @@ def chunk_schedule(
         return sizes + ([layers % compact_every] if layers % compact_every else [])
     if compact_every != "doubling":
         raise ValueError(f"compact_every must be 'doubling' or a positive integer, not {compact_every!r}")
-    sizes, size = [], 1
+    cap = max(max_layers, 1)
+    sizes = []
+    while sum(sizes) < min(HEAD_LAYERS, layers):
+        sizes.append(min(head_layers, cap, min(HEAD_LAYERS, layers) - sum(sizes)))
+    size = 2
     while sum(sizes) < layers:
-        sizes.append(min(size, layers - sum(sizes)))
-        if len(sizes) >= 4:
-            size = min(size * 2, max(max_layers, 1))
+        sizes.append(min(size, cap, layers - sum(sizes)))
+        size = min(size * 2, cap)
     return sizes
 
 
@@ -315,13 +327,50 @@ class RowKernelTrace(LayerKernelTrace):
     #: the first layer's pixel table for the counts path, or None
     #: (:func:`~spartan_py.engines.support.input_counts.pixel_outputs`)
     input_columns: np.ndarray | None
+    #: the input neuron at each position of the first layer's input, or None where the
+    #: kernel keeps neurons in their natural order (:func:`plan_layers`)
+    input_order: np.ndarray | None
+    #: per layer: the neuron of each output position (the last layer's: the identity), or None
+    output_orders: list[np.ndarray] | None
+    _first_layer: sp.csr_matrix | None = None
+
+    def plan_layers(self, renumber: bool) -> None:
+        """:attr:`plans` of the network's layers as the kernel runs them: with ``renumber``,
+        their neurons renumbered so that every warp reads each bank equally often
+        (:func:`~spartan_py.engines.support.neuron_order.neuron_orders`; the same results in
+        fewer steps), else in natural order."""
+        weights = self.network.weights
+        self._first_layer = None
+        if not renumber or not len(weights):
+            self.input_order = self.output_orders = None
+            self.plans = [plan_layer(w) for w in weights]
+            return
+        orders = neuron_orders(weights)
+        previous = self.input_order = next(orders)
+        self.output_orders, self.plans = [], []
+        for layer, order in zip(weights, orders):
+            kernel_layer = renumbered(layer, previous, order)
+            if self._first_layer is None:
+                self._first_layer = kernel_layer
+            self.plans.append(plan_layer(kernel_layer))
+            self.output_orders.append(order.astype(np.uint16 if order.size <= 2**16 else np.int32))
+            previous = order
+
+    def kernel_inputs(self, inputs: sp.csr_matrix) -> sp.csr_matrix:
+        """Input rows with their columns at the kernel's positions (:attr:`input_order`)."""
+        if self.input_order is None:
+            return inputs
+        position = np.empty_like(self.input_order)
+        position[self.input_order] = np.arange(self.input_order.size)
+        return sp.csr_matrix((inputs.data, position[inputs.indices], inputs.indptr), shape=inputs.shape)
 
     def plan_input_counts(self, enabled: bool) -> np.ndarray | None:
         """:attr:`input_columns` for the engine option ``input_counts`` (None when off or when
         the first layer does not allow the counts path)."""
         if not enabled or not self.plans:
             return None
-        return pixel_outputs(self.network.weights[0], self.plans[0])
+        first = self.network.weights[0] if self._first_layer is None else self._first_layer
+        return pixel_outputs(first, self.plans[0])
 
     def launch_cost(
         self,

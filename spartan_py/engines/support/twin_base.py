@@ -28,12 +28,13 @@ class TwinEngine(Engine):
         compact_every: str | int,
         device: str,
         max_launch_layers: int = MAX_LAUNCH_LAYERS,
+        head_layers: int = 1,
     ):
         super().__init__(network)
         self.monitor = monitor
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
-        self.chunks = chunk_schedule(network.layers, compact_every, max_launch_layers)
+        self.chunks = chunk_schedule(network.layers, compact_every, max_launch_layers, head_layers)
         self._device = device
 
     @property
@@ -62,9 +63,13 @@ class TwinEngine(Engine):
         counters (as the GPU engine's)."""
         return {}
 
+    def kernel_inputs(self, inputs: sp.csr_matrix) -> sp.csr_matrix:
+        """Input rows as the kernel reads them (its own order of the input neurons, if any)."""
+        return inputs
+
     def _run_batch(self, inputs: sp.csr_matrix):
         network = self.network
-        rows = np.ascontiguousarray(inputs.toarray(), dtype=np.float32)
+        rows = np.ascontiguousarray(self.kernel_inputs(inputs).toarray(), dtype=np.float32)
         ids = np.arange(rows.shape[0])
         counts = np.zeros(network.layers + 1, np.int64)
         nnz = np.zeros(network.layers + 1, np.int64)
