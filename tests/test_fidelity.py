@@ -32,7 +32,10 @@ def _measured(neurons: int, layers: int, rows: int, point: str, machine_name: st
     """A twin's trace with ``measured_us`` made by the model of a machine whose gc_layer
     instance parameters are known (so that the truth is in the model's reach)."""
     network = resolve_network(f"generated:{neurons}", layers)
-    trace = to_frame(infer(network, resolve_inputs(f"generated:{rows}", neurons), backend="gpu-twin").trace)
+    inputs = resolve_inputs(f"generated:{rows}", neurons)
+    # a layer a launch: enough launches on full tiles (the default runs the first four layers
+    # in one launch, after which few rows are left)
+    trace = to_frame(infer(network, inputs, backend="gpu-twin", compact_every=1).trace)
     # the kernels' full-tile multiply-add launches (not the first launch's counts, nor the
     # smaller tiles of launches with few rows): one instance per network size
     full = trace["variant"].str.match(r"R(16xC1|4xC4)-")
