@@ -8,8 +8,9 @@ numbers, relabelled RadiX-Net layers need ~43.
 
 Neurons may be renumbered between layers without changing what the network computes: the
 kernel runs ``W[order[l - 1]][:, order[l]]``, where ``order[l][p]`` is the neuron of layer
-``l``'s output kept at tile position ``p`` (input positions of the first layer and output
-positions of the last stay natural, so inputs and results need no renumbering). A position
+``l``'s output kept at tile position ``p`` (``order[-1]``: the inputs', whose columns are
+renumbered on upload; the last layer's outputs stay in natural order, so results need no
+renumbering). A position
 ``p`` is warp ``p // 32`` and bank ``p % 32``, both ours to choose for every neuron:
 
 - *Banks*, from the next layer: where that layer's distinct input columns form a bipartite
@@ -77,7 +78,8 @@ def rainbow_banks(next_layer: sp.spmatrix) -> np.ndarray | None:
     n = next_layer.shape[0]
     if n % BANKS:
         return None
-    csc = sp.csc_matrix(next_layer)
+    csc = sp.csc_matrix(next_layer, copy=True)
+    csc.sort_indices()  # equal columns must list their inputs alike
     columns, _ = _input_columns(csc)
     if columns.shape[1] > BANKS:
         return None
