@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.support.bank_schedule import BANKS, edge_colouring
+from spartan_py.engines.support.ell import ell_from_csc
 
 #: Swap attempts of the warp search per neuron of a layer.
 SEARCH_SWAPS_PER_NEURON = 64
@@ -42,9 +43,8 @@ def _input_columns(csc: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
     """(distinct columns as rows of input indices padded with -1, each output's column)."""
     degree = np.diff(csc.indptr)
     width = max(int(degree.max(initial=0)), 1)
-    padded = np.full((csc.shape[1], width), -1, np.int64)
-    slot = np.arange(csc.indices.size) - np.repeat(csc.indptr[:-1], degree)
-    padded[np.repeat(np.arange(csc.shape[1]), degree), slot] = csc.indices
+    index, _ = ell_from_csc(csc.indptr, csc.indices, csc.data, csc.shape[1], width)
+    padded = np.where(np.arange(width)[None, :] < degree[:, None], index, -1)
     return np.unique(padded, axis=0, return_inverse=True)
 
 
@@ -183,9 +183,7 @@ def balanced_warps(
     reads = np.bincount(np.repeat(np.arange(n), degree) * BANKS + in_bank[csc.indices], minlength=n * BANKS)
     if not search or reads.max(initial=0) <= 1:
         return warp_of
-    inputs = np.zeros((n, max(int(degree.max(initial=0)), 1)), np.int64)
-    slot = np.arange(csc.indices.size) - np.repeat(csc.indptr[:-1], degree)
-    inputs[np.repeat(np.arange(n), degree), slot] = csc.indices
+    inputs, _ = ell_from_csc(csc.indptr, csc.indices, csc.data, n, max(int(degree.max(initial=0)), 1))
     return _search_warps(
         inputs, degree.astype(np.int64), in_bank.astype(np.int64), warp_of, member, SEARCH_SWAPS_PER_NEURON * n, seed
     )
