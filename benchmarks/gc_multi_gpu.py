@@ -1,15 +1,20 @@
 """Graph Challenge inference sharded across the GPUs of one machine (one Dask worker per GPU):
-time and scaling efficiency against one GPU, same code path, same run.
+time, scaling efficiency and GPU memory against one GPU, same code path, same run.
 
-For each case the rows run as one shard (one GPU), then as one shard per GPU. A shard's time
-is its engine's median CUDA-event time over ``--repeats`` replays after warm-up (inputs and
-weights on the device, as ``gc_gpu.py``); the sharded inference takes its slowest shard.
-Efficiency = one-GPU time / (GPUs x sharded time). Wall time is reported beside it: submit to
-merged result, the engines already prepared, each shard's checked run, two warm-ups and the
-timed replays included. The merged result must equal the one-GPU
-run exactly (categories, live rows and non-zeros per layer), and the truth where given.
+For each case the rows run as one shard per GPU for each GPU count asked for (``--gpus``,
+largest first, so that each count's memory figure is its own: a worker's pool only grows),
+one GPU last. A shard's time is its engine's median CUDA-event time over ``--repeats``
+replays after warm-up (inputs and weights on the device, as ``gc_gpu.py``); the sharded
+inference takes its slowest shard. Efficiency = one-GPU time / (GPUs x sharded time). Wall
+time is reported beside it: submit to merged result, the engines already prepared, each
+shard's checked run, two warm-ups and the timed replays included. Each shard names its GPU
+(index and PCI bus id) and the bytes CuPy's memory pool holds there after its runs (the
+engine's weights and the most its runs needed at once). Every merged result must equal the
+one-GPU run exactly (categories, live rows and non-zeros per layer), and the truth where
+given. The result file is written after each case, so an interrupted run keeps what it did.
 
-    python3 benchmarks/gc_multi_gpu.py --cluster local-cuda --out benchmarks/results
+    python -m benchmarks.gc_multi_gpu --cluster local-cuda --gpus 1,2,4 \
+        --generated 16384x1920x60000,65536x1920x60000 --repeats 20 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
 from spartan_py.executors import gpu_count, open_executor
-from spartan_py.shard import infer_sharded
+from spartan_py.shard import infer_sharded, release_engines
 
 
 def log(message: str) -> None:
@@ -65,25 +70,74 @@ def same(a, b) -> bool:
     )
 
 
+def gpu_counts(text: str, gpus: int) -> list[int]:
+    """The GPU counts to run, largest first, one GPU always included (the baseline)."""
+    counts = {int(v) for v in text.split(",") if v.strip()} | {1}
+    if max(counts) > gpus or min(counts) < 1:
+        raise SystemExit(f"--gpus {text}: this machine has {gpus} GPUs")
+    return sorted(counts, reverse=True)
+
+
+def compare(case: dict, one, many, gpus: int) -> dict:
+    """One GPU count's figures against the one-GPU run of the same case."""
+    return {
+        "case": case["name"],
+        "rows": one.rows,
+        "neurons": one.neurons,
+        "layers": one.layers,
+        "backend": many.backend,
+        "gpus": gpus,
+        "one_gpu_seconds": one.seconds,
+        "sharded_seconds": many.seconds,
+        "speedup": one.seconds / many.seconds,
+        "efficiency": one.seconds / (gpus * many.seconds),
+        "one_gpu_wall_seconds": one.wall_seconds,
+        "sharded_wall_seconds": many.wall_seconds,
+        "wall_efficiency": one.wall_seconds / (gpus * many.wall_seconds),
+        "shard_rows": many.shard_rows,
+        "shard_seconds": many.shard_seconds,
+        "devices": many.devices,
+        "shard_gpus": many.shard_gpus,
+        "shard_gpu_bytes": many.shard_gpu_bytes,
+        "one_gpu_gpu_bytes": one.shard_gpu_bytes[0],
+        "one_gpu_repeat_seconds": one.shard_repeat_seconds[0],
+        "sharded_repeat_seconds": many.shard_repeat_seconds,
+        "edges_per_second_one_gpu": one.edges_per_second,
+        "edges_per_second_sharded": many.edges_per_second,
+        "merged_equals_one_gpu": same(one, many),
+        "passed_truth_one_gpu": one.passed,
+        "passed_truth_sharded": many.passed,
+        "categories": int(many.categories.size),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cluster", default="local-cuda", help="local-cuda, or a scheduler address")
     parser.add_argument("--generated", default="4096x1920x60000", help="NEURONSxLAYERSxROWS, comma-separated")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--gpus", default="", help="GPU counts to run, comma-separated (default: 1 and all)")
+    parser.add_argument("--backend", default="auto", help="engine of every shard (default: auto)")
+    parser.add_argument("--no-proxy", action="store_true", help="skip the official network's proxy")
+    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     gpus = gpu_count()
     if gpus < 2:
         log(f"needs at least 2 GPUs; CuPy sees {gpus}")
         return 2
-    rows = []
+    counts = gpu_counts(args.gpus or str(gpus), gpus)
+    import cupy
+
+    device = f"{gpus} x {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+    rows: list[dict] = []
+    path = None
     with open_executor(args.cluster) as workers:
-        log(f"{gpus} GPUs, {workers.description}")
-        for case in cases(args):
+        log(f"{gpus} GPUs, {workers.description}; GPU counts {counts}")
+        for case in cases(args)[1 if args.no_proxy else 0 :]:
             common = dict(
                 workers=workers,
-                backend="gpu",
+                backend=args.backend,
                 layers=case["layers"],
                 rows=case["rows"],
                 truth=case["truth"],
@@ -92,45 +146,27 @@ def main() -> int:
             started = time.perf_counter()
             infer_sharded(case["network"], case["inputs"], shards=gpus, **{**common, "repeats": 1})  # load, prepare
             log(f"{case['name']}: workers loaded and prepared in {time.perf_counter() - started:.1f} s")
-            one = infer_sharded(case["network"], case["inputs"], shards=1, **common)
-            many = infer_sharded(case["network"], case["inputs"], shards=gpus, **common)
-            row = {
-                "case": case["name"],
-                "rows": one.rows,
-                "neurons": one.neurons,
-                "layers": one.layers,
-                "gpus": gpus,
-                "one_gpu_seconds": one.seconds,
-                "sharded_seconds": many.seconds,
-                "speedup": one.seconds / many.seconds,
-                "efficiency": one.seconds / (gpus * many.seconds),
-                "one_gpu_wall_seconds": one.wall_seconds,
-                "sharded_wall_seconds": many.wall_seconds,
-                "wall_efficiency": one.wall_seconds / (gpus * many.wall_seconds),
-                "shard_rows": many.shard_rows,
-                "shard_seconds": many.shard_seconds,
-                "devices": many.devices,
-                "one_gpu_repeat_seconds": one.shard_repeat_seconds[0],
-                "sharded_repeat_seconds": many.shard_repeat_seconds,
-                "edges_per_second_one_gpu": one.edges_per_second,
-                "edges_per_second_sharded": many.edges_per_second,
-                "merged_equals_one_gpu": same(one, many),
-                "passed_truth_one_gpu": one.passed,
-                "passed_truth_sharded": many.passed,
-                "categories": int(many.categories.size),
-            }
-            rows.append(row)
-            log(
-                f"{case['name']}: 1 GPU {one.seconds * 1e3:.2f} ms, {gpus} GPUs {many.seconds * 1e3:.2f} ms "
-                f"(shards {', '.join(f'{s * 1e3:.2f}' for s in many.shard_seconds)} ms), efficiency "
-                f"{row['efficiency']:.2f}; equal {row['merged_equals_one_gpu']}, truth {many.passed}"
-            )
-        description = workers.description
-    import cupy
-
-    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    path = write_result("gc_multi_gpu", f"{gpus} x {device}", {"executor": description, "cases": rows}, args.out)
-    log(f"wrote {path}")
+            runs = {n: infer_sharded(case["network"], case["inputs"], shards=n, **common) for n in counts}
+            one = runs[1]
+            for n in counts[:-1]:
+                row = compare(case, one, runs[n], n)
+                rows.append(row)
+                shards = ", ".join(f"{t * 1e3:.2f}" for t in runs[n].shard_seconds)
+                memory = ", ".join(f"{b / 1e9:.1f}" for b in runs[n].shard_gpu_bytes)
+                log(
+                    f"{case['name']} ({row['backend']}): 1 GPU {one.seconds * 1e3:.2f} ms, {n} GPUs "
+                    f"{runs[n].seconds * 1e3:.2f} ms (shards {shards} ms), efficiency {row['efficiency']:.2f}; "
+                    f"equal {row['merged_equals_one_gpu']}, truth {runs[n].passed}; GPU GB {memory} "
+                    f"(1 GPU {one.shard_gpu_bytes[0] / 1e9:.1f})"
+                )
+            payload = {"executor": workers.description, "gpu_counts": counts, "cases": rows}
+            written = write_result("gc_multi_gpu", device, payload, args.out)
+            if path is not None and path != written:
+                path.unlink()  # the previous case's file: this one holds it too
+            path = written
+            log(f"wrote {path}")
+            if workers.client is not None:
+                workers.client.run(release_engines)  # the next case's memory figures are its own
     return 0 if all(r["merged_equals_one_gpu"] and r["passed_truth_sharded"] is not False for r in rows) else 1
 
 

@@ -133,10 +133,21 @@ def open_executor(cluster: str | None = None, workers: int = 1, *, connect_timeo
         )
 
 
+# No per-worker memory limit on local clusters: a task holds its own memory (a network, a
+# prepared engine) that Dask cannot spill, and Dask's default (the machine's memory / workers,
+# read once at start) would pause or kill a worker doing legitimate work, all the more on a
+# VM whose memory grows as it is used.
+_LOCAL_MEMORY_LIMIT = 0
+
+
 def _local_cluster(distributed, cluster: str, workers: int):
     if cluster == "local":
         local = distributed.LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=_LOCAL_MEMORY_LIMIT,
         )
         return local, f"a local Dask cluster of {workers} processes"
     gpus = gpu_count()
@@ -145,9 +156,18 @@ def _local_cluster(distributed, cluster: str, workers: int):
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
-        local = distributed.LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True, dashboard_address=None)
+        local = distributed.LocalCluster(
+            n_workers=gpus,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=_LOCAL_MEMORY_LIMIT,
+        )
         return local, f"a local Dask cluster of {gpus} workers for {gpus} GPUs"
-    return LocalCUDACluster(dashboard_address=None), f"a LocalCUDACluster of {gpus} GPUs"
+    return (
+        LocalCUDACluster(dashboard_address=None, memory_limit=_LOCAL_MEMORY_LIMIT),
+        f"a LocalCUDACluster of {gpus} GPUs",
+    )
 
 
 def run_all(workers: Workers, task, jobs: dict, *, retries: int = 3) -> Iterator[tuple[Any, Any, BaseException | None]]:

@@ -59,6 +59,22 @@ def _engine(network: str, layers: int | None, backend: str, device: int | None, 
     return make_engine(backend, cached_network(network, layers), **dict(options))
 
 
+def release_engines() -> None:
+    """Drop the engines this process keeps for later shards and give back the GPU memory
+    they held on its GPU (run it on every worker between networks:
+    ``client.run(release_engines)``)."""
+    import gc
+
+    _engine.cache_clear()
+    gc.collect()  # an engine's arrays may sit in reference cycles
+    count = gpu_count()
+    if count:
+        import cupy
+
+        with cupy.cuda.Device(_worker_slot(0) % count):
+            cupy.get_default_memory_pool().free_all_blocks()
+
+
 def run_shard(
     network: str,
     inputs: str,
@@ -84,6 +100,7 @@ def run_shard(
     device, gpu = _gpu_device(backend, index)
     with device:
         engine = _engine(network, layers, resolve_backend(backend), gpu, tuple(sorted(options.items())))
+        _release_cached_blocks(gpu)
         output = engine.run(x)
         if hasattr(engine, "run_device") and engine._batch_rows(x.shape[0]) >= x.shape[0] and repeats > 0:
             batch = engine.upload(x)
@@ -93,6 +110,7 @@ def run_shard(
             del batch
         else:
             seconds = [output.seconds] + [engine.run(x).seconds for _ in range(repeats - 1)]
+        gpu_name, gpu_bytes = _gpu_footprint(gpu)
     return {
         "index": index,
         "start": start,
@@ -102,6 +120,8 @@ def run_shard(
         "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
         "seconds": seconds,
         "device": output.device,
+        "gpu": gpu_name,
+        "gpu_bytes": gpu_bytes,
         "backend": engine.name,
         "neurons": net.neurons,
         "layers": net.layers,
@@ -126,6 +146,26 @@ def _gpu_device(backend: str, index: int):
 
     slot = _worker_slot(index)
     return cupy.cuda.Device(slot % count), slot % count
+
+
+def _release_cached_blocks(gpu: int | None) -> None:
+    """Give back the free blocks CuPy's pool keeps on this GPU (from an earlier shard of
+    another size), so that :func:`_gpu_footprint` measures this shard."""
+    if gpu is not None:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _gpu_footprint(gpu: int | None) -> tuple[str | None, int | None]:
+    """(which GPU: its index and PCI bus id, bytes CuPy's pool holds there), or (None, None)
+    off the GPU. The pool keeps blocks a run freed, so after a shard's runs it holds the
+    engine's weights plus the most its runs needed at once (CUDA's context not counted)."""
+    if gpu is None:
+        return None, None
+    import cupy
+
+    return f"{gpu} ({cupy.cuda.Device(gpu).pci_bus_id})", int(cupy.get_default_memory_pool().total_bytes())
 
 
 def _worker_slot(index: int) -> int:
@@ -164,6 +204,8 @@ class ShardedResult:
     passed: bool | None = None
     values: sp.csr_matrix | None = None
     shard_repeat_seconds: list[list[float]] = field(default_factory=list)
+    shard_gpus: list[str | None] = field(default_factory=list)  # index and PCI bus id, None off the GPU
+    shard_gpu_bytes: list[int | None] = field(default_factory=list)  # CuPy pool bytes after the shard's runs
 
     @property
     def seconds(self) -> float:
@@ -184,6 +226,8 @@ class ShardedResult:
             "shards": len(self.shard_rows),
             "shard_rows": self.shard_rows,
             "shard_seconds": self.shard_seconds,
+            "shard_gpus": self.shard_gpus,
+            "shard_gpu_bytes": self.shard_gpu_bytes,
             "executor": self.executor,
         }
 
@@ -251,6 +295,8 @@ def infer_sharded(
         wall_seconds=wall,
         executor=workers.description,
         shard_repeat_seconds=[p["seconds"] for p in parts],
+        shard_gpus=[p["gpu"] for p in parts],
+        shard_gpu_bytes=[p["gpu_bytes"] for p in parts],
         values=sp.vstack([p["values"] for p in parts], format="csr") if keep_values else None,
     )
     if truth is not None:
