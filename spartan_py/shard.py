@@ -93,13 +93,13 @@ def run_shard(
     ``repeats`` timed ones. A GPU engine keeps the shard on the device and replays the
     inference (CUDA events, after two warm-up runs), as ``benchmarks/gc_gpu.py`` does;
     other engines time whole runs."""
-    from spartan_py.engines import resolve_backend
+    from spartan_py.engines import choose_backend
 
     net = cached_network(network, layers)
     x = cached_inputs(inputs, net.neurons, rows)[start:stop]
     device, gpu = _gpu_device(backend, index)
     with device:
-        engine = _engine(network, layers, resolve_backend(backend), gpu, tuple(sorted(options.items())))
+        engine = _engine(network, layers, choose_backend(backend, net), gpu, tuple(sorted(options.items())))
         _release_cached_blocks(gpu)
         output = engine.run(x)
         if hasattr(engine, "run_device") and engine._batch_rows(x.shape[0]) >= x.shape[0] and repeats > 0:
