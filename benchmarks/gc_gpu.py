@@ -137,6 +137,7 @@ def main() -> int:
         ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
         ("rows-first-floats", GpuEngine, {"input_counts": False}),  # the first layer's multiply-adds
         ("rows-natural-order", GpuEngine, {"renumber_neurons": False}),  # neurons as numbered: ~42 steps a layer
+        ("rows-whole-tiles", GpuEngine, {"compact_tiles": False}),  # every tile computes all its rows
         ("merged", GpuMergedEngine, {}),
         ("merged-first-bits", GpuMergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
         ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
@@ -162,7 +163,7 @@ def main() -> int:
             batch.nnz_counts.get(),
             inputs.nnz,
             run_id="proxy",
-            tile_layers=batch.tile_layers.get(),
+            row_layers=batch.row_layers.get(),
             launch_seconds=launch_seconds,
             **variant._trace_options(batch),
         )

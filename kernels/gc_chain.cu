@@ -98,7 +98,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
          const int* __restrict__ widths, const unsigned long long* __restrict__ size_ptrs,
          const unsigned long long* __restrict__ group_ptrs, int* __restrict__ counts,
          unsigned long long* __restrict__ nnz_counts, int layer, int layer_count, unsigned char* __restrict__ tile_nnz,
-         int* __restrict__ row_nnz, int* __restrict__ tile_layers, const unsigned long long* __restrict__ mask_ptrs,
+         int* __restrict__ row_nnz, int* __restrict__ row_layers, const unsigned long long* __restrict__ mask_ptrs,
          const int* __restrict__ mask_levels, int n, int stride, float bias, float clamp) {
     extern __shared__ int4 smem4[];
     int* const smem = reinterpret_cast<int*>(smem4);
@@ -198,7 +198,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             if (lane == 0) {
                 if (j < layer_count - 1 && live) atomicAdd(&s_live[j], live);
                 if (sum) atomicAdd(&s_nnz[j], (unsigned long long)sum);
-                if (tile_layers) atomicAdd(&s_groups[j], 1);
+                if (row_layers) atomicAdd(&s_groups[j], 1);
             }
             float* const t = in;
             in = out;
@@ -252,7 +252,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
         const int j = threadIdx.x;
         if (j < layer_count - 1 && s_live[j]) atomicAdd(&counts[layer + j + 1], s_live[j]);
         if (s_nnz[j]) atomicAdd(&nnz_counts[layer + j + 1], s_nnz[j]);
-        if (tile_layers && s_groups[j]) atomicAdd(&tile_layers[layer + j], s_groups[j]);
+        if (row_layers && s_groups[j]) atomicAdd(&row_layers[layer + j], s_groups[j] * G);
     }
 }
 

@@ -24,9 +24,13 @@
 //                 order than the natural one (spartan_py/engines/support/neuron_order.py): the
 //                 natural 32-column tile of the neuron at each output position, so that the
 //                 monitor counts natural tiles; null where positions are the neurons' numbers.
-//   tile_layers : optional, tile_layers[l] += 1 for every tile that computed layer l (a
-//                 tile stops once all its rows are dead), so the trace's executed
+//   row_layers  : optional, row_layers[l] += the rows each tile computed at layer l (a tile
+//                 stops once all its rows are dead; after a launch's first layer it computes
+//                 its live rows rounded up to 4, see compact_tiles), so the trace's executed
 //                 multiply-adds are exact whatever order compaction left the rows in.
+//   compact_tiles: non-zero: a tile of 8, 12 or 16 rows moves its live rows to its front after
+//                 every layer of a launch but the last and computes the next layer on the
+//                 fewest multiple of 4 rows that holds them (its own instance of the sums).
 //   pixel_columns, pixel_degree, input_value: null, 0 and 0, or the counts path of the
 //                 first launch (spartan_py/engines/support/input_counts.py): every stored
 //                 input entry is input_value and every weight of layer 0 is one value, so an
@@ -105,10 +109,11 @@ __device__ __forceinline__ void gc_column_sums(const float* __restrict__ tile, c
     }
 }
 
-template <int R, int CPT>
+// The first R rows of the tile (of RO held; rows R .. RO - 1 are zero and give zeros).
+template <int R, int RO, int CPT>
 __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, const unsigned short* __restrict__ w_idx,
                                                 const float* __restrict__ w_val, float w_uniform, int n, int k,
-                                                float bias, float clamp, float (&out)[CPT][R]) {
+                                                float bias, float clamp, float (&out)[CPT][RO]) {
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
         const int j = c * GC_THREADS + threadIdx.x;
@@ -132,7 +137,29 @@ __device__ __forceinline__ void gc_tile_compute(const float* __restrict__ tile, 
             const float y = fminf(fmaxf(z + bias, 0.0f), clamp);
             out[c][r] = (z != 0.0f) ? y : 0.0f;
         }
+#pragma unroll
+        for (int r = R; r < RO; ++r) out[c][r] = 0.0f;
     }
+}
+
+// In-tile compaction (gc_layer_tiles): a tile of RT rows moves its live rows to its front
+// after each layer of a launch but the last, and computes the next layer on the fewest
+// multiple of 4 rows that holds them. layer_plan.compacts_tile is the same rule.
+template <int RT, int CPT>
+__device__ __forceinline__ void gc_tile_compute_rows(int rows, const float* __restrict__ tile,
+                                                     const unsigned short* __restrict__ w_idx,
+                                                     const float* __restrict__ w_val, float w_uniform, int n, int k,
+                                                     float bias, float clamp, float (&out)[CPT][RT]) {
+    if constexpr (RT % 4 == 0 && RT >= 8) {
+        if (rows <= 4) { gc_tile_compute<4, RT, CPT>(tile, w_idx, w_val, w_uniform, n, k, bias, clamp, out); return; }
+        if constexpr (RT > 8) {
+            if (rows <= 8) { gc_tile_compute<8, RT, CPT>(tile, w_idx, w_val, w_uniform, n, k, bias, clamp, out); return; }
+        }
+        if constexpr (RT > 12) {
+            if (rows <= 12) { gc_tile_compute<12, RT, CPT>(tile, w_idx, w_val, w_uniform, n, k, bias, clamp, out); return; }
+        }
+    }
+    gc_tile_compute<RT, RT, CPT>(tile, w_idx, w_val, w_uniform, n, k, bias, clamp, out);
 }
 
 // Counts path, input side: the tile's counts (R rows of NS words, output j at
@@ -187,6 +214,26 @@ __device__ __forceinline__ void gc_tile_from_counts(const unsigned* __restrict__
     }
 }
 
+// In-tile compaction: the tile's live rows (rank[r] >= 0: the position row r moves to) to its
+// front, the rows they leave behind zeroed. A row only moves down and each thread moves its
+// own columns in row order, so in place is safe. Not inlined: its loop state, hoisted into
+// the layer loop, would push the 16-row instance's sums past 64 registers.
+template <int RT, int CPT>
+__device__ __noinline__ void gc_compact_tile(float* __restrict__ tile, const int* __restrict__ rank, int held, int live_rows) {
+    constexpr int NS = CPT * GC_THREADS + PAD;
+#pragma unroll 1
+    for (int c = 0; c < CPT; ++c) {
+        float* const column = tile + c * GC_THREADS + threadIdx.x;
+#pragma unroll 1
+        for (int r = 0; r < held; ++r) {
+            const int to = rank[r];
+            if (to >= 0 && to != r) column[to * NS] = column[r * NS];
+        }
+#pragma unroll 1
+        for (int r = live_rows; r < held; ++r) column[r * NS] = 0.0f;
+    }
+}
+
 // What a block keeps in static shared memory besides the tile: per row of the tile, its
 // non-zeros (and per 32 columns at a launch's last layer), its rank among the live rows.
 template <int R, int CPT>
@@ -194,8 +241,10 @@ struct GcShared {
     int row_count[R];
     int tile_count[R][CPT * GC_THREADS / 32];
     int rank[R];
+    int row_id[R];  // the launch's input row at each tile position (positions move with compaction)
     int base;
     int any;
+    int rows;  // rows the tile holds at its front (the rest are zero)
     float chain[GC_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
 };
 
@@ -209,8 +258,9 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
-         const unsigned short* __restrict__ last_tiles, int* __restrict__ tile_layers,
-         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, int rows) {
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers,
+         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree,
+         int compact_tiles, int rows) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
     constexpr int NS = N + PAD;  // tile row stride
@@ -219,8 +269,14 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int last = layer + layer_count - 1;
+    // (read where used, from the parameter and shared memory: a register held across the
+    // sums would push the 16-row instance past 64 registers)
+#define GC_COMPACT (compact_tiles && RT % 4 == 0 && RT >= 8)
+#define GC_COMPUTED ((GC_COMPACT && l != layer) ? min(RT, (sh.rows + 3) & ~3) : RT)
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * RT;
+        if (threadIdx.x < RT) sh.row_id[threadIdx.x] = first + threadIdx.x;
+        if (threadIdx.x == 0) sh.rows = min(RT, rows - first);
         // 1. load the tile (rows past the end are zero)
         if (csr_ptr) {
             for (int e = threadIdx.x; e < RT * NS; e += GC_THREADS) tile[e] = 0.0f;
@@ -248,21 +304,25 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
         for (int l = layer; l <= last; ++l) {
             if (threadIdx.x < RT) sh.row_count[threadIdx.x] = 0;
             __syncthreads();
+            // rows computed: the whole tile at the launch's first layer, after it the live
+            // rows at the front rounded up to 4 where the tile compacts
             float out[CPT][RT];
             if (counts_input && l == layer)
                 gc_tile_from_counts<RT, CPT>(reinterpret_cast<const unsigned*>(tile), sh.chain, bias, clamp, out);
             else
-                gc_tile_compute<RT, CPT>(tile, reinterpret_cast<const unsigned short*>(w_idx_ptrs[l]),
-                                        reinterpret_cast<const float*>(w_val_ptrs[l]), w_uniforms[l], N, ks[l], bias,
-                                        clamp, out);
+                gc_tile_compute_rows<RT, CPT>(GC_COMPUTED, tile, reinterpret_cast<const unsigned short*>(w_idx_ptrs[l]),
+                                              reinterpret_cast<const float*>(w_val_ptrs[l]), w_uniforms[l], N, ks[l],
+                                              bias, clamp, out);
             __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
 
             // store in place; count non-zeros per row and per 32-column tile (the monitor)
+            const int computed = GC_COMPUTED;
 #pragma unroll
             for (int c = 0; c < CPT; ++c) {
                 const int j = c * GC_THREADS + threadIdx.x;
 #pragma unroll
                 for (int r = 0; r < RT; ++r) {
+                    if (r >= computed) break;  // rows past those computed stay zero (uniform)
                     tile[r * NS + j] = out[c][r];
                     const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
                     if (lane == 0) {
@@ -275,9 +335,15 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
 
             // per-layer counts; at the chunk's last layer the count also allocates positions
             if (warp == 0) {
-                const bool live = lane < RT && first + lane < rows && sh.row_count[lane] > 0;
+                const bool live = lane < sh.rows && sh.row_count[lane] > 0;
                 const unsigned mask = __ballot_sync(0xffffffffu, live);
-                if (l == last && lane < RT) sh.rank[lane] = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+                const int rank = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
+                if (lane < RT) sh.rank[lane] = rank;
+                if (GC_COMPACT && l != last) {  // the rows' ids move to their positions after compaction
+                    const int id = lane < RT ? sh.row_id[lane] : 0;
+                    __syncwarp();
+                    if (live) sh.row_id[rank] = id;
+                }
                 int tile_nnz_sum = live ? sh.row_count[lane] : 0;
                 for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
                 if (lane == 0) {
@@ -285,12 +351,17 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                     const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
                     if (l == last) sh.base = base;
                     if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
-                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
+                    if (row_layers) atomicAdd(&row_layers[l], computed);
                     sh.any = n_live;
                 }
             }
             __syncthreads();
             if (!sh.any) break;  // every row of the tile is dead: later layers add nothing
+            if (GC_COMPACT && l != last && sh.any < sh.rows) {
+                gc_compact_tile<RT, CPT>(tile, sh.rank, sh.rows, sh.any);
+                __syncthreads();  // every thread has read sh.rows
+                if (threadIdx.x == 0) sh.rows = sh.any;
+            }
         }
         if (!sh.any) continue;  // (uniform across the block)
 
@@ -298,7 +369,8 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
         //    then the rows themselves, coalesced
         if (threadIdx.x < RT && sh.rank[threadIdx.x] >= 0) {
             const size_t dst_row = (size_t)sh.base + sh.rank[threadIdx.x];
-            ids_out[dst_row] = csr_ptr ? first + threadIdx.x : ids_in[first + threadIdx.x];
+            const int row = sh.row_id[threadIdx.x];
+            ids_out[dst_row] = csr_ptr ? row : ids_in[row];
             if (row_nnz) row_nnz[dst_row] = sh.row_count[threadIdx.x];
         }
         if (tile_nnz && last_tiles) {
@@ -337,6 +409,8 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
         }
         __syncthreads();  // the tile buffer is reused by the next iteration
     }
+#undef GC_COMPUTED
+#undef GC_COMPACT
 }
 
 
@@ -349,8 +423,9 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
-         const unsigned short* __restrict__ last_tiles, int* __restrict__ tile_layers,
-         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, float input_value) {
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers,
+         float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, float input_value,
+         int compact_tiles) {
     extern __shared__ float tile[];  // R * (N + PAD) floats
     __shared__ GcShared<R, CPT> sh;
     if (csr_ptr && pixel_columns && threadIdx.x <= ks[layer]) {  // (read after the first tile's barrier)
@@ -362,7 +437,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_TILES(RT)                                                                                                    \
     gc_layer_tiles<R, RT, CPT>(sh, tile, y_in, ids_in, csr_ptr, csr_idx, csr_val, y_out, ids_out, w_idx_ptrs, w_val_ptrs, \
                                w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, last_tiles, \
-                               tile_layers, bias, clamp, pixel_columns, pixel_degree, rows)
+                               row_layers, bias, clamp, pixel_columns, pixel_degree, compact_tiles, rows)
     // Fewer rows than one tile of R for every block: tiles of a quarter, half or three quarters
     // of R, the fewest that still give every block one (gc_tile_rows in layer_plan.py), so
     // that the rows spread over all the SMs rather than leave some idle.
@@ -382,7 +457,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
                                               const int*, int*, unsigned long long*, int, int, unsigned char*, int*, const unsigned short*, int*, float, float, \
-                                              const unsigned short*, int, float);
+                                              const unsigned short*, int, float, int);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)
 GC_LAYER_INSTANCE(16, 1)

@@ -29,7 +29,7 @@
 //   widths[l]   : merged columns of layer l (a multiple of 32); the input of layer l is
 //                 width_{l-1} wide (n for l = 0) and followed by 32 zero columns that padding
 //                 steps read.
-//   counts, nnz_counts, tile_nnz, row_nnz, tile_layers: as in gc_layer.cu, in terms of the
+//   counts, nnz_counts, tile_nnz, row_nnz, row_layers: as in gc_layer.cu, in terms of the
 //                 original n-wide rows (non-zeros are weighted by group size).
 //   mask_ptrs[l]: null, or the monitor's masks (uint32 [levels][n / 32][width_l / 32]): bit h
 //                 of [v][c][w] set when column 32 w + h appears more than v times among the
@@ -257,7 +257,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           const float* __restrict__ w_uniforms, const int* __restrict__ ks, const int* __restrict__ widths,
           const unsigned long long* __restrict__ size_ptrs, const unsigned long long* __restrict__ group_ptrs,
           int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
-          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ tile_layers,
+          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ row_layers,
           const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
           int n, int stride, int stage_words, float bias, float clamp, float input_value,
           const unsigned* __restrict__ pixel_columns, int count_words) {
@@ -434,7 +434,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                     if (l == last) s_base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
                     else if (n_live) atomicAdd(&counts[l + 1], n_live);  // result unused: no wait
                     if (tile_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_sum);
-                    if (tile_layers) atomicAdd(&tile_layers[l], 1);
+                    if (row_layers) atomicAdd(&row_layers[l], R);
                     s_any = n_live;
                 }
             }

@@ -307,27 +307,53 @@ def executed_upper_bound(record, plans) -> int:
     return sum(record.blocks * record.block_rows * record.cols * plan.steps for plan in layers)
 
 
-def test_twin_counts_tiles_that_still_have_live_rows():
-    """The twin's executed work stops with a tile's last live row (as the kernel's does)."""
+@pytest.mark.parametrize("compact_tiles", [True, False])
+def test_twin_counts_rows_that_tiles_compute(compact_tiles):
+    """The twin's executed work stops with a tile's last live row (as the kernel's does); a
+    compacting tile computes its live rows rounded up to 4 after a launch's first layer."""
     from spartan_py.engines.gpu_twin import GpuTwinEngine
 
     network = generate_network(1024, 40, seed=3)
     inputs = generate_inputs(3000, 1024, seed=5)
-    out = GpuTwinEngine(network, input_counts=False).run(inputs)  # every launch multiplies
+    options = {"input_counts": False, "compact_tiles": compact_tiles}  # every launch multiplies
+    out = GpuTwinEngine(network, **options).run(inputs)
     launches = [r for r in out.trace if r.kernel == "gpu.gc_layer"]
     plans = GpuTwinEngine(network).plans
     for record in launches:
         first = record.layer - 1
         layers = plans[first : first + record.fused_layers]
-        per_tile = [record.block_rows * 1024 * plan.steps for plan in layers]
-        # at least the tiles the surviving rows fill when packed; at most every entering tile
-        packed = [record.blocks] + [
-            -(-out.live_rows_by_layer[first + i - 1] // record.block_rows) for i in range(1, len(layers))
-        ]
-        lower = sum(tiles * work for tiles, work in zip(packed, per_tile))
+        per_row = [1024 * plan.steps for plan in layers]
+        # at least: every entering tile's rows at the first layer, then the live rows (packed
+        # into whole tiles where tiles do not compact); at most every entering tile throughout
+        live = [out.live_rows_by_layer[first + i - 1] for i in range(1, len(layers))]
+        if not compact_tiles:
+            live = [-(-rows // record.block_rows) * record.block_rows for rows in live]
+        lower = sum(rows * work for rows, work in zip([record.blocks * record.block_rows, *live], per_row))
         assert lower <= record.executed_macs <= executed_upper_bound(record, plans)
     assert any(r.executed_macs < executed_upper_bound(r, plans) for r in launches)
     assert all(0 < r.useful_macs <= r.executed_macs for r in launches)
+
+
+def test_compacting_tiles_compute_fewer_rows():
+    """Tiles that compact compute fewer rows in launches of several layers, the same results."""
+    from spartan_py.engines.gpu_twin import GpuTwinEngine
+
+    network = generate_network(1024, 24, seed=3)
+    inputs = generate_inputs(3000, 1024, seed=5)
+    runs = [GpuTwinEngine(network, compact_tiles=c).run(inputs) for c in (True, False)]
+    assert_same_run(*runs)
+    executed = [sum(r.executed_macs for r in run.trace if r.kernel == "gpu.gc_layer") for run in runs]
+    assert executed[0] < 0.95 * executed[1]
+
+
+def test_rows_computed_rounds_live_rows_up_to_four():
+    from spartan_py.engines.support.layer_plan import compacts_tile, rows_computed
+
+    live = np.array([0, 1, 5, 16, 9])
+    assert rows_computed(live, 16, True) == 4 + 8 + 16 + 12
+    assert rows_computed(live, 16, False) == 4 * 16
+    assert rows_computed(np.array([3, 4]), 4, True) == 8  # 4-row tiles do not compact
+    assert [compacts_tile(r) for r in (2, 4, 6, 8, 12, 16)] == [False, False, False, True, True, True]
 
 
 @pytest.mark.parametrize(

@@ -82,13 +82,16 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         threads: int = DEFAULT_THREADS,
         input_counts: bool = True,
         renumber_neurons: bool = True,
+        compact_tiles: bool = True,
     ):
         """``input_counts``: binary inputs enter the first layer as counts of lit inputs per
         output where the layer allows it (:mod:`~spartan_py.engines.support.input_counts`),
         else as floats. ``renumber_neurons``: the kernel keeps each layer's neurons in the
         order that lets every warp read each shared-memory bank equally often
         (:mod:`~spartan_py.engines.support.neuron_order`; not with the software monitor,
-        whose pass counts natural 32-column tiles in memory)."""
+        whose pass counts natural 32-column tiles in memory). ``compact_tiles``: a tile of 8
+        to 16 rows moves its live rows to its front between the layers of a launch and
+        computes only those, rounded up to 4 (:func:`~spartan_py.engines.support.layer_plan.compacts_tile`)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         if network.neurons not in ROWS_PER_TILE:
@@ -113,6 +116,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         if self.monitor == "software":  # the pass must see every layer's output in memory, with the host in between
             compact_every, use_graph = 1, False
         self.use_graph = use_graph
+        self.compact_tiles = compact_tiles
         self.max_batch_rows = max_batch_rows
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
@@ -172,7 +176,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         grid = self._grid()
         batch.counts[1:].fill(0)
         batch.nnz_counts[1:].fill(0)
-        batch.tile_layers.fill(0)
+        batch.row_layers.fill(0)
         network = self.network
         pointers = self._layer_pointers
         start = 0
@@ -203,11 +207,12 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                     if launch_monitored(self.monitor, chunk, self.monitor_every)
                     else (NULL_POINTER, NULL_POINTER, NULL_POINTER)
                 ),
-                batch.tile_layers,
+                batch.row_layers,
                 np.float32(network.bias),
                 np.float32(network.clamp),
                 *(self._counts_args if counts_input else (NULL_POINTER, np.int32(0))),
                 np.float32(batch.input_value if counts_input else 0.0),
+                np.int32(self.compact_tiles),
             )
             self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
             start += length

@@ -239,7 +239,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         network = self.network
         batch.counts[1:].fill(0)
         batch.nnz_counts[1:].fill(0)
-        batch.tile_layers.fill(0)
+        batch.row_layers.fill(0)
         if events is not None:
             events[0].record()  # the first launch's time includes the scatter below
         if batch.dense is not None:  # float inputs too wide for a shared-memory tile
@@ -326,7 +326,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
             np.int32(start),
             np.int32(length),
             *((batch.tile_nnz, batch.row_nnz) if monitored else (NULL_POINTER, NULL_POINTER)),
-            batch.tile_layers,
+            batch.row_layers,
             pointers["masks"],
             self._tables["levels"],
             np.int32(self.network.neurons),

@@ -29,6 +29,7 @@ from spartan_py.engines.support.layer_plan import (
     gc_monitor_mode,
     gc_tile_rows,
     launch_layer_cap,
+    rows_computed,
 )
 from spartan_py.engines.support.twin_base import TwinEngine
 from spartan_py.errors import BackendUnavailableError
@@ -91,6 +92,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         device_name: str = "simulated",
         input_counts: bool = True,
         renumber_neurons: bool = True,
+        compact_tiles: bool = True,
         grid_blocks: int = TWIN_GRID_BLOCKS,
     ):
         """Options as :class:`~spartan_py.engines.gpu.GpuEngine`'s; ``grid_blocks``: the GPU
@@ -111,6 +113,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         self.network = network
         self.plan_layers(renumber_neurons and monitor != "software")
         self.grid_blocks = grid_blocks
+        self.compact_tiles = compact_tiles
         super().__init__(
             network,
             monitor=monitor,
@@ -128,6 +131,9 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
         twin_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz)
         return rows  # computed in place
+
+    def _rows_computed(self, live_per_tile, tile, *, launch_start):
+        return rows_computed(live_per_tile, tile, self.compact_tiles and not launch_start)
 
     def _tile_rows(self, launch_start, inputs, rows):
         return gc_tile_rows(rows, self.rows_per_tile, self.grid_blocks)

@@ -359,7 +359,7 @@ class MergedKernelTrace(LayerKernelTrace):
             return self.rows_per_tile, n // 32 + 1
         return self.first_rows, (n + 32) if self.first_from_tile else 0
 
-    def launch_cost(self, start, stop, rows_in, entering, input_nnz, tile_layers, streamed=False, bit_inputs=False):
+    def launch_cost(self, start, stop, rows_in, entering, input_nnz, row_layers, streamed=False, bit_inputs=False):
         """``streamed``: the weights come from host memory (named in the variant);
         ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
         or counts them (instance "P": its work is an increment per lit input and merged
@@ -385,7 +385,7 @@ class MergedKernelTrace(LayerKernelTrace):
                 row_bytes_written=chunk[-1].width * 4 + 4,
                 useful_macs=useful,
                 executed_macs=executed_macs(
-                    [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], tile_layers
+                    [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], row_layers
                 ),
                 block_threads=32,
                 block_shared_bytes=chain_warp_bytes(stride, group),
@@ -413,13 +413,13 @@ class MergedKernelTrace(LayerKernelTrace):
         # apart; so is one holding its inputs as bits ("B")
         kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
         executed = executed_macs(
-            [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], tile_layers
+            [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], row_layers
         )
         columns = self.input_columns if start == 0 and bit_inputs else None
         if columns is not None:  # the counts path (counts_first_layer)
             kind = "P"
             pairs = int(np.count_nonzero(columns.view(np.uint16) != NO_COLUMN))
-            first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], tile_layers)
+            first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], row_layers)
             executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
         return LaunchCost(
             variant=f"{kind}{tile}{suffix}",

@@ -129,7 +129,7 @@ class GpuEngineBase(Engine):
                 nnz,
                 part.nnz,
                 run_id=run_id,
-                tile_layers=batch.tile_layers.get(),
+                row_layers=batch.row_layers.get(),
                 launch_seconds=batch.layer_seconds,
                 **self._trace_options(batch),
             )
@@ -182,7 +182,7 @@ class DeviceBatch:
             self.nnz_counts = cp.zeros(layers + 1, dtype=cp.uint64)
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
-            self.tile_layers = cp.zeros(layers, dtype=cp.int32)
+            self.row_layers = cp.zeros(layers, dtype=cp.int32)
             self._allocate(engine, capacity)
         except cp.cuda.memory.OutOfMemoryError:
             need = capacity * (2 * width * 4 + self._extra_bytes_per_row(engine))

@@ -206,10 +206,12 @@ class LayerKernelTrace:
     the launches, after each and after all.
 
     ``counts[l]``: live rows entering layer l (``counts[0]``: the batch's rows); ``nnz[l]``:
-    non-zeros entering layer l. Rows are compacted only at a launch's end, and a tile computes
-    every layer of the launch until all its rows are dead. ``tile_layers[l]``: tiles that
-    computed layer l (the GPU counts them; the twin works them out for rows kept in order);
-    without it every entering tile is counted (an upper bound). ``launch_seconds``: the GPU's
+    non-zeros entering layer l. Rows are compacted into memory only at a launch's end; a tile
+    computes every layer of the launch until all its rows are dead (the rows kernel's tiles
+    computing only their live rows, rounded up to 4, after the launch's first layer:
+    :func:`rows_computed`). ``row_layers[l]``: rows computed at layer l, summed over tiles
+    (the GPU counts them; the twin works them out for rows kept in order); without it every
+    entering tile's rows are counted (an upper bound). ``launch_seconds``: the GPU's
     measured time of each launch (and of what follows the launches). ``monitor``: a mode of
     :data:`GC_MONITOR_MODES`; a monitored launch also writes a byte per 32-column tile and an
     int per row.
@@ -229,7 +231,7 @@ class LayerKernelTrace:
         input_nnz: int,
         *,
         run_id: str = "",
-        tile_layers: np.ndarray | None = None,
+        row_layers: np.ndarray | None = None,
         launch_seconds: list[float] | None = None,
         **options,
     ) -> list[TraceRecord]:
@@ -244,7 +246,7 @@ class LayerKernelTrace:
             stop = start + length
             rows_in, rows_out = int(counts[start]), int(counts[stop])
             entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
-            cost = self.launch_cost(start, stop, rows_in, entering, input_nnz, tile_layers, **options)
+            cost = self.launch_cost(start, stop, rows_in, entering, input_nnz, row_layers, **options)
             monitored = launch_monitored(mode, launch, self.monitor_every)
             count_bytes = rows_out * (n // 32 + 4)  # a byte per 32-column tile, an int per row
             monitor_bytes = count_bytes * monitored
@@ -283,7 +285,7 @@ class LayerKernelTrace:
         return records + self.records_after(counts, seconds, run_id)
 
     def launch_cost(
-        self, start: int, stop: int, rows_in: int, entering: list[int], input_nnz: int, tile_layers, **options
+        self, start: int, stop: int, rows_in: int, entering: list[int], input_nnz: int, row_layers, **options
     ) -> LaunchCost:
         """The launch computing layers ``start .. stop - 1`` of ``rows_in`` live rows
         (``entering``: the non-zeros entering each of those layers)."""
@@ -306,14 +308,32 @@ class LayerKernelTrace:
 
 
 def executed_macs(
-    layers: list, start: int, tiles: int, tile_rows: int, widths: list[int], tile_layers: np.ndarray | None
+    layers: list, start: int, tiles: int, tile_rows: int, widths: list[int], row_layers: np.ndarray | None
 ) -> int:
-    """Multiply-adds a launch executes: tiles that computed each layer x rows per tile x
-    output width x the layer's steps (every entering tile when ``tile_layers`` is not known)."""
+    """Multiply-adds a launch executes: rows computed at each layer (``row_layers``, counted
+    by the kernel; every entering tile's rows when not known) x output width x the layer's
+    steps."""
     return sum(
-        (tiles if tile_layers is None else int(tile_layers[start + i])) * tile_rows * width * layer.steps
+        (tiles * tile_rows if row_layers is None else int(row_layers[start + i])) * width * layer.steps
         for i, (layer, width) in enumerate(zip(layers, widths))
     )
+
+
+def compacts_tile(tile_rows: int) -> bool:
+    """Whether the rows kernel compacts a tile of ``tile_rows`` rows between the layers of a
+    launch (its live rows to the front, the next layer computed on the fewest multiple of 4
+    rows that holds them): tiles of 8, 12 or 16 rows (as ``kernels/gc_layer.cu`` decides)."""
+    return tile_rows % 4 == 0 and tile_rows >= 8
+
+
+def rows_computed(live_per_tile: np.ndarray, tile_rows: int, compacted: bool) -> int:
+    """Rows the tiles with live rows compute at a layer (``live_per_tile``: their live rows):
+    the whole tile, or where the tile was ``compacted`` (a layer after a launch's first, in a
+    tile that :func:`compacts_tile`) its live rows rounded up to 4."""
+    live = live_per_tile[live_per_tile > 0]
+    if not (compacted and compacts_tile(tile_rows)):
+        return int(live.size) * tile_rows
+    return int(np.minimum(tile_rows, -(-live // 4) * 4).sum())
 
 
 class RowKernelTrace(LayerKernelTrace):
@@ -379,7 +399,7 @@ class RowKernelTrace(LayerKernelTrace):
         rows_in,
         entering,
         input_nnz,
-        tile_layers,
+        row_layers,
         resident_blocks_per_sm=1,
         bit_inputs=False,
         grid_blocks=TWIN_GRID_BLOCKS,
@@ -398,12 +418,12 @@ class RowKernelTrace(LayerKernelTrace):
         tiles = -(-rows_in // rows_per_tile)
         read = (input_nnz * 8 + (rows_in + 1) * 4) if start == 0 else rows_in * (n * 4 + 4)
         uniform = all(layer.uniform is not None for layer in layers)
-        executed = executed_macs(layers, start, tiles, rows_per_tile, [n] * len(layers), tile_layers)
+        executed = executed_macs(layers, start, tiles, rows_per_tile, [n] * len(layers), row_layers)
         kind = "R"
         if start == 0 and bit_inputs and self.input_columns is not None:
             kind = "P"
             read = input_nnz * 4 + (rows_in + 1) * 4 + self.input_columns.nbytes  # indices only, the table
-            first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], tile_layers)
+            first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], row_layers)
             outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
             executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
         return LaunchCost(
