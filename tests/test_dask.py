@@ -134,6 +134,38 @@ def test_sharded_inference_equals_one_run(cluster, workers):
     assert merged.nonzeros_by_layer == one.nonzeros_by_layer
     assert (merged.values != one.values).nnz == 0
     assert merged.shard_rows == [667, 666, 667] and len(merged.shard_seconds) == 3
+    assert merged.shard_gpus == [None] * 3 and merged.shard_gpu_bytes == [None] * 3  # no GPU named off the GPU
+
+
+def test_sharded_auto_picks_the_backend_a_single_run_picks(monkeypatch):
+    """``backend="auto"`` chooses per network in every shard, as ``infer`` does (the merged
+    kernel on RadiX-Net networks where a GPU is present), not merely GPU or CPU."""
+    import spartan_py.engines as engines
+    from spartan_py.shard import release_engines, run_shard
+
+    chosen = []
+    real = engines.choose_backend
+
+    def spy(name, network):
+        chosen.append((name, real(name, network)))
+        return chosen[-1][1]
+
+    monkeypatch.setattr(engines, "choose_backend", spy)
+    release_engines()  # no engine kept from another test
+    part = run_shard(
+        "generated:1024:5",
+        "generated:50:6",
+        0,
+        50,
+        0,
+        layers=4,
+        rows=None,
+        backend="auto",
+        repeats=1,
+        keep_values=False,
+        options={},
+    )
+    assert chosen[0] == ("auto", part["backend"])  # (make_engine asks again, with the chosen name)
 
 
 def test_sharded_inference_takes_specs_only():
