@@ -36,17 +36,19 @@ def log(message: str) -> None:
 
 
 def cases(args) -> list[dict]:
-    """The proxy (official network) and the generated cases asked for."""
-    out = [
-        {
-            "name": "proxy 1024x120",
-            "network": str(args.data / "neuron1024"),
-            "inputs": str(args.data / "sparse-images-1024-proxy60k.tsv.gz"),
-            "rows": 60000,
-            "layers": None,
-            "truth": str(args.data / "neuron1024-l120-categories-proxy60k.tsv"),
-        }
-    ]
+    """The proxy (official network, unless ``--no-proxy``) and the generated cases asked for."""
+    out: list[dict] = []
+    if not args.no_proxy:
+        out.append(
+            {
+                "name": "proxy 1024x120",
+                "network": str(args.data / "neuron1024"),
+                "inputs": str(args.data / "sparse-images-1024-proxy60k.tsv.gz"),
+                "rows": 60000,
+                "layers": None,
+                "truth": str(args.data / "neuron1024-l120-categories-proxy60k.tsv"),
+            }
+        )
     for case in filter(None, args.generated.split(",")):
         neurons, layers, rows = (int(v) for v in case.split("x"))
         out.append(
@@ -134,7 +136,7 @@ def main() -> int:
     path = None
     with open_executor(args.cluster) as workers:
         log(f"{gpus} GPUs, {workers.description}; GPU counts {counts}")
-        for case in cases(args)[1 if args.no_proxy else 0 :]:
+        for case in cases(args):
             common = dict(
                 workers=workers,
                 backend=args.backend,

@@ -140,30 +140,27 @@ def open_executor(cluster: str | None = None, workers: int = 1, *, connect_timeo
 _LOCAL_MEMORY_LIMIT = 0
 
 
+def _process_cluster(distributed, workers: int):
+    """A Dask ``LocalCluster`` of ``workers`` single-threaded processes, no dashboard."""
+    return distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        memory_limit=_LOCAL_MEMORY_LIMIT,
+    )
+
+
 def _local_cluster(distributed, cluster: str, workers: int):
     if cluster == "local":
-        local = distributed.LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit=_LOCAL_MEMORY_LIMIT,
-        )
-        return local, f"a local Dask cluster of {workers} processes"
+        return _process_cluster(distributed, workers), f"a local Dask cluster of {workers} processes"
     gpus = gpu_count()
     if gpus == 0:
         raise InputError("cluster local-cuda needs at least one GPU visible to CuPy")
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
-        local = distributed.LocalCluster(
-            n_workers=gpus,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit=_LOCAL_MEMORY_LIMIT,
-        )
-        return local, f"a local Dask cluster of {gpus} workers for {gpus} GPUs"
+        return _process_cluster(distributed, gpus), f"a local Dask cluster of {gpus} workers for {gpus} GPUs"
     return (
         LocalCUDACluster(dashboard_address=None, memory_limit=_LOCAL_MEMORY_LIMIT),
         f"a LocalCUDACluster of {gpus} GPUs",

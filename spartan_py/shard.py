@@ -67,12 +67,10 @@ def release_engines() -> None:
 
     _engine.cache_clear()
     gc.collect()  # an engine's arrays may sit in reference cycles
-    count = gpu_count()
-    if count:
-        import cupy
-
-        with cupy.cuda.Device(_worker_slot(0) % count):
-            cupy.get_default_memory_pool().free_all_blocks()
+    if gpu_count():
+        device, gpu = _gpu_device("gpu", 0)  # this worker's GPU, as its shards take it
+        with device:
+            _release_cached_blocks(gpu)
 
 
 def run_shard(
