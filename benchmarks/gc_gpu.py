@@ -163,7 +163,7 @@ def main() -> int:
             batch.nnz_counts.get(),
             inputs.nnz,
             run_id="proxy",
-            row_layers=batch.row_layers.get(),
+            **batch.layer_work(),
             launch_seconds=launch_seconds,
             **variant._trace_options(batch),
         )

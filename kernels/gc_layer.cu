@@ -27,7 +27,10 @@
 //   row_layers  : optional, row_layers[l] += the rows each tile computed at layer l (a tile
 //                 stops once all its rows are dead; after a launch's first layer it computes
 //                 its live rows rounded up to 4, see compact_tiles), so the trace's executed
-//                 multiply-adds are exact whatever order compaction left the rows in.
+//                 multiply-adds are exact whatever order compaction left the rows in;
+//   tile_layers : with row_layers, tile_layers[l] += 1 for each tile that computed layer l
+//                 (each loads all of the layer's indices, however many rows it computes: the
+//                 trace's weight loads).
 //   compact_tiles: non-zero: a tile of 8, 12 or 16 rows moves its live rows to its front after
 //                 every layer of a launch but the last and computes the next layer on the
 //                 fewest multiple of 4 rows that holds them (its own instance of the sums).
@@ -258,7 +261,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
-         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers,
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers, int* __restrict__ tile_layers,
          float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree,
          int compact_tiles, int rows) {
     constexpr int N = CPT * GC_THREADS;
@@ -351,7 +354,10 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                     const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
                     if (l == last) sh.base = base;
                     if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
-                    if (row_layers) atomicAdd(&row_layers[l], computed);
+                    if (row_layers) {
+                        atomicAdd(&row_layers[l], computed);
+                        atomicAdd(&tile_layers[l], 1);
+                    }
                     sh.any = n_live;
                 }
             }
@@ -423,7 +429,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
          const float* __restrict__ w_uniforms, const int* __restrict__ ks,
          int* __restrict__ counts, unsigned long long* __restrict__ nnz_counts, int layer, int layer_count,
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
-         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers,
+         const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers, int* __restrict__ tile_layers,
          float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree, float input_value,
          int compact_tiles) {
     extern __shared__ float tile[];  // R * (N + PAD) floats
@@ -437,7 +443,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_TILES(RT)                                                                                                    \
     gc_layer_tiles<R, RT, CPT>(sh, tile, y_in, ids_in, csr_ptr, csr_idx, csr_val, y_out, ids_out, w_idx_ptrs, w_val_ptrs, \
                                w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, last_tiles, \
-                               row_layers, bias, clamp, pixel_columns, pixel_degree, compact_tiles, rows)
+                               row_layers, tile_layers, bias, clamp, pixel_columns, pixel_degree, compact_tiles, rows)
     // Fewer rows than one tile of R for every block: tiles of a quarter, half or three quarters
     // of R, the fewest that still give every block one (gc_tile_rows in layer_plan.py), so
     // that the rows spread over all the SMs rather than leave some idle.
@@ -456,7 +462,7 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
 #define GC_LAYER_INSTANCE(R, CPT)                                                                                   \
     template __global__ void gc_layer<R, CPT>(const float*, const int*, const int*, const int*, const float*, float*, \
                                               int*, const unsigned long long*, const unsigned long long*, const float*, \
-                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, const unsigned short*, int*, float, float, \
+                                              const int*, int*, unsigned long long*, int, int, unsigned char*, int*, const unsigned short*, int*, int*, float, float, \
                                               const unsigned short*, int, float, int);
 #if GC_THREADS == 1024
 GC_LAYER_INSTANCE(12, 1)

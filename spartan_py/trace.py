@@ -7,7 +7,10 @@ Parquet). Bump :data:`TRACE_SCHEMA_VERSION` whenever a field changes meaning.
 
 Version 2 added the launch geometry the cost model needs (``blocks``, ``block_rows``,
 ``block_threads``, ``block_shared_bytes``, ``resident_blocks_per_sm``, ``fused_layers``)
-and ``monitor_bytes``.
+and ``monitor_bytes``. Version 3 added ``weight_loads``; a version 2 file reads with it 0
+(not counted: the cost model then works the loads out from ``executed_macs``, which is
+exact for every kernel of that time but the rows kernel of 03f42b0 and later, whose tiles
+compact).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import pandas as pd
 
 from spartan_py.errors import InputError
 
-TRACE_SCHEMA_VERSION = 2
+TRACE_SCHEMA_VERSION = 3
+#: Fields added after version 2, with the value an older file reads as.
+_ADDED_SINCE_2 = {"weight_loads": 0}
 
 
 @dataclass
@@ -49,6 +54,10 @@ class TraceRecord:
             block_shared_bytes: dynamic shared memory per block; resident_blocks_per_sm: blocks
             of the kernel one SM holds at once as launched (registers included), 0 if unknown.
         fused_layers: network layers the launch computes (a fused kernel runs several).
+        weight_loads: weights (or weight indices) the kernel loaded where each work item loads
+            every weight of each layer it computes, however many of its rows it computes (the
+            rows kernel's compacted tiles); 0 when not counted, where they are
+            ``executed_macs / block_rows``.
         host_syncs: host round trips the kernel caused.
         measured_us: measured time in microseconds, NaN when not measured.
         device: where it ran (``cpu``, a GPU name, or ``simulated:<machine>``).
@@ -79,6 +88,7 @@ class TraceRecord:
     block_shared_bytes: int = 0
     resident_blocks_per_sm: int = 0
     fused_layers: int = 1
+    weight_loads: int = 0
     host_syncs: int = 0
     measured_us: float = float("nan")
     device: str = "cpu"
@@ -121,10 +131,11 @@ def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> 
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
-    """Read a trace written by :func:`write_trace`, checking its columns."""
+    """Read a trace written by :func:`write_trace` (this schema or version 2), checking its columns."""
     path = Path(path)
     if not path.is_file():
         raise InputError("trace file not found", path=path)
+    older = True  # a Parquet file names no version: it may predate the fields added since 2
     if path.suffix == ".parquet":
         frame = pd.read_parquet(path)
     else:
@@ -133,11 +144,18 @@ def read_trace(path: str | Path) -> pd.DataFrame:
             first = handle.readline()
         if first.startswith("# spartan_py trace schema "):
             version = first.rsplit(" ", 1)[-1].strip()
-            if version != str(TRACE_SCHEMA_VERSION):
+            if version not in (str(TRACE_SCHEMA_VERSION), "2"):
                 raise InputError(
-                    f"trace schema {version}; this version reads schema {TRACE_SCHEMA_VERSION}", path=path, line=1
+                    f"trace schema {version}; this version reads schemas 2 and {TRACE_SCHEMA_VERSION}",
+                    path=path,
+                    line=1,
                 )
+            older = version == "2"
         frame = pd.read_csv(path, comment="#", keep_default_na=False, na_values={"measured_us": ["", "nan", "NaN"]})
+    if older:
+        for column, value in _ADDED_SINCE_2.items():
+            if column not in frame.columns:
+                frame[column] = value
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"not a spartan_py trace: missing columns {', '.join(missing)}", path=path)

@@ -20,7 +20,9 @@ from spartan_py.costmodel import (
     run_totals,
     write_calibration,
 )
+from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.machine import FamilyCalibration, sim_folder
+from spartan_py.costmodel.model import unit_rate_per_sm
 from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace, to_frame
@@ -204,6 +206,7 @@ def test_block_start_and_shared_staging_terms():
             "resident_blocks_per_sm": 1,
             "fused_layers": [4, 4, 1],
             "executed_macs": 0,
+            "weight_loads": 0,
             "bytes_read": 0,
             "bytes_written": 0,
         }
@@ -217,6 +220,38 @@ def test_block_start_and_shared_staging_terms():
     assert body(shared_step_us=2.0) == pytest.approx([8.0, 4.0, 8.0])  # layers x 2 x share busy x waves
     with pytest.raises(ValueError):
         FamilyCalibration(**base, wave_overhead_us=-1.0)
+
+
+def test_counted_weight_loads_replace_the_tile_rows_estimate():
+    """Weight loads cost ``weight_load_cost`` multiply-adds each: executed / block_rows of
+    them when not counted, the trace's count when it has one (a compacted tile loads all of a
+    layer's weights for fewer rows)."""
+    h100 = load_machine("h100-sxm")
+    sms, rate = h100.specs.sm_count, unit_rate_per_sm(h100, FAMILIES["gpu.gc_layer"]) / 1e6
+    executed = sms * 16 * 1024 * 32
+    rows = pd.DataFrame(
+        {
+            "kernel": "gpu.gc_layer",
+            "variant": "",
+            "rows_in": sms * 16,
+            "blocks": sms,
+            "block_rows": 16,
+            "block_threads": 1024,
+            "block_shared_bytes": 150_000,
+            "resident_blocks_per_sm": 1,
+            "fused_layers": 1,
+            "executed_macs": executed,
+            "weight_loads": [0, executed // 16, executed // 4],
+            "bytes_read": 0,
+            "bytes_written": 0,
+        }
+    )
+    base = dict(launch_us=0.0, compute_efficiency=1.0, memory_efficiency=1.0, source="test", weight_load_cost=2.0)
+    machine = h100.model_copy(update={"calibration": {"gpu.gc_layer": FamilyCalibration(**base)}})
+    got = predict(rows, machine)["predicted_us"].to_numpy()
+    per_sm = executed / sms
+    want = [per_sm * (1 + 2 / 16) / rate, per_sm * (1 + 2 / 16) / rate, per_sm * (1 + 2 / 4) / rate]
+    assert got == pytest.approx(want)
 
 
 def test_write_calibration_keeps_the_rest(tmp_path):

@@ -285,15 +285,18 @@ def test_gpu_twin_matches_gpu_exactly(compact_every, input_counts, unmergeable):
     assert gpu.nonzeros_by_layer == twin.nonzeros_by_layer
     assert (gpu.values != twin.values).nnz == 0
     got, want = to_frame(gpu.trace), to_frame(twin.trace)
-    columns = [c for c in got.columns if c not in ("measured_us", "device", "executed_macs")]
+    work = ("executed_macs", "weight_loads")
+    columns = [c for c in got.columns if c not in ("measured_us", "device", *work)]
     assert got[columns].equals(want[columns])
-    # executed multiply-adds depend on which rows share a tile (the GPU's compaction order)
-    # only in launches that fuse several layers; single-layer launches agree exactly
+    # executed multiply-adds and weight loads depend on which rows share a tile (the GPU's
+    # compaction order) only in launches that fuse several layers; single-layer launches agree
     single = (got["kernel"] == "gpu.gc_layer") & (got["fused_layers"] == 1)
-    assert got.loc[single, "executed_macs"].equals(want.loc[single, "executed_macs"])
     launches = got["kernel"] == "gpu.gc_layer"
-    ratio = got.loc[launches, "executed_macs"].sum() / want.loc[launches, "executed_macs"].sum()
-    assert 0.9 < ratio < 1.1
+    assert (got.loc[launches, "weight_loads"] > 0).all()
+    for column in work:
+        assert got.loc[single, column].equals(want.loc[single, column])
+        ratio = got.loc[launches, column].sum() / want.loc[launches, column].sum()
+        assert 0.9 < ratio < 1.1
     plans = make_engine("gpu-twin", network, **options).plans
     for record in (r for r in gpu.trace if r.kernel == "gpu.gc_layer"):
         assert record.executed_macs <= executed_upper_bound(record, plans)
@@ -335,7 +338,8 @@ def test_twin_counts_rows_that_tiles_compute(compact_tiles):
 
 
 def test_compacting_tiles_compute_fewer_rows():
-    """Tiles that compact compute fewer rows in launches of several layers, the same results."""
+    """Tiles that compact compute fewer rows in launches of several layers, the same results,
+    and load as many indices."""
     from spartan_py.engines.gpu_twin import GpuTwinEngine
 
     network = generate_network(1024, 24, seed=3)
@@ -344,6 +348,11 @@ def test_compacting_tiles_compute_fewer_rows():
     assert_same_run(*runs)
     executed = [sum(r.executed_macs for r in run.trace if r.kernel == "gpu.gc_layer") for run in runs]
     assert executed[0] < 0.95 * executed[1]
+    # ... but a tile loads every index of each layer it computes, whatever rows it keeps
+    loads = [[r.weight_loads for r in run.trace if r.kernel == "gpu.gc_layer"] for run in runs]
+    assert loads[0] == loads[1] and min(loads[0]) > 0
+    whole = [r for r in runs[1].trace if r.kernel == "gpu.gc_layer" and r.variant.startswith("R")]
+    assert all(r.weight_loads * r.block_rows == r.executed_macs for r in whole)
 
 
 def test_rows_computed_rounds_live_rows_up_to_four():

@@ -34,6 +34,19 @@ def test_older_schema_is_refused(tmp_path):
     path = tmp_path / "old.csv"
     path.write_text("# spartan_py trace schema 1\nrun,layer,kernel\nx,1,cpu.tile_layer\n")
     with pytest.raises(
-        InputError, match=f"old.csv:1: trace schema 1; this version reads schema {TRACE_SCHEMA_VERSION}"
+        InputError, match=f"old.csv:1: trace schema 1; this version reads schemas 2 and {TRACE_SCHEMA_VERSION}"
     ):
         read_trace(path)
+
+
+def test_schema_2_reads_without_weight_loads(tmp_path):
+    """A version 2 file (before ``weight_loads``) reads with the field 0; a current file
+    missing it is refused."""
+    frame = to_frame([TraceRecord("r", 1, "gpu.gc_layer", weight_loads=7)]).drop(columns="weight_loads")
+    old = tmp_path / "old.csv"
+    old.write_text("# spartan_py trace schema 2\n" + frame.to_csv(index=False))
+    assert read_trace(old)["weight_loads"].tolist() == [0]
+    new = tmp_path / "new.csv"
+    new.write_text(f"# spartan_py trace schema {TRACE_SCHEMA_VERSION}\n" + frame.to_csv(index=False))
+    with pytest.raises(InputError, match="missing columns weight_loads"):
+        read_trace(new)

@@ -72,7 +72,10 @@ class FamilyCalibration(_Frozen):
         description="fraction of the shorter of compute and memory hidden under the longer, per extra resident block",
     )
     weight_load_cost: float = Field(
-        0.0, ge=0, description="cost of loading one weight, in multiply-adds; a work item reuses it for block_rows rows"
+        0.0,
+        ge=0,
+        description="cost of loading one weight, in multiply-adds: the trace's weight_loads of them, or one per"
+        " block_rows multiply-adds where it counts none (a work item reuses each weight for its rows)",
     )
     saturating_warps: float = Field(
         0.0,

@@ -5,7 +5,7 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     predicted = launch + max(compute, memory) + (1 - hidden) x min(compute, memory)
     hidden    = overlap x (1 - 1 / co-resident blocks per SM)
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
-    compute   = waves x (MACs per work item x (1 + weight_load_cost / block_rows) / rate per work item
+    compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
                          + wave_overhead)
     rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
@@ -103,6 +103,9 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
         new_blocks = np.ceil(frame.loc[tiled, "rows_in"] / variant.block_rows)
         scale = (new_blocks * variant.block_rows) / (old_blocks * old_rows)
         frame.loc[tiled, "executed_macs"] = np.round(frame.loc[tiled, "executed_macs"] * scale).astype(np.int64)
+        # each tile loads every weight of a layer it computes
+        loads = frame.loc[tiled, "weight_loads"] * new_blocks / old_blocks
+        frame.loc[tiled, "weight_loads"] = np.round(loads).astype(np.int64)
         # the block holds the tile it was built for, which a launch of few rows fills only in
         # part: its shared memory is a tile row (outputs and 32 zero padding columns) a row
         row_bytes = (frame.loc[tiled, "cols"].astype(np.int64) + 32) * 4
@@ -146,12 +149,14 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         # a partial wave moves its bytes at the share of bandwidth its resident blocks get
         resident = np.minimum(blocks, specs.sm_count * np.maximum(per_sm, 1))
         memory = np.where(geometry, memory * waves * resident / np.maximum(blocks, 1), memory)
-        reuse = 1 + params.weight_load_cost / np.maximum(rows["block_rows"].to_numpy(float), 1)
+        # weights loaded: counted by the kernel (compacted tiles load all of a layer's for the
+        # rows they keep), else one per block_rows multiply-adds (a work item reuses each)
+        counted = rows["weight_loads"].to_numpy(float)
+        loads = np.where(counted > 0, counted, executed / np.maximum(rows["block_rows"].to_numpy(float), 1))
+        work = executed + params.weight_load_cost * loads
         warps = np.ceil(threads / 32) * np.maximum(per_sm, 1)
         fill = np.minimum(1.0, warps / params.saturating_warps) if params.saturating_warps > 0 else np.ones(n)
-        per_item = np.where(
-            geometry, executed * reuse / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0
-        )
+        per_item = np.where(geometry, work / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0)
         busy = resident / (specs.sm_count * np.maximum(per_sm, 1))  # share of the SMs staging at once
         step = params.step_overhead_us + params.shared_step_us * busy
         steps = rows["fused_layers"].to_numpy(float) * step + params.wave_overhead_us

@@ -177,6 +177,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         batch.counts[1:].fill(0)
         batch.nnz_counts[1:].fill(0)
         batch.row_layers.fill(0)
+        batch.tile_layers.fill(0)
         network = self.network
         pointers = self._layer_pointers
         start = 0
@@ -208,6 +209,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                     else (NULL_POINTER, NULL_POINTER, NULL_POINTER)
                 ),
                 batch.row_layers,
+                batch.tile_layers,
                 np.float32(network.bias),
                 np.float32(network.clamp),
                 *(self._counts_args if counts_input else (NULL_POINTER, np.int32(0))),

@@ -359,8 +359,12 @@ class MergedKernelTrace(LayerKernelTrace):
             return self.rows_per_tile, n // 32 + 1
         return self.first_rows, (n + 32) if self.first_from_tile else 0
 
-    def launch_cost(self, start, stop, rows_in, entering, input_nnz, row_layers, streamed=False, bit_inputs=False):
-        """``streamed``: the weights come from host memory (named in the variant);
+    def launch_cost(
+        self, start, stop, rows_in, entering, input_nnz, row_layers, tile_layers, streamed=False, bit_inputs=False
+    ):
+        """``tile_layers`` is not needed: merged tiles compute whole tiles, so the cost model
+        works their weight loads out from the multiply-adds. ``streamed``: the weights come
+        from host memory (named in the variant);
         ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
         or counts them (instance "P": its work is an increment per lit input and merged
         column it feeds, and a lookup per merged output).

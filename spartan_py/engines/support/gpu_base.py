@@ -129,7 +129,7 @@ class GpuEngineBase(Engine):
                 nnz,
                 part.nnz,
                 run_id=run_id,
-                row_layers=batch.row_layers.get(),
+                **batch.layer_work(),
                 launch_seconds=batch.layer_seconds,
                 **self._trace_options(batch),
             )
@@ -183,6 +183,7 @@ class DeviceBatch:
             self.tile_nnz = cp.empty(capacity * (n // 32), dtype=cp.uint8)
             self.row_nnz = cp.zeros(capacity, dtype=cp.int32)
             self.row_layers = cp.zeros(layers, dtype=cp.int32)
+            self.tile_layers = cp.zeros(layers, dtype=cp.int32)  # counted by the rows kernel only
             self._allocate(engine, capacity)
         except cp.cuda.memory.OutOfMemoryError:
             need = capacity * (2 * width * 4 + self._extra_bytes_per_row(engine))
@@ -198,6 +199,12 @@ class DeviceBatch:
         # non-blocking stream that does not wait for it.
         cp.cuda.Device().synchronize()
         self.stream = cp.cuda.Stream(non_blocking=True)
+
+    def layer_work(self) -> dict[str, np.ndarray]:
+        """The kernels' work counters of the last run, as the trace takes them: per layer the
+        rows computed (``row_layers``) and the tiles that computed them (``tile_layers``,
+        which only the rows kernel counts)."""
+        return {"row_layers": self.row_layers.get(), "tile_layers": self.tile_layers.get()}
         self.graph = None
         self.layer_seconds: list[float] = []
 

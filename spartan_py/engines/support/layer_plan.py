@@ -184,7 +184,9 @@ class LaunchCost:
     (the rest of its record is the same for every layer kernel: see :class:`LayerKernelTrace`).
 
     ``bytes_read``: activations and weights; ``row_bytes_written``: per live output row, its
-    values and id (the monitor's counts are added by the caller).
+    values and id (the monitor's counts are added by the caller); ``weight_loads``: the trace
+    field of that name (0 where the kernel's tiles compute whole tiles, whose loads the cost
+    model works out from the multiply-adds).
     """
 
     variant: str
@@ -197,6 +199,7 @@ class LaunchCost:
     block_threads: int
     block_shared_bytes: int
     resident_blocks_per_sm: int = 0
+    weight_loads: int = 0
 
 
 class LayerKernelTrace:
@@ -209,9 +212,10 @@ class LayerKernelTrace:
     non-zeros entering layer l. Rows are compacted into memory only at a launch's end; a tile
     computes every layer of the launch until all its rows are dead (the rows kernel's tiles
     computing only their live rows, rounded up to 4, after the launch's first layer:
-    :func:`rows_computed`). ``row_layers[l]``: rows computed at layer l, summed over tiles
-    (the GPU counts them; the twin works them out for rows kept in order); without it every
-    entering tile's rows are counted (an upper bound). ``launch_seconds``: the GPU's
+    :func:`rows_computed`). ``row_layers[l]``: rows computed at layer l, summed over tiles,
+    and ``tile_layers[l]``: the tiles that computed it (the GPU counts both; the twin works
+    them out for rows kept in order); without them every entering tile's rows are counted
+    (an upper bound). ``launch_seconds``: the GPU's
     measured time of each launch (and of what follows the launches). ``monitor``: a mode of
     :data:`GC_MONITOR_MODES`; a monitored launch also writes a byte per 32-column tile and an
     int per row.
@@ -232,6 +236,7 @@ class LayerKernelTrace:
         *,
         run_id: str = "",
         row_layers: np.ndarray | None = None,
+        tile_layers: np.ndarray | None = None,
         launch_seconds: list[float] | None = None,
         **options,
     ) -> list[TraceRecord]:
@@ -246,7 +251,7 @@ class LayerKernelTrace:
             stop = start + length
             rows_in, rows_out = int(counts[start]), int(counts[stop])
             entering = [input_nnz if start == 0 else int(nnz[start])] + [int(v) for v in nnz[start + 1 : stop]]
-            cost = self.launch_cost(start, stop, rows_in, entering, input_nnz, row_layers, **options)
+            cost = self.launch_cost(start, stop, rows_in, entering, input_nnz, row_layers, tile_layers, **options)
             monitored = launch_monitored(mode, launch, self.monitor_every)
             count_bytes = rows_out * (n // 32 + 4)  # a byte per 32-column tile, an int per row
             monitor_bytes = count_bytes * monitored
@@ -276,6 +281,7 @@ class LayerKernelTrace:
                     block_shared_bytes=cost.block_shared_bytes,
                     resident_blocks_per_sm=cost.resident_blocks_per_sm,
                     fused_layers=length,
+                    weight_loads=cost.weight_loads,
                     measured_us=seconds[launch] * 1e6 if launch < len(seconds) else float("nan"),
                     device=self.device,
                 )
@@ -285,10 +291,19 @@ class LayerKernelTrace:
         return records + self.records_after(counts, seconds, run_id)
 
     def launch_cost(
-        self, start: int, stop: int, rows_in: int, entering: list[int], input_nnz: int, row_layers, **options
+        self,
+        start: int,
+        stop: int,
+        rows_in: int,
+        entering: list[int],
+        input_nnz: int,
+        row_layers,
+        tile_layers,
+        **options,
     ) -> LaunchCost:
         """The launch computing layers ``start .. stop - 1`` of ``rows_in`` live rows
-        (``entering``: the non-zeros entering each of those layers)."""
+        (``entering``: the non-zeros entering each of those layers; ``row_layers`` and
+        ``tile_layers`` as for :meth:`launch_trace`)."""
         raise NotImplementedError
 
     def records_before(self, counts: np.ndarray, input_nnz: int, run_id: str, **options) -> list[TraceRecord]:
@@ -317,6 +332,12 @@ def executed_macs(
         (tiles * tile_rows if row_layers is None else int(row_layers[start + i])) * width * layer.steps
         for i, (layer, width) in enumerate(zip(layers, widths))
     )
+
+
+def weight_loads(plans: list, layers: range, tile_layers: np.ndarray, width: int) -> int:
+    """Weights (indices) the tiles load over ``layers``: each of ``tile_layers[l]`` tiles all
+    of layer l's, ``width`` outputs x the plan's steps, whatever rows it computes."""
+    return sum(int(tile_layers[layer]) * width * plans[layer].steps for layer in layers)
 
 
 def compacts_tile(tile_rows: int) -> bool:
@@ -400,6 +421,7 @@ class RowKernelTrace(LayerKernelTrace):
         entering,
         input_nnz,
         row_layers,
+        tile_layers,
         resident_blocks_per_sm=1,
         bit_inputs=False,
         grid_blocks=TWIN_GRID_BLOCKS,
@@ -411,7 +433,9 @@ class RowKernelTrace(LayerKernelTrace):
         are binary, so a first launch whose layer allows it counts them (``input_columns``;
         its own instance, "P": an increment per lit input and output it feeds, a lookup per
         output, in place of the first layer's multiply-adds). ``useful_macs``: one
-        multiply-add per non-zero input activation and outgoing edge."""
+        multiply-add per non-zero input activation and outgoing edge. ``weight_loads``: every
+        tile that computes a layer loads all its indices (a compacted tile as many as a whole
+        one: :func:`weight_loads`); at the counts path's layer, n sums a tile."""
         n = self.network.neurons
         rows_per_tile = gc_tile_rows(rows_in, self.rows_per_tile, grid_blocks)
         layers = self.plans[start:stop]
@@ -426,6 +450,11 @@ class RowKernelTrace(LayerKernelTrace):
             first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], row_layers)
             outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
             executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
+        loads = 0
+        if tile_layers is not None:
+            counted = kind == "P"  # the counts path: each tile reads its n sums once, no indices
+            loads = weight_loads(self.plans, range(start + counted, stop), tile_layers, n)
+            loads += int(tile_layers[start]) * n * counted
         return LaunchCost(
             variant=f"{kind}{rows_per_tile}xC{self.cols_per_thread}-layers{start + 1}-{stop}"
             + ("-uniform" if uniform else ""),
@@ -438,6 +467,7 @@ class RowKernelTrace(LayerKernelTrace):
             block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
             block_shared_bytes=self.rows_per_tile * (n + 32) * 4,  # the block's, whatever its tile
             resident_blocks_per_sm=resident_blocks_per_sm,
+            weight_loads=loads,
         )
 
     def records_after_launch(self, mode, layer, rows_out, count_bytes, run_id):

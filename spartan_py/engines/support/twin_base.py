@@ -59,7 +59,9 @@ class TwinEngine(Engine):
         """The last layer's live rows as n-wide activations."""
         return rows
 
-    def launch_trace(self, counts, nnz, input_nnz: int, *, run_id: str, row_layers, **options) -> list[TraceRecord]:
+    def launch_trace(
+        self, counts, nnz, input_nnz: int, *, run_id: str, row_layers, tile_layers, **options
+    ) -> list[TraceRecord]:
         """One batch's launch records (a kernel's trace mixin provides it)."""
         raise NotImplementedError
 
@@ -81,6 +83,7 @@ class TwinEngine(Engine):
         counts[0], nnz[0] = rows.shape[0], inputs.nnz
         bias, clamp = np.float32(network.bias), np.float32(network.clamp)
         row_layers = np.zeros(network.layers, np.int64)
+        tile_layers = np.zeros(network.layers, np.int64)
         starts = set(np.cumsum([0] + self.chunks[:-1]).tolist())
         entering, tile = ids, 1
         for layer in range(network.layers):
@@ -88,6 +91,7 @@ class TwinEngine(Engine):
                 entering, tile = ids, self._tile_rows(layer, inputs, ids.size)
             live_per_tile = np.bincount(np.searchsorted(entering, ids) // tile)
             row_layers[layer] = self._rows_computed(live_per_tile, tile, launch_start=layer in starts)
+            tile_layers[layer] = np.count_nonzero(live_per_tile)
             row_nnz = np.zeros(rows.shape[0], np.int64)
             rows = self._compute_layer(layer, rows, bias, clamp, row_nnz)
             live = row_nnz > 0
@@ -96,7 +100,7 @@ class TwinEngine(Engine):
                 np.ascontiguousarray(rows[live]),
                 ids[live],
             )  # dead rows stay zero: dropping them changes no count
-        return ids, self._final_values(rows), counts, nnz, row_layers
+        return ids, self._final_values(rows), counts, nnz, row_layers, tile_layers
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
         network = self.network
@@ -110,13 +114,19 @@ class TwinEngine(Engine):
         start = time.perf_counter()
         for first in range(0, total, batch_rows):
             part = inputs[first : first + batch_rows]
-            ids, values, counts, nnz, row_layers = self._run_batch(part)
+            ids, values, counts, nnz, row_layers, tile_layers = self._run_batch(part)
             live_total += counts[1:]
             nnz_total += nnz[1:]
             live_parts.append(ids + first)
             value_parts.append(values)
             trace += self.launch_trace(
-                counts, nnz, part.nnz, run_id=run_id, row_layers=row_layers, **self._trace_options(part)
+                counts,
+                nnz,
+                part.nnz,
+                run_id=run_id,
+                row_layers=row_layers,
+                tile_layers=tile_layers,
+                **self._trace_options(part),
             )
             trace += transfer_records(
                 part.shape[0], part.nnz, ids.size, network.neurons, network.layers, device=self.device, run_id=run_id
