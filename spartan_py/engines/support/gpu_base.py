@@ -199,14 +199,14 @@ class DeviceBatch:
         # non-blocking stream that does not wait for it.
         cp.cuda.Device().synchronize()
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graph = None
+        self.layer_seconds: list[float] = []
 
     def layer_work(self) -> dict[str, np.ndarray]:
         """The kernels' work counters of the last run, as the trace takes them: per layer the
         rows computed (``row_layers``) and the tiles that computed them (``tile_layers``,
         which only the rows kernel counts)."""
         return {"row_layers": self.row_layers.get(), "tile_layers": self.tile_layers.get()}
-        self.graph = None
-        self.layer_seconds: list[float] = []
 
     def _allocate(self, engine: GpuEngineBase, capacity: int) -> None:
         """A subclass's own device arrays (allocated, and poisoned, before the sync)."""
