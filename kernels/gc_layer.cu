@@ -169,9 +169,10 @@ __device__ __forceinline__ void gc_tile_compute_rows(int rows, const float* __re
 // gc_count_slot(j)) from the rows' lit pixels. GC_THREADS / 32 / R warps share a row, each
 // taking every so many groups of 32 of its pixels; lane s adds one to pixel p's s-th output,
 // eight pixels' table reads in flight before their additions. An addition is a predicated
-// shared reduction (no branch: around atomicAdd the compiler put a convergence region per
-// addition, ~45 instructions per four pixels where ~25 do), and the table's address a
-// 32-bit offset from the lane's own column.
+// shared reduction (no branch: around each atomicAdd the compiler put a convergence region
+// and a warp-aggregated increment, about 45 instructions per four pixels in all), the
+// table's address the lane's own column plus a 32-bit offset; not inlined, so that its
+// registers do not push the 16-row instance's layer loop into spilling.
 __device__ __forceinline__ void gc_count_add(unsigned address, unsigned column) {
     asm volatile(
         "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, %2;\n\t@p red.shared.add.u32 [%0], 1;\n\t}" ::"r"(address),
