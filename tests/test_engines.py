@@ -222,6 +222,31 @@ def test_one_row_tiles_take_fewer_layers_a_launch():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("engine_name", ["gpu", "gpu-merged"])
+def test_graph_replays_give_the_eager_launches_counts(engine_name):
+    """A batch replayed as one CUDA graph (how the benchmarks time it) counts the same live
+    rows and non-zeros per layer as its eager, per-launch-timed run, replay after replay, and
+    its work counters hold: the first layer's as the eager run's (every tile computes it),
+    at least the live rows entering each layer after it (which rows share a tile there
+    depends on the order compaction wrote them in)."""
+    network = generate_network(1024, 12, seed=4)
+    inputs = generate_inputs(700, 1024, seed=4)
+    engine = make_engine(engine_name, network)
+    batch = engine.upload(inputs)
+    engine.run_device(batch, per_layer_times=True)
+    eager = (batch.counts.get(), batch.nnz_counts.get(), batch.layer_work())
+    for _ in range(2):
+        assert engine.run_device(batch) > 0
+        assert np.array_equal(batch.counts.get(), eager[0])
+        assert np.array_equal(batch.nnz_counts.get(), eager[1])
+        work = batch.layer_work()
+        for name, counted in work.items():
+            assert counted[0] == eager[2][name][0], name
+        assert np.all(work["row_layers"] >= eager[0][:-1])
+    assert batch.graph is not None
+
+
+@pytest.mark.gpu
 def test_gpu_monitor_counts_match_outputs():
     """The fused monitor's per-(row, 32-column) counts add up to the rows' non-zeros."""
     import cupy as cp
