@@ -30,6 +30,7 @@ EXPECTED_FIGURES = {
     "tile-size-sweep": {"tile-sweep.png", "what-if.png"},
     "validate-h200": {"live-rows.png"},
     "calibrate-wide": {"live-rows.png"},
+    "calibrate-rows": {"live-rows.png"},
     "calibrate-conv": {"tile-sweep.png", "what-if.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
