@@ -42,6 +42,9 @@
 //                 pixel_columns[p * pixel_degree ..], GC_NO_COLUMN past its degree; at most
 //                 32), and each output reads its sum from the chain: the same floats, bit for
 //                 bit, for about a tenth of the shared-memory traffic on the official inputs.
+//                 Where the launch's dynamic shared memory holds the pixel table after the
+//                 tile (layer_plan.stages_pixel_table decides; the kernel reads the size it
+//                 was given), each block copies the table there once and reads it from there.
 //
 // Work split: a block of THREADS threads holds a tile of R rows in shared memory; thread t
 // owns output columns t, t + THREADS, ... (CPT of them). For each of its columns it walks
@@ -180,7 +183,9 @@ __device__ __forceinline__ void gc_count_add(unsigned address, unsigned column) 
         : "memory");
 }
 
-template <int R, int NS>
+// STAGED: the table sits in dynamic shared memory after the block's RA-row tile (32-bit
+// shared loads instead of 64-bit global addresses and read-only loads).
+template <int R, int NS, int RA, bool STAGED>
 __device__ __noinline__ void gc_count_inputs(unsigned* __restrict__ counts, const int* __restrict__ csr_ptr,
                                                 const int* __restrict__ csr_idx, int first, int rows,
                                                 const unsigned short* __restrict__ pixel_columns, int pixel_degree) {
@@ -188,7 +193,9 @@ __device__ __noinline__ void gc_count_inputs(unsigned* __restrict__ counts, cons
     constexpr int SPLIT = WARPS >= R ? WARPS / R : 1;
     constexpr int AHEAD = 8;
     const int lane = threadIdx.x & 31;
-    const unsigned short* __restrict__ own = pixel_columns + lane;  // the lane's output of each pixel
+    extern __shared__ float gc_dynamic[];
+    const unsigned short* __restrict__ own =  // the lane's output of each pixel
+        (STAGED ? reinterpret_cast<const unsigned short*>(gc_dynamic + RA * NS) : pixel_columns) + lane;
     const bool has_column = lane < pixel_degree;
     for (int item = threadIdx.x >> 5; item < R * SPLIT; item += WARPS) {
         const int r = item % R, row = first + r;
@@ -203,7 +210,8 @@ __device__ __noinline__ void gc_count_inputs(unsigned* __restrict__ counts, cons
 #pragma unroll
                 for (int u = 0; u < AHEAD; ++u) {
                     const unsigned p = __shfl_sync(0xffffffffu, pixel, (q0 + u) & 31);
-                    column[u] = (q0 + u < lit && has_column) ? __ldg(own + p * pixel_degree) : GC_NO_COLUMN;
+                    const unsigned short* entry = own + p * pixel_degree;
+                    column[u] = (q0 + u < lit && has_column) ? (STAGED ? *entry : __ldg(entry)) : GC_NO_COLUMN;
                 }
 #pragma unroll
                 for (int u = 0; u < AHEAD; ++u) gc_count_add(row_counts + 4u * gc_count_slot((int)column[u]), column[u]);
@@ -276,7 +284,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
          unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz,
          const unsigned short* __restrict__ last_tiles, int* __restrict__ row_layers, int* __restrict__ tile_layers,
          float bias, float clamp, const unsigned short* __restrict__ pixel_columns, int pixel_degree,
-         int compact_tiles, int rows) {
+         int compact_tiles, int rows, bool table_staged) {
     constexpr int N = CPT * GC_THREADS;
     constexpr int TILES_PER_ROW = N / 32;
     constexpr int NS = N + PAD;  // tile row stride
@@ -298,7 +306,10 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             for (int e = threadIdx.x; e < RT * NS; e += GC_THREADS) tile[e] = 0.0f;
             __syncthreads();
             if (counts_input) {
-                gc_count_inputs<RT, NS>(reinterpret_cast<unsigned*>(tile), csr_ptr, csr_idx, first, rows, pixel_columns, pixel_degree);
+                if (table_staged)
+                    gc_count_inputs<RT, NS, R, true>(reinterpret_cast<unsigned*>(tile), csr_ptr, csr_idx, first, rows, pixel_columns, pixel_degree);
+                else
+                    gc_count_inputs<RT, NS, R, false>(reinterpret_cast<unsigned*>(tile), csr_ptr, csr_idx, first, rows, pixel_columns, pixel_degree);
             } else
             for (int r = warp; r < RT; r += GC_THREADS / 32) {
                 const int row = first + r;
@@ -453,10 +464,26 @@ gc_layer(const float* __restrict__ y_in, const int* __restrict__ ids_in,
         sh.chain[threadIdx.x] = acc;
     }
     const int rows = counts[layer];
+    // the counts path's pixel table into shared memory after the tile, where the launch gave room
+    bool table_staged = false;
+    if (csr_ptr && pixel_columns) {
+        constexpr int TILE_BYTES = R * (CPT * GC_THREADS + PAD) * 4;
+        const int table_bytes = CPT * GC_THREADS * pixel_degree * 2;  // a multiple of 64
+        unsigned dynamic_bytes;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+        table_staged = dynamic_bytes >= TILE_BYTES + table_bytes;
+        if (table_staged) {
+            const uint4* src = reinterpret_cast<const uint4*>(pixel_columns);
+            uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<char*>(tile) + TILE_BYTES);
+            for (int e = threadIdx.x; e < table_bytes / 16; e += GC_THREADS) dst[e] = __ldg(src + e);
+            // (read after the first tile's zeroing barrier)
+        }
+    }
 #define GC_TILES(RT)                                                                                                    \
     gc_layer_tiles<R, RT, CPT>(sh, tile, y_in, ids_in, csr_ptr, csr_idx, csr_val, y_out, ids_out, w_idx_ptrs, w_val_ptrs, \
                                w_uniforms, ks, counts, nnz_counts, layer, layer_count, tile_nnz, row_nnz, last_tiles, \
-                               row_layers, tile_layers, bias, clamp, pixel_columns, pixel_degree, compact_tiles, rows)
+                               row_layers, tile_layers, bias, clamp, pixel_columns, pixel_degree, compact_tiles, rows, \
+                               table_staged)
     // Fewer rows than one tile of R for every block: tiles of a quarter, half or three quarters
     // of R, the fewest that still give every block one (gc_tile_rows in layer_plan.py), so
     // that the rows spread over all the SMs rather than leave some idle.

@@ -32,6 +32,7 @@ from spartan_py.engines.support.layer_plan import (
     kernel_shapes,
     launch_layer_cap,
     launch_monitored,
+    stages_pixel_table,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
@@ -134,6 +135,11 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
             if self.input_columns is None
             else (cp.asarray(self.input_columns.ravel()), np.int32(self.input_columns.shape[1]))
         )
+        # the first launch's shared memory: the pixel table after the tile where it fits
+        # (the kernel reads the size it is given and copies the table there)
+        table = 0 if self.input_columns is None else self.input_columns.nbytes
+        self._first_shared_bytes = self.shared_bytes + table * stages_pixel_table(self.shared_bytes, table)
+        self.kernel.max_dynamic_shared_size_bytes = self._first_shared_bytes
         self.chunks = chunk_schedule(
             network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile), ROWS_HEAD_LAYERS
         )
@@ -216,7 +222,8 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
                 np.float32(batch.input_value if counts_input else 0.0),
                 np.int32(self.compact_tiles),
             )
-            self.kernel((grid,), (self.threads,), args, shared_mem=self.shared_bytes)
+            shared = self._first_shared_bytes if counts_input else self.shared_bytes
+            self.kernel((grid,), (self.threads,), args, shared_mem=shared)
             start += length
             if self.monitor == "software":
                 self._monitor_pass(batch, dst, start)

@@ -340,6 +340,19 @@ def weight_loads(plans: list, layers: range, tile_layers: np.ndarray, width: int
     return sum(int(tile_layers[layer]) * width * plans[layer].steps for layer in layers)
 
 
+#: Most dynamic shared memory a rows-kernel block takes to hold the counts path's pixel table
+#: beside its tile: the smallest opt-in of the GPUs the kernels are built for (sm_80: 163 KiB)
+#: less room for the kernel's static shared memory.
+PIXEL_TABLE_SHARED_LIMIT = 160 * 1024
+
+
+def stages_pixel_table(tile_bytes: int, table_bytes: int) -> bool:
+    """Whether the rows kernel's counts path copies its pixel table (``table_bytes``) into
+    shared memory after a tile of ``tile_bytes``: where both fit
+    :data:`PIXEL_TABLE_SHARED_LIMIT` (1024 neurons: a 16-row tile and a 64 KiB table)."""
+    return tile_bytes + table_bytes <= PIXEL_TABLE_SHARED_LIMIT
+
+
 def compacts_tile(tile_rows: int) -> bool:
     """Whether the rows kernel compacts a tile of ``tile_rows`` rows between the layers of a
     launch (its live rows to the front, the next layer computed on the fewest multiple of 4
@@ -450,6 +463,10 @@ class RowKernelTrace(LayerKernelTrace):
             first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], row_layers)
             outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
             executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
+        staged = 0  # the pixel table's bytes where the counts path holds it in shared memory
+        table = 0 if self.input_columns is None else self.input_columns.nbytes
+        if kind == "P" and stages_pixel_table(self.rows_per_tile * (n + 32) * 4, table):
+            staged = table
         loads = 0
         if tile_layers is not None:
             counted = kind == "P"  # the counts path: each tile reads its n sums once, no indices
@@ -465,7 +482,7 @@ class RowKernelTrace(LayerKernelTrace):
             useful_macs=sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers)),
             executed_macs=executed,
             block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
-            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,  # the block's, whatever its tile
+            block_shared_bytes=self.rows_per_tile * (n + 32) * 4 + staged,  # the block's, whatever its tile
             resident_blocks_per_sm=resident_blocks_per_sm,
             weight_loads=loads,
         )
