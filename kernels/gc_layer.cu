@@ -43,7 +43,7 @@
 //                 32), and each output reads its sum from the chain: the same floats, bit for
 //                 bit, for about a tenth of the shared-memory traffic on the official inputs.
 //                 Where the launch's dynamic shared memory holds the pixel table after the
-//                 tile (layer_plan.stages_pixel_table decides; the kernel reads the size it
+//                 tile (RowKernelTrace.plan_pixel_table decides; the kernel reads the size it
 //                 was given), each block copies the table there once and reads it from there.
 //
 // Work split: a block of THREADS threads holds a tile of R rows in shared memory; thread t

@@ -382,20 +382,22 @@ def test_compacting_tiles_compute_fewer_rows():
 
 def test_counts_path_stages_its_pixel_table_where_it_fits():
     """At 1024 neurons the first launch holds the counts path's pixel table in shared memory
-    after its 16-row tile (its record's block bytes say so); at 4096 the table does not fit."""
+    after its 16-row tile (its record's block bytes say so), unless the limit given is
+    smaller; at 4096 the table does not fit."""
     from spartan_py.engines.gpu_twin import GpuTwinEngine
-    from spartan_py.engines.support.layer_plan import stages_pixel_table
 
-    assert stages_pixel_table(16 * 1056 * 4, 1024 * 32 * 2)
-    assert not stages_pixel_table(4 * 4128 * 4, 4096 * 32 * 2)
     for neurons, rows_per_tile, staged in ((1024, 16, True), (4096, 4, False)):
         engine = GpuTwinEngine(generate_network(neurons, 6, seed=1))
+        table = engine.input_columns.nbytes
+        assert engine.staged_table_bytes == staged * table
         out = engine.run(generate_inputs(300, neurons, seed=1))
         first, second = [r for r in out.trace if r.kernel == "gpu.gc_layer"][:2]
         assert first.variant.startswith("P") and second.variant.startswith("R")
         tile = rows_per_tile * (neurons + 32) * 4
         assert second.block_shared_bytes == tile
-        assert first.block_shared_bytes == tile + staged * engine.input_columns.nbytes
+        assert first.block_shared_bytes == tile + staged * table
+        engine.plan_pixel_table(tile + table - 1)  # a GPU that allows less
+        assert engine.staged_table_bytes == 0
 
 
 def test_rows_computed_rounds_live_rows_up_to_four():

@@ -22,6 +22,7 @@ from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, 
 from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
 from spartan_py.engines.support.layer_plan import (
     DEFAULT_THREADS,
+    PIXEL_TABLE_SHARED_LIMIT,
     ROWS_HEAD_LAYERS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
@@ -32,7 +33,6 @@ from spartan_py.engines.support.layer_plan import (
     kernel_shapes,
     launch_layer_cap,
     launch_monitored,
-    stages_pixel_table,
 )
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
@@ -135,10 +135,11 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
             if self.input_columns is None
             else (cp.asarray(self.input_columns.ravel()), np.int32(self.input_columns.shape[1]))
         )
-        # the first launch's shared memory: the pixel table after the tile where it fits
-        # (the kernel reads the size it is given and copies the table there)
-        table = 0 if self.input_columns is None else self.input_columns.nbytes
-        self._first_shared_bytes = self.shared_bytes + table * stages_pixel_table(self.shared_bytes, table)
+        # the first launch's shared memory: the pixel table after the tile where it fits (the
+        # kernel reads the size it is given and copies the table there)
+        opt_in = props["sharedMemPerBlockOptin"] - int(self.kernel.shared_size_bytes)
+        self.plan_pixel_table(min(PIXEL_TABLE_SHARED_LIMIT, opt_in))
+        self._first_shared_bytes = self.shared_bytes + self.staged_table_bytes
         self.kernel.max_dynamic_shared_size_bytes = self._first_shared_bytes
         self.chunks = chunk_schedule(
             network.layers, compact_every, launch_layer_cap(self.plans, self.rows_per_tile), ROWS_HEAD_LAYERS

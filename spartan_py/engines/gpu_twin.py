@@ -125,6 +125,7 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
             head_layers=ROWS_HEAD_LAYERS,
         )
         self.input_columns = self.plan_input_counts(input_counts)
+        self.plan_pixel_table()
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         plan = self.plans[layer]

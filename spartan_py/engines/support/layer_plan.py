@@ -341,16 +341,9 @@ def weight_loads(plans: list, layers: range, tile_layers: np.ndarray, width: int
 
 
 #: Most dynamic shared memory a rows-kernel block takes to hold the counts path's pixel table
-#: beside its tile: the smallest opt-in of the GPUs the kernels are built for (sm_80: 163 KiB)
-#: less room for the kernel's static shared memory.
+#: beside its tile (less where the GPU allows less): the smallest opt-in of the GPUs the
+#: kernels are built for (sm_80: 163 KiB) less room for the kernel's static shared memory.
 PIXEL_TABLE_SHARED_LIMIT = 160 * 1024
-
-
-def stages_pixel_table(tile_bytes: int, table_bytes: int) -> bool:
-    """Whether the rows kernel's counts path copies its pixel table (``table_bytes``) into
-    shared memory after a tile of ``tile_bytes``: where both fit
-    :data:`PIXEL_TABLE_SHARED_LIMIT` (1024 neurons: a 16-row tile and a 64 KiB table)."""
-    return tile_bytes + table_bytes <= PIXEL_TABLE_SHARED_LIMIT
 
 
 def compacts_tile(tile_rows: int) -> bool:
@@ -387,6 +380,9 @@ class RowKernelTrace(LayerKernelTrace):
     #: per layer: the neuron of each output position (the last layer's: the identity), or None
     output_orders: list[np.ndarray] | None
     _first_layer: sp.csr_matrix | None = None
+    #: bytes of the pixel table the first launch holds in shared memory after its tile, 0 where
+    #: the counts path reads it from device memory (:meth:`plan_pixel_table`)
+    staged_table_bytes: int = 0
 
     def plan_layers(self, renumber: bool) -> None:
         """:attr:`plans` of the network's layers as the kernel runs them: with ``renumber``,
@@ -426,6 +422,14 @@ class RowKernelTrace(LayerKernelTrace):
         first = self.network.weights[0] if self._first_layer is None else self._first_layer
         return pixel_outputs(first, self.plans[0])
 
+    def plan_pixel_table(self, limit_bytes: int = PIXEL_TABLE_SHARED_LIMIT) -> None:
+        """:attr:`staged_table_bytes`: the counts path's pixel table (:attr:`input_columns`),
+        where it fits ``limit_bytes`` of shared memory beside a tile (1024 neurons: 64 KiB
+        beside a 16-row tile; the GPU engine passes less where its device allows less)."""
+        table = 0 if self.input_columns is None else int(self.input_columns.nbytes)
+        tile = self.rows_per_tile * (self.network.neurons + 32) * 4
+        self.staged_table_bytes = table if 0 < table and tile + table <= limit_bytes else 0
+
     def launch_cost(
         self,
         start,
@@ -463,10 +467,7 @@ class RowKernelTrace(LayerKernelTrace):
             first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], row_layers)
             outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
             executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
-        staged = 0  # the pixel table's bytes where the counts path holds it in shared memory
-        table = 0 if self.input_columns is None else self.input_columns.nbytes
-        if kind == "P" and stages_pixel_table(self.rows_per_tile * (n + 32) * 4, table):
-            staged = table
+        staged = self.staged_table_bytes if kind == "P" else 0
         loads = 0
         if tile_layers is not None:
             counted = kind == "P"  # the counts path: each tile reads its n sums once, no indices
