@@ -467,7 +467,6 @@ class RowKernelTrace(LayerKernelTrace):
             first = executed_macs(layers[:1], 0, tiles, rows_per_tile, [n], row_layers)
             outputs = int(np.count_nonzero(self.input_columns != NO_COLUMN))
             executed += input_nnz * outputs // max(n, 1) + first // layers[0].steps - first
-        staged = self.staged_table_bytes if kind == "P" else 0
         loads = 0
         if tile_layers is not None:
             counted = kind == "P"  # the counts path: each tile reads its n sums once, no indices
@@ -483,7 +482,10 @@ class RowKernelTrace(LayerKernelTrace):
             useful_macs=sum(count * layer.nnz // max(n, 1) for count, layer in zip(entering, layers)),
             executed_macs=executed,
             block_threads=n // self.cols_per_thread if self.cols_per_thread else 0,
-            block_shared_bytes=self.rows_per_tile * (n + 32) * 4 + staged,  # the block's, whatever its tile
+            # the block's tile, whatever rows it holds; not the pixel table the first launch
+            # stages where room allows (the kernel reads it from device memory where a GPU
+            # allows less, so a what-if replay on such a GPU runs it as the tile needs)
+            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,
             resident_blocks_per_sm=resident_blocks_per_sm,
             weight_loads=loads,
         )
