@@ -110,8 +110,7 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
             )
         self.rows_per_tile, self.cols_per_thread = shape
         self.kernel = kernels[shape]
-        self.shared_bytes = self.rows_per_tile * (network.neurons + 32) * 4
-        self.kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+        self.shared_bytes = self.tile_shared_bytes
         self.monitor = gc_monitor_mode(monitor)
         self.monitor_every = max(int(monitor_every), 1)
         if self.monitor == "software":  # the pass must see every layer's output in memory, with the host in between

@@ -422,13 +422,19 @@ class RowKernelTrace(LayerKernelTrace):
         first = self.network.weights[0] if self._first_layer is None else self._first_layer
         return pixel_outputs(first, self.plans[0])
 
+    @property
+    def tile_shared_bytes(self) -> int:
+        """Shared memory a block's tile takes: :attr:`rows_per_tile` rows of the neurons and
+        the 32 always-zero padding entries (``PAD`` in ``kernels/gc_layer.cu``)."""
+        return self.rows_per_tile * (self.network.neurons + 32) * 4
+
     def plan_pixel_table(self, limit_bytes: int = PIXEL_TABLE_SHARED_LIMIT) -> None:
         """:attr:`staged_table_bytes`: the counts path's pixel table (:attr:`input_columns`),
         where it fits ``limit_bytes`` of shared memory beside a tile (1024 neurons: 64 KiB
         beside a 16-row tile; the GPU engine passes less where its device allows less)."""
         table = 0 if self.input_columns is None else int(self.input_columns.nbytes)
-        tile = self.rows_per_tile * (self.network.neurons + 32) * 4
-        self.staged_table_bytes = table if 0 < table and tile + table <= limit_bytes else 0
+        fits = self.tile_shared_bytes + table <= limit_bytes
+        self.staged_table_bytes = table if 0 < table and fits else 0
 
     def launch_cost(
         self,
@@ -485,7 +491,7 @@ class RowKernelTrace(LayerKernelTrace):
             # the block's tile, whatever rows it holds; not the pixel table the first launch
             # stages where room allows (the kernel reads it from device memory where a GPU
             # allows less, so a what-if replay on such a GPU runs it as the tile needs)
-            block_shared_bytes=self.rows_per_tile * (n + 32) * 4,
+            block_shared_bytes=self.tile_shared_bytes,
             resident_blocks_per_sm=resident_blocks_per_sm,
             weight_loads=loads,
         )
