@@ -238,20 +238,20 @@ __device__ __forceinline__ void gc_tile_from_counts(const unsigned* __restrict__
     }
 }
 
-// In-tile compaction: the tile's live rows (rank[r] >= 0: the position row r moves to) to its
-// front, the rows they leave behind zeroed. A row only moves down and each thread moves its
-// own columns in row order, so in place is safe. Not inlined: its loop state, hoisted into
-// the layer loop, would push the 16-row instance's sums past 64 registers.
+// In-tile compaction: the tile's live rows (bit r of live: row r moves to the number of live
+// rows before it) to its front, the rows they leave behind zeroed. A row only moves down and
+// each thread moves its own columns in row order, so in place is safe. Not inlined: its loop
+// state, hoisted into the layer loop, would push the 16-row instance's sums past 64 registers.
 template <int RT, int CPT>
-__device__ __noinline__ void gc_compact_tile(float* __restrict__ tile, const int* __restrict__ rank, int held, int live_rows) {
+__device__ __noinline__ void gc_compact_tile(float* __restrict__ tile, unsigned live, int held, int live_rows) {
     constexpr int NS = CPT * GC_THREADS + PAD;
 #pragma unroll 1
     for (int c = 0; c < CPT; ++c) {
         float* const column = tile + c * GC_THREADS + threadIdx.x;
 #pragma unroll 1
         for (int r = 0; r < held; ++r) {
-            const int to = rank[r];
-            if (to >= 0 && to != r) column[to * NS] = column[r * NS];
+            const int to = __popc(live & ((1u << r) - 1u));
+            if (((live >> r) & 1u) && to != r) column[to * NS] = column[r * NS];
         }
 #pragma unroll 1
         for (int r = live_rows; r < held; ++r) column[r * NS] = 0.0f;
@@ -260,15 +260,17 @@ __device__ __noinline__ void gc_compact_tile(float* __restrict__ tile, const int
 
 // What a block keeps in static shared memory besides the tile: per row of the tile, its
 // non-zeros (and per 32 columns at a launch's last layer), its rank among the live rows.
+// Counts and held rows alternate between two copies by the layer's parity, so that one
+// layer's copy is cleared or written while the other is read without a barrier between.
 template <int R, int CPT>
 struct GcShared {
-    int row_count[R];
+    int row_count[2][R];
     int tile_count[R][CPT * GC_THREADS / 32];
     int rank[R];
     int row_id[R];  // the launch's input row at each tile position (positions move with compaction)
+    int held[2];  // rows the tile holds at its front (the rest are zero); every warp writes it, the same value
     int base;
     int any;
-    int rows;  // rows the tile holds at its front (the rest are zero)
     float chain[GC_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
 };
 
@@ -296,14 +298,18 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
     // (read where used, from the parameter and shared memory: a register held across the
     // sums would push the 16-row instance past 64 registers)
 #define GC_COMPACT (compact_tiles && RT % 4 == 0 && RT >= 8)
-#define GC_COMPUTED ((GC_COMPACT && l != layer) ? min(RT, (sh.rows + 3) & ~3) : RT)
+#define GC_HELD (sh.held[(l - layer) & 1])
+#define GC_COMPUTED ((GC_COMPACT && l != layer) ? min(RT, (GC_HELD + 3) & ~3) : RT)
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * RT;
-        if (threadIdx.x < RT) sh.row_id[threadIdx.x] = first + threadIdx.x;
-        if (threadIdx.x == 0) sh.rows = min(RT, rows - first);
+        if (threadIdx.x < RT) {
+            sh.row_id[threadIdx.x] = first + threadIdx.x;
+            sh.row_count[0][threadIdx.x] = 0;
+        }
+        if (threadIdx.x == 0) sh.held[0] = min(RT, rows - first);
         // 1. load the tile (rows past the end are zero)
         if (csr_ptr) {
-            for (int e = threadIdx.x; e < RT * NS; e += GC_THREADS) tile[e] = 0.0f;
+            for (int e = threadIdx.x; e < RT * NS / 4; e += GC_THREADS) reinterpret_cast<float4*>(tile)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
             __syncthreads();
             if (counts_input) {
                 if (table_staged)
@@ -327,10 +333,14 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             }
         }
 
-        // 2. run the chunk's layers on the tile, in shared memory; rows are independent
+        __syncthreads();  // the tile and the first layer's counts are ready
+
+        // 2. run the chunk's layers on the tile, in shared memory; rows are independent. Per
+        //    layer: the sums, a barrier, the outputs in place and their counts, a barrier, and
+        //    (every warp from the same counts, so that none waits on another) which rows live;
+        //    a barrier after a compaction.
         for (int l = layer; l <= last; ++l) {
-            if (threadIdx.x < RT) sh.row_count[threadIdx.x] = 0;
-            __syncthreads();
+            const int parity = (l - layer) & 1;
             // rows computed: the whole tile at the launch's first layer, after it the live
             // rows at the front rounded up to 4 where the tile compacts
             float out[CPT][RT];
@@ -343,6 +353,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
 
             // store in place; count non-zeros per row and per 32-column tile (the monitor)
+            if (threadIdx.x < RT) sh.row_count[parity ^ 1][threadIdx.x] = 0;  // the next layer's (read last a layer ago)
             const int computed = GC_COMPUTED;
 #pragma unroll
             for (int c = 0; c < CPT; ++c) {
@@ -354,16 +365,22 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                     const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
                     if (lane == 0) {
                         if (l == last) sh.tile_count[r][j >> 5] = lit;
-                        if (lit) atomicAdd(&sh.row_count[r], lit);
+                        if (lit) atomicAdd(&sh.row_count[parity][r], lit);
                     }
                 }
             }
             __syncthreads();
 
-            // per-layer counts; at the chunk's last layer the count also allocates positions
+            // the live rows, by every warp; warp 0 also the per-layer counts (at the chunk's
+            // last layer the count also allocates positions) and the rows' ranks and ids
+            const int held = GC_HELD;
+            const bool live = lane < held && sh.row_count[parity][lane] > 0;
+            const unsigned mask = __ballot_sync(0xffffffffu, live);
+            const int n_live = __popc(mask);
+            const bool compacts = GC_COMPACT && l != last && n_live && n_live < held;
+            if (lane == 0) sh.held[parity ^ 1] = compacts ? n_live : held;  // (every warp the same value)
+            __syncwarp();
             if (warp == 0) {
-                const bool live = lane < sh.rows && sh.row_count[lane] > 0;
-                const unsigned mask = __ballot_sync(0xffffffffu, live);
                 const int rank = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
                 if (lane < RT) sh.rank[lane] = rank;
                 if (GC_COMPACT && l != last) {  // the rows' ids move to their positions after compaction
@@ -371,12 +388,13 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                     __syncwarp();
                     if (live) sh.row_id[rank] = id;
                 }
-                int tile_nnz_sum = live ? sh.row_count[lane] : 0;
+                int tile_nnz_sum = live ? sh.row_count[parity][lane] : 0;
                 for (int o = 16; o > 0; o >>= 1) tile_nnz_sum += __shfl_down_sync(0xffffffffu, tile_nnz_sum, o);
                 if (lane == 0) {
-                    const int n_live = __popc(mask);
-                    const int base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
-                    if (l == last) sh.base = base;
+                    if (l == last)
+                        sh.base = n_live ? atomicAdd(&counts[l + 1], n_live) : 0;
+                    else if (n_live)
+                        atomicAdd(&counts[l + 1], n_live);  // (no result: nothing waits on it)
                     if (tile_nnz_sum) atomicAdd(&nnz_counts[l + 1], (unsigned long long)tile_nnz_sum);
                     if (row_layers) {
                         atomicAdd(&row_layers[l], computed);
@@ -385,14 +403,13 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                     sh.any = n_live;
                 }
             }
-            __syncthreads();
-            if (!sh.any) break;  // every row of the tile is dead: later layers add nothing
-            if (GC_COMPACT && l != last && sh.any < sh.rows) {
-                gc_compact_tile<RT, CPT>(tile, sh.rank, sh.rows, sh.any);
-                __syncthreads();  // every thread has read sh.rows
-                if (threadIdx.x == 0) sh.rows = sh.any;
+            if (!n_live) break;  // every row of the tile is dead: later layers add nothing (uniform)
+            if (compacts) {
+                gc_compact_tile<RT, CPT>(tile, mask, held, n_live);
+                __syncthreads();  // the next layer reads every thread's columns
             }
         }
+        __syncthreads();  // warp 0's ranks, ids, base and count
         if (!sh.any) continue;  // (uniform across the block)
 
         // 3. the live rows' ids and (monitor) counts, all rows in one pass over every thread;
@@ -401,7 +418,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             const size_t dst_row = (size_t)sh.base + sh.rank[threadIdx.x];
             const int row = sh.row_id[threadIdx.x];
             ids_out[dst_row] = csr_ptr ? row : ids_in[row];
-            if (row_nnz) row_nnz[dst_row] = sh.row_count[threadIdx.x];
+            if (row_nnz) row_nnz[dst_row] = sh.row_count[(last - layer) & 1][threadIdx.x];
         }
         if (tile_nnz && last_tiles) {
             // outputs not in natural order: each position's non-zeros into its natural tile's
@@ -429,17 +446,16 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                 const int r = e / TILES_PER_ROW, c = e % TILES_PER_ROW;
                 if (sh.rank[r] >= 0) tile_nnz[((size_t)sh.base + sh.rank[r]) * TILES_PER_ROW + c] = (unsigned char)sh.tile_count[r][c];
             }
-        for (int r = 0; r < RT; ++r) {
+#pragma unroll 1
+        for (int e = threadIdx.x; e < RT * (N / 4); e += GC_THREADS) {  // every thread a float4 of a row
+            const int r = e / (N / 4), c = e - r * (N / 4);
             const int rank = sh.rank[r];
-            if (rank < 0) continue;
-            const size_t dst_row = (size_t)sh.base + rank;
-            const float4* src = reinterpret_cast<const float4*>(tile + r * NS);
-            float4* dst = reinterpret_cast<float4*>(y_out + dst_row * N);
-            for (int e = threadIdx.x; e < N / 4; e += GC_THREADS) dst[e] = src[e];
+            if (rank >= 0) reinterpret_cast<float4*>(y_out + ((size_t)sh.base + rank) * N)[c] = reinterpret_cast<const float4*>(tile + r * NS)[c];
         }
         __syncthreads();  // the tile buffer is reused by the next iteration
     }
 #undef GC_COMPUTED
+#undef GC_HELD
 #undef GC_COMPACT
 }
 
