@@ -352,21 +352,24 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
                                               bias, clamp, out);
             __syncthreads();  // all reads of the inputs are done: the tile may be overwritten
 
-            // store in place; count non-zeros per row and per 32-column tile (the monitor)
+            // store in place; count non-zeros per row and per 32-column tile (the monitor): lane
+            // r keeps its warp's count of row r, and the lanes add theirs at once (no branch a row)
             if (threadIdx.x < RT) sh.row_count[parity ^ 1][threadIdx.x] = 0;  // the next layer's (read last a layer ago)
             const int computed = GC_COMPUTED;
 #pragma unroll
             for (int c = 0; c < CPT; ++c) {
                 const int j = c * GC_THREADS + threadIdx.x;
+                int lit_row = 0;
 #pragma unroll
                 for (int r = 0; r < RT; ++r) {
                     if (r >= computed) break;  // rows past those computed stay zero (uniform)
                     tile[r * NS + j] = out[c][r];
                     const int lit = __popc(__ballot_sync(0xffffffffu, out[c][r] != 0.0f));
-                    if (lane == 0) {
-                        if (l == last) sh.tile_count[r][j >> 5] = lit;
-                        if (lit) atomicAdd(&sh.row_count[parity][r], lit);
-                    }
+                    lit_row = lane == r ? lit : lit_row;
+                }
+                if (lane < RT) {
+                    if (l == last) sh.tile_count[lane][j >> 5] = lit_row;
+                    if (lit_row) atomicAdd(&sh.row_count[parity][lane], lit_row);
                 }
             }
             __syncthreads();

@@ -194,8 +194,8 @@ def test_chunk_schedule():
     assert chunk_schedule(3) == [1, 1, 1]
     assert chunk_schedule(7, 3) == [3, 3, 1]
     assert chunk_schedule(12, "doubling", 3) == [1, 1, 1, 1, 2, 3, 3]
-    assert chunk_schedule(120, "doubling", 32, 4) == [4, 4, 8, 16, 32, 32, 24]  # the rows kernel's
-    assert chunk_schedule(12, "doubling", 3, 4) == [3, 1, 3, 3, 2]
+    assert chunk_schedule(120, "doubling", 32, 4) == [4, 2, 4, 8, 16, 32, 32, 22]  # the rows kernel's
+    assert chunk_schedule(12, "doubling", 3, 4) == [3, 1, 2, 3, 3]
     assert chunk_schedule(3, "doubling", 32, 4) == [3]
     assert chunk_schedule(7, 3, 2) == [3, 3, 1]  # an explicit launch size is kept
     with pytest.raises(ValueError):

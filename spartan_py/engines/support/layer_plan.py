@@ -37,8 +37,7 @@ HEAD_LAYERS = 4
 #: The rows kernel's head launch: all four head layers at once. Most rows die there, but at
 #: 1024 neurons computing a dead row costs less than writing a live one out and reading it
 #: back: on the proxy (H100, by turns) launches of 4 then 2, 4, 8, ... took 2.664 ms against
-#: 2.984 for 1, 1, 1, 1, 2, 4, ...; since session 31 the launches after it double from 4
-#: (4, 4, 8, 16, ...: 2.422 against 2.477 ms; docs/performance-notes.md).
+#: 2.984 for 1, 1, 1, 1, 2, 4, ... (docs/performance-notes.md).
 ROWS_HEAD_LAYERS = 4
 #: Layer bytes one launch of the rows kernel may span when its tile is a single row. Such a
 #: tile reads every weight of every layer from L2 once per row; the blocks drift apart across
@@ -78,9 +77,8 @@ def chunk_schedule(
     """Layers per launch of a layer kernel; live rows are compacted after each launch.
 
     ``"doubling"``: the first four layers (where most rows of a sparse DNN die) in launches of
-    ``head_layers``, then launches of twice as many layers each, at most ``max_layers``, from
-    2 (``head_layers`` 1: 1, 1, 1, 1, 2, 4, 8, ...) or from ``head_layers`` where larger (4: 4,
-    4, 8, 16, ...). An integer gives launches of that many layers.
+    ``head_layers``, then 2, 4, 8, ... layers per launch, at most ``max_layers``. An integer
+    gives launches of that many layers.
     """
     if isinstance(compact_every, int):
         if compact_every < 1:
@@ -93,7 +91,7 @@ def chunk_schedule(
     sizes = []
     while sum(sizes) < min(HEAD_LAYERS, layers):
         sizes.append(min(head_layers, cap, min(HEAD_LAYERS, layers) - sum(sizes)))
-    size = max(2, head_layers)
+    size = 2
     while sum(sizes) < layers:
         sizes.append(min(size, cap, layers - sum(sizes)))
         size = min(size * 2, cap)
