@@ -36,17 +36,6 @@ def commit() -> str:
         return "unknown"
 
 
-def cpu_name() -> str:
-    """The CPU model, as /proc/cpuinfo names it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _relative(arg: str) -> str:
     """``arg`` relative to the repository when it is a path inside it."""
     path = Path(arg)

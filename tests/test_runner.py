@@ -103,6 +103,8 @@ def test_run_resume_failures_and_report(tmp_path):
         assert summary.failed == 2 and all(r["status"] == "failed" and "CuPy" in r["error"] for r in gpu)
     ok = [r for r in records.values() if r["status"] == "ok"]
     assert len(ok) >= 4
+    environment = json.loads((out / "environment.json").read_text())
+    assert environment["cpu"] and environment["cpu"] != "unknown" and environment["cpu_count"] >= 1
     results = pd.read_csv(out / "results.csv")
     assert len(results) == 12 * len(ok) and set(results["layer"]) == set(range(1, 13))
     simulated = pd.read_csv(out / "simulated.csv")

@@ -1,7 +1,7 @@
 """The run folder: one atomic JSON file per finished point, plus the tables built from them.
 
     <out>/config.json        the experiment as resolved (every default filled in)
-    <out>/environment.json   versions, device, commit
+    <out>/environment.json   versions, host CPU, device, commit
     <out>/points/<id>.json   one point: its config, status, error, summary, times, simulations
     <out>/points/<id>.trace.csv
     <out>/results.csv        one row per Graph Challenge point and layer
@@ -47,8 +47,19 @@ def finished_point(out: Path, point_id: str) -> dict | None:
         return None  # cannot happen with atomic writes; a hand-edited file is simply rerun
 
 
+def cpu_name() -> str:
+    """The host's CPU model, as /proc/cpuinfo names it (``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment() -> dict:
-    """What the results were produced with."""
+    """What the results were produced with: versions, the host's CPU, the commit."""
     import numba
     import numpy
     import scipy
@@ -56,6 +67,8 @@ def environment() -> dict:
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
         "numpy": numpy.__version__,
         "scipy": scipy.__version__,
         "numba": numba.__version__,
