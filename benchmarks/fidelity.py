@@ -304,8 +304,13 @@ def main() -> int:
             "whole_run_error_pct": round(tables["summary"]["whole_run_error_pct"], 2),
             "per_launch_median_error_pct": round(tables["summary"]["per_launch_median_error_pct"], 2),
         }
-        # an entry per scope: a new measurement of the same runs replaces its entry, others stay
-        kept = [v.model_dump() for v in load_machine(machine).validation if v.scope != args.scope]
+        # an entry per scope: a new measurement of the same runs replaces its entry; others stay
+        # while their result file does (a round whose files went to git history is history too)
+        kept = [
+            v.model_dump()
+            for v in load_machine(machine).validation
+            if v.scope != args.scope and (ROOT / v.result).is_file()
+        ]
         _set_header(ROOT / "sim" / f"{machine}.yaml", "validation", [*kept, entry])
     print(path.relative_to(ROOT))
     return 0

@@ -130,6 +130,10 @@ def test_machines_say_whether_they_were_validated():
     assert h100.validated and not any(v.blind for v in h100.validation) and h100.calibration_frozen
     assert h200.validated and all(v.blind for v in h200.validation)
     assert all(v.scope in h200.validation_summary() for v in h200.validation)  # every set of runs is named
+    from benchmarks._results import ROOT
+
+    for machine in (h100, h200):  # each figure's result file is in the repository
+        assert all((ROOT / v.result).is_file() for v in machine.validation), machine.name
     assert not a100.validated and trust("a100-sxm").startswith("not validated")
     assert "does not exist" in trust("h100-sxm+hw-monitor")
     assert machine_for_device("NVIDIA H200") == "h200-sxm" and machine_for_device("NVIDIA T4 GPU") is None
