@@ -261,14 +261,15 @@ __device__ __noinline__ void gc_compact_tile(float* __restrict__ tile, unsigned 
 // What a block keeps in static shared memory besides the tile: per row of the tile, its
 // non-zeros (and per 32 columns at a launch's last layer), its rank among the live rows.
 // Counts and held rows alternate between two copies by the layer's parity, so that one
-// layer's copy is cleared or written while the other is read without a barrier between.
+// layer's copy is cleared or written while the other is read without a barrier between; each
+// warp keeps its own copy of the held rows (all the same), which it alone writes and reads.
 template <int R, int CPT>
 struct GcShared {
     int row_count[2][R];
     int tile_count[R][CPT * GC_THREADS / 32];
     int rank[R];
     int row_id[R];  // the launch's input row at each tile position (positions move with compaction)
-    int held[2];  // rows the tile holds at its front (the rest are zero); every warp writes it, the same value
+    int held[2][GC_THREADS / 32];  // rows the tile holds at its front (the rest are zero), each warp its own copy
     int base;
     int any;
     float chain[GC_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
@@ -298,7 +299,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
     // (read where used, from the parameter and shared memory: a register held across the
     // sums would push the 16-row instance past 64 registers)
 #define GC_COMPACT (compact_tiles && RT % 4 == 0 && RT >= 8)
-#define GC_HELD (sh.held[(l - layer) & 1])
+#define GC_HELD (sh.held[(l - layer) & 1][warp])
 #define GC_COMPUTED ((GC_COMPACT && l != layer) ? min(RT, (GC_HELD + 3) & ~3) : RT)
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
         const int first = t * RT;
@@ -306,7 +307,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             sh.row_id[threadIdx.x] = first + threadIdx.x;
             sh.row_count[0][threadIdx.x] = 0;
         }
-        if (threadIdx.x == 0) sh.held[0] = min(RT, rows - first);
+        if (lane == 0) sh.held[0][warp] = min(RT, rows - first);
         // 1. load the tile (rows past the end are zero)
         if (csr_ptr) {
             for (int e = threadIdx.x; e < RT * NS / 4; e += GC_THREADS) reinterpret_cast<float4*>(tile)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -381,7 +382,7 @@ __device__ __forceinline__ void gc_layer_tiles(GcShared<R, CPT>& sh, float* __re
             const unsigned mask = __ballot_sync(0xffffffffu, live);
             const int n_live = __popc(mask);
             const bool compacts = GC_COMPACT && l != last && n_live && n_live < held;
-            if (lane == 0) sh.held[parity ^ 1] = compacts ? n_live : held;  // (every warp the same value)
+            if (lane == 0) sh.held[parity ^ 1][warp] = compacts ? n_live : held;
             __syncwarp();
             if (warp == 0) {
                 const int rank = live ? __popc(mask & ((1u << lane) - 1u)) : -1;
