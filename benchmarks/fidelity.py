@@ -97,10 +97,13 @@ def cmd_calibrate(args) -> dict:
     sim = ROOT / "sim"
     write_calibration(sim / "h100-sxm.yaml", h100.calibration)
     head = commit().removesuffix("+dirty")
+    refitted = f"{', '.join(families)} refitted" if families else "every family"
+    others = "; the other families as their own source says" if families else ""
     _set_header(
         sim / "h100-sxm.yaml",
         "calibration_frozen",
-        f"{source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}; not refitted since",
+        f"{refitted}: {source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}{others}; "
+        "not refitted since",
     )
     h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
     write_calibration(sim / "h200-sxm.yaml", h200.calibration)

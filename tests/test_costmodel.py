@@ -222,6 +222,38 @@ def test_block_start_and_shared_staging_terms():
         FamilyCalibration(**base, wave_overhead_us=-1.0)
 
 
+def test_a_prefetching_kernel_hides_its_memory_time_alone_on_its_sm():
+    """One block per SM: a layer kernel (load, compute, store in turn) pays compute plus
+    memory; a tile GEMM, which loads its next step while it computes, pays the larger term
+    and (1 - overlap) of the smaller."""
+    h100 = load_machine("h100-sxm")
+    sms = h100.specs.sm_count
+    one_block = dict(
+        variant="",
+        rows_in=sms * 128,
+        blocks=sms,
+        block_rows=128,
+        block_threads=256,
+        block_shared_bytes=150_000,
+        resident_blocks_per_sm=1,
+        fused_layers=1,
+        executed_macs=sms * 10**9,
+        weight_loads=0,
+        bytes_read=2 * 10**9,
+        bytes_written=0,
+    )
+    rows = pd.DataFrame([{**one_block, "kernel": "gpu.gc_layer"}, {**one_block, "kernel": "gpu.tile_gemm.fp32"}])
+    assert not FAMILIES["gpu.gc_layer"].prefetches and FAMILIES["gpu.tile_gemm.fp32"].prefetches
+    params = FamilyCalibration(launch_us=0.0, compute_efficiency=1.0, memory_efficiency=1.0, overlap=0.75, source="t")
+    machine = h100.model_copy(update={"calibration": {"gpu.gc_layer": params, "gpu.tile_gemm.fp32": params}})
+    out = predict(rows, machine)
+    compute, memory = out["compute_us"].to_numpy(), out["memory_us"].to_numpy()
+    assert memory[0] == pytest.approx(memory[1]) and memory[0] > 0 and compute.min() > 0
+    assert out["predicted_us"].iloc[0] == pytest.approx(compute[0] + memory[0])
+    big, small = max(compute[1], memory[1]), min(compute[1], memory[1])
+    assert out["predicted_us"].iloc[1] == pytest.approx(big + 0.25 * small)
+
+
 def test_counted_weight_loads_replace_the_tile_rows_estimate():
     """Weight loads cost ``weight_load_cost`` multiply-adds each: executed / block_rows of
     them when not counted, the trace's count when it has one (a compacted tile loads all of a

@@ -534,3 +534,27 @@ def test_pixel_outputs_refuse_layers_the_counts_do_not_describe():
     fits = sp.vstack([fits, sp.csr_matrix((1, 96))]).tocsr()
     table = pixel_outputs(fits, plan_layer(fits))
     assert table is not None and table.shape == (96, 32) and (table[COUNT_MAX_STEPS:] == 0xFFFF).all()
+
+
+@pytest.mark.gpu
+def test_pinned_upload_converts_and_copies(monkeypatch):
+    """The input upload converts each array into pinned host memory, copies it, and times the
+    copies alone; where the host cannot pin, it copies from pageable memory, same arrays."""
+    import cupy as cp
+    import cupyx
+
+    from spartan_py.engines.support import cuda
+
+    rng = np.random.default_rng(3)
+    host = [(np.arange(5000, dtype=np.int64), np.int32), (rng.random(70_000), np.float32), (np.zeros(0), np.float32)]
+    device, seconds = cuda.upload_pinned(cp, host)
+    assert seconds > 0
+    for (array, dtype), got in zip(host, device):
+        assert got.dtype == dtype and np.array_equal(got.get(), array.astype(dtype))
+
+    def no_pinning(*args, **kwargs):
+        raise cp.cuda.runtime.CUDARuntimeError(2)  # cudaErrorMemoryAllocation
+
+    monkeypatch.setattr(cupyx, "empty_pinned", no_pinning)
+    device, seconds = cuda.upload_pinned(cp, host[:2])
+    assert seconds > 0 and np.array_equal(device[1].get(), host[1][0].astype(np.float32))

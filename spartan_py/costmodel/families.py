@@ -55,6 +55,9 @@ class KernelFamily:
     unit: str
     bytes_per_mac: float = 4.0  # for the smem unit: operand bytes loaded per multiply-add
     monitor_pass: bool = False  # a separate counting pass, free under a hardware monitor
+    #: whether a block loads its next step while it computes this one (the tile GEMMs: registers
+    #: and cp.async), so that its own memory time hides under its compute with one block per SM
+    prefetches: bool = False
     #: whether its compiled instances (the variant's first part, e.g. ``R1xC16``: rows per tile
     #: and columns per thread) are calibrated apart: each has its own registers and occupancy
     per_instance: bool = False
@@ -83,9 +86,9 @@ FAMILIES: dict[str, KernelFamily] = {
     EPILOGUE: KernelFamily("memory"),
     COMPACT: KernelFamily("memory", per_instance=True),
     LIST_TILES: KernelFamily("memory"),
-    tile_gemm("fp32"): KernelFamily("fp32"),
-    tile_gemm("tf32"): KernelFamily("tf32"),
-    tile_gemm("bf16"): KernelFamily("bf16"),
+    tile_gemm("fp32"): KernelFamily("fp32", prefetches=True),
+    tile_gemm("tf32"): KernelFamily("tf32", prefetches=True),
+    tile_gemm("bf16"): KernelFamily("bf16", prefetches=True),
     dense_gemm("fp32"): KernelFamily("fp32"),
     dense_gemm("tf32"): KernelFamily("tf32"),
     CSR_GEMM_FP32: KernelFamily("fp32"),

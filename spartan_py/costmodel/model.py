@@ -3,7 +3,7 @@
 For a kernel record (terms in microseconds; see ``sim/README.md`` for the derivation)::
 
     predicted = launch + max(compute, memory) + (1 - hidden) x min(compute, memory)
-    hidden    = overlap x (1 - 1 / co-resident blocks per SM)
+    hidden    = overlap x (1 - 1 / co-resident blocks per SM)   (overlap, for a kernel that prefetches)
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
     compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
@@ -21,7 +21,9 @@ memory than the machine allows cannot run (NaN, with the reason in ``note``). Co
 ``launch + bytes / (link bandwidth x memory_efficiency)``; a host sync costs the machine's
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
 its own memory time; co-resident blocks hide each other's, up to ``overlap`` (fitted, from
-1: our kernels run one block per SM, so their traces hardly constrain it); a library's
+1: our kernels run one block per SM, so their traces hardly constrain it). A block that
+loads its next step while it computes this one (a family that ``prefetches``: the tile
+GEMMs) hides ``overlap`` of its memory time even alone on its SM; a library's
 launch, whose records carry no geometry (cuBLAS, cuSPARSE: they pick their own tiling and run
 many blocks per SM), hides ``overlap`` of it, which its fit decides. ``launch``, the
 two efficiencies, ``step_overhead``, ``shared_step`` (a layer's staging through L2, which
@@ -168,7 +170,8 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         bad = too_big | np.isnan(np.full(n, rate))
         compute = np.where(bad, np.nan, compute)
         # a library's launch (no geometry: cuBLAS, cuSPARSE) runs many blocks per SM
-        hidden = params.overlap * np.where(geometry, 1 - 1 / np.maximum(per_sm, 1), 1.0)
+        alone = geometry & (not family.prefetches)  # nothing of a block's own memory time hides
+        hidden = params.overlap * np.where(alone, 1 - 1 / np.maximum(per_sm, 1), 1.0)
     body = np.maximum(compute, memory) + (1 - hidden) * np.minimum(compute, memory)
     predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.cuda import Buffers, EventTimer, cupy_unavailable_reason, download_rows
+from spartan_py.engines.support.cuda import Buffers, cupy_unavailable_reason, download_rows, upload_pinned
 from spartan_py.engines.support.input_counts import input_bit_value
 from spartan_py.engines.support.layer_plan import transfer_records
 from spartan_py.errors import DeviceMemoryError
@@ -170,10 +170,8 @@ class DeviceBatch:
         self.rows = rows = inputs.shape[0]
         capacity = max(rows, 1)
         try:
-            host = (inputs.indptr.astype(np.int32), inputs.indices.astype(np.int32), inputs.data.astype(np.float32))
-            with EventTimer(cp) as upload:
-                self.csr_ptr, self.csr_idx, self.csr_val = (cp.asarray(array) for array in host)
-            self.upload_seconds = upload.seconds
+            host = [(inputs.indptr, np.int32), (inputs.indices, np.int32), (inputs.data, np.float32)]
+            (self.csr_ptr, self.csr_idx, self.csr_val), self.upload_seconds = upload_pinned(cp, host)
             self.buffers = [
                 Buffers(cp.empty(capacity * width, dtype=cp.float32), cp.empty(capacity, dtype=cp.int32))
                 for _ in range(2)
