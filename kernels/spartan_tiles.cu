@@ -172,8 +172,9 @@ __device__ __forceinline__ int warp_sum(int v) {
 // Both listing kernels take a row per thread, blocks of up to 1024 threads (a multiple of 32).
 // count_live_rows: block_live[b] = rows with counts[r] > 0 among block b's rows.
 // list_live_rows: block b adds the blocks before it and writes the ids of its live rows in
-// order (ids[p] = r). gather_rows: packed row p = row ids[p] of a (one block per live row;
-// VEC4 when N is a multiple of 4, the rows then 16-byte aligned).
+// order (ids[p] = r). move_rows: packed row p = row ids[p] of a (one block per live row;
+// VEC4 when N is a multiple of 4, the rows then 16-byte aligned); SCATTER writes the other
+// way, row ids[p] of a = packed row p (the expansion, into a zeroed matrix).
 __global__ void __launch_bounds__(1024) count_live_rows(const int* __restrict__ counts, int M, int* __restrict__ block_live) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     const int live = __syncthreads_count(r < M && counts[r] > 0);
@@ -202,16 +203,16 @@ __global__ void __launch_bounds__(1024) list_live_rows(const int* __restrict__ c
     if (live) ids[offset + __popc(mask & ((1u << lane) - 1u))] = r;
 }
 
-template <bool VEC4>
-__global__ void gather_rows(const float* __restrict__ a, const int* __restrict__ ids, float* __restrict__ packed,
-                            int N) {
-    const size_t src = (size_t)ids[blockIdx.x] * N, dst = (size_t)blockIdx.x * N;
+template <bool VEC4, bool SCATTER>
+__global__ void move_rows(float* __restrict__ a, const int* __restrict__ ids, float* __restrict__ packed, int N) {
+    const size_t row = (size_t)ids[blockIdx.x] * N, slot = (size_t)blockIdx.x * N;
+    float* to = SCATTER ? a + row : packed + slot;
+    const float* from = SCATTER ? packed + slot : a + row;
     if (VEC4) {
-        const float4* from = reinterpret_cast<const float4*>(a + src);
-        float4* to = reinterpret_cast<float4*>(packed + dst);
-        for (int c = threadIdx.x; c < N / 4; c += blockDim.x) to[c] = from[c];
+        for (int c = threadIdx.x; c < N / 4; c += blockDim.x)
+            reinterpret_cast<float4*>(to)[c] = reinterpret_cast<const float4*>(from)[c];
     } else {
-        for (int c = threadIdx.x; c < N; c += blockDim.x) packed[dst + c] = a[src + c];
+        for (int c = threadIdx.x; c < N; c += blockDim.x) to[c] = from[c];
     }
 }
 
@@ -330,8 +331,10 @@ __global__ void profile_scalars(const int* __restrict__ tile_nnz, int tiles, con
 EPILOGUE_INSTANCE(0)
 EPILOGUE_INSTANCE(1)
 EPILOGUE_INSTANCE(2)
-template __global__ void gather_rows<false>(const float*, const int*, float*, int);
-template __global__ void gather_rows<true>(const float*, const int*, float*, int);
+template __global__ void move_rows<false, false>(float*, const int*, float*, int);
+template __global__ void move_rows<true, false>(float*, const int*, float*, int);
+template __global__ void move_rows<false, true>(float*, const int*, float*, int);
+template __global__ void move_rows<true, true>(float*, const int*, float*, int);
 template __global__ void move_tiles<false>(float*, const int*, float*, int, int, int, int);
 template __global__ void move_tiles<true>(float*, const int*, float*, int, int, int, int);
 #endif

@@ -150,6 +150,12 @@ def test_compaction_round_trips(xp):
     known = compact_rows(xp.asarray(big), live=int(keep.sum()))
     assert np.array_equal(host(known.ids), np.flatnonzero(keep))
     assert np.array_equal(host(known.values), big[keep])
+    stale = xp.full(big.shape, np.nan, dtype=xp.float32)  # every element expand_rows must write
+    assert np.array_equal(host(expand_rows(known, out=stale)), big) and np.array_equal(host(stale), big)
+    none = compact_rows(xp.zeros((40, 12), dtype=xp.float32))
+    assert none.live == 0 and not host(expand_rows(none, out=xp.ones((40, 12), dtype=xp.float32))).any()
+    with pytest.raises(InputError, match="out must be float32"):
+        expand_rows(known, out=xp.zeros((3000, 63), dtype=xp.float32))
     for tile in ((16, 16), (128, 32), (8, 64)):
         tiles = compact_tiles(dev, tile)
         counts = brute_tile_counts(a, TileShape.of(tile))

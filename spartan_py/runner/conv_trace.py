@@ -41,7 +41,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     """
     import cupy as cp
 
-    from spartan_py.sparsity import compact_rows, dense_matmul, tile_list, tile_sparse_matmul
+    from spartan_py.sparsity import compact_rows, dense_matmul, expand_rows, tile_list, tile_sparse_matmul
     from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
     from spartan_py.sparsity.policy import tile_gemm_schedule
 
@@ -75,11 +75,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
         part = dense_matmul(packed.values, w, precision=precision)
         timed(live_gemm, lambda: dense_matmul(packed.values, w, precision=precision, out=part))
 
-        def scatter() -> None:
-            out.fill(0)
-            out[packed.ids] = part
-
-        timed(expand, scatter)
+        timed(expand, lambda: expand_rows(replace(packed, values=part), out=out))
     if precision == "fp32" and counted.density <= CSR_MAX_DENSITY:
         import cupyx.scipy.sparse as sparse
 

@@ -50,7 +50,8 @@ def tile_kernels(device_id: int) -> dict:
 
     names = {f"epilogue_{mode}": f"epilogue<{code}>" for mode, code in EPILOGUE_MODES.items()}
     names |= {"pack_tiles": "move_tiles<false>", "unpack_tiles": "move_tiles<true>"}
-    names |= {"gather_rows": "gather_rows<false>", "gather_rows_vec4": "gather_rows<true>"}
+    names |= {"gather_rows": "move_rows<false, false>", "gather_rows_vec4": "move_rows<true, false>"}
+    names |= {"scatter_rows": "move_rows<false, true>", "scatter_rows_vec4": "move_rows<true, true>"}
     listing = ("count_live_rows", "list_live_rows", "count_tile_rows", "list_tile_rows", "profile_scalars")
     names |= {name: name for name in listing}
     module = cupy.RawModule(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, LIST_TILES, dense_gemm, tile_gemm
@@ -401,18 +401,17 @@ class KernelPolicy:
                 a, w, TileCounts(a.shape, self.tile, counts), precision=self.precision, schedule=schedule, out=out
             )
         if kernel == "row_compact":
-            from spartan_py.sparsity.compaction import compact_rows
+            from spartan_py.sparsity.compaction import compact_rows, expand_rows
 
             if fresh and profile is not None:
                 rows = compact_rows(a, profile.row_nnz, live=profile.live_rows)
             else:
                 rows = compact_rows(a)
-            c = xp.zeros((a.shape[0], w.shape[1]), dtype=xp.float32) if out is None else out
-            if out is not None:
-                c[...] = 0
             if rows.live:
-                c[rows.ids] = dense_matmul(rows.values, w, precision=self.precision)
-            return c
+                product = dense_matmul(rows.values, w, precision=self.precision)
+            else:
+                product = xp.zeros((0, w.shape[1]), dtype=xp.float32)
+            return expand_rows(replace(rows, values=product), out=out)
         if kernel == "csr":
             if is_gpu_array(a):
                 import cupyx.scipy.sparse as sparse
