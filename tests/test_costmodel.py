@@ -224,7 +224,7 @@ def test_block_start_and_shared_staging_terms():
 
 def test_a_prefetching_kernel_hides_its_memory_time_alone_on_its_sm():
     """One block per SM: a layer kernel (load, compute, store in turn) pays compute plus
-    memory; a tile GEMM, which loads its next step while it computes, pays the larger term
+    memory; a TF32 tile GEMM, which loads its next step while it computes, pays the larger term
     and (1 - overlap) of the smaller."""
     h100 = load_machine("h100-sxm")
     sms = h100.specs.sm_count
@@ -242,10 +242,10 @@ def test_a_prefetching_kernel_hides_its_memory_time_alone_on_its_sm():
         bytes_read=2 * 10**9,
         bytes_written=0,
     )
-    rows = pd.DataFrame([{**one_block, "kernel": "gpu.gc_layer"}, {**one_block, "kernel": "gpu.tile_gemm.fp32"}])
-    assert not FAMILIES["gpu.gc_layer"].prefetches and FAMILIES["gpu.tile_gemm.fp32"].prefetches
+    rows = pd.DataFrame([{**one_block, "kernel": "gpu.gc_layer"}, {**one_block, "kernel": "gpu.tile_gemm.tf32"}])
+    assert not FAMILIES["gpu.gc_layer"].prefetches and FAMILIES["gpu.tile_gemm.tf32"].prefetches
     params = FamilyCalibration(launch_us=0.0, compute_efficiency=1.0, memory_efficiency=1.0, overlap=0.75, source="t")
-    machine = h100.model_copy(update={"calibration": {"gpu.gc_layer": params, "gpu.tile_gemm.fp32": params}})
+    machine = h100.model_copy(update={"calibration": {"gpu.gc_layer": params, "gpu.tile_gemm.tf32": params}})
     out = predict(rows, machine)
     compute, memory = out["compute_us"].to_numpy(), out["memory_us"].to_numpy()
     assert memory[0] == pytest.approx(memory[1]) and memory[0] > 0 and compute.min() > 0

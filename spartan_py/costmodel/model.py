@@ -22,8 +22,8 @@ memory than the machine allows cannot run (NaN, with the reason in ``note``). Co
 sync latency. A block that loads its tile, computes and stores in turn hides nothing of
 its own memory time; co-resident blocks hide each other's, up to ``overlap`` (fitted, from
 1: our kernels run one block per SM, so their traces hardly constrain it). A block that
-loads its next step while it computes this one (a family that ``prefetches``: the tile
-GEMMs) hides ``overlap`` of its memory time even alone on its SM; a library's
+loads its next step while it computes this one (a family that ``prefetches``: the tensor-core
+tile GEMMs) hides ``overlap`` of its memory time even alone on its SM; a library's
 launch, whose records carry no geometry (cuBLAS, cuSPARSE: they pick their own tiling and run
 many blocks per SM), hides ``overlap`` of it, which its fit decides. ``launch``, the
 two efficiencies, ``step_overhead``, ``shared_step`` (a layer's staging through L2, which
