@@ -53,8 +53,7 @@ class TraceRecord:
         block_rows: activation rows per work item; block_threads: threads per block;
             block_shared_bytes: dynamic shared memory per block; resident_blocks_per_sm: blocks
             of the kernel one SM holds at once as launched (registers included), 0 if unknown.
-        fused_layers: network layers the launch computes (a fused kernel runs several); for
-            the FP32 tile GEMM's tiles schedule, the BK-steps a block runs in turn.
+        fused_layers: network layers the launch computes (a fused kernel runs several).
         weight_loads: weights (or weight indices) the kernel loaded where each work item loads
             every weight of each layer it computes, however many of its rows it computes (the
             rows kernel's compacted tiles); 0 when not counted, where they are

@@ -129,9 +129,6 @@ def candidate_records(
             and fp32_schedule(tm, col_blocks, resident_blocks, steps) == "balanced"
         )
         blocks = steps if balanced else tm * col_blocks
-        # the FP32 step overhead is fitted on balanced launches, whose blocks are BK-steps; a
-        # block of the tiles schedule runs its row block's steps in turn (TF32's fit is per block)
-        block_steps = max(1, round(steps / max(blocks, 1))) if precision == "fp32" and not balanced else 1
         tiles = tm * tn
         schedule = "balanced" if balanced else "tiles"
         own_list = lists_own_tiles(precision, schedule, tm, tn)
@@ -151,7 +148,6 @@ def candidate_records(
             bytes_read=4 * (tiles_active * tile.size + k * n) + listing_bytes,
             bytes_written=4 * m * n,
             blocks=blocks,
-            fused_layers=block_steps,
             block_rows=tile.rows,
             block_threads=f32_block_threads(tile.rows, bn),
             block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
