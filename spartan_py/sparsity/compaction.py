@@ -85,9 +85,17 @@ def compact_rows(a, row_nnz=None, *, live: int | None = None) -> CompactRows:
     values = cupy.empty((total, n), dtype=cupy.float32)
     if total:
         kernels["list_live_rows"]((blocks,), (LIVE_ROWS_PER_BLOCK,), (counts, np.int32(m), block_live, ids))
-        gather = kernels["gather_rows_vec4" if n % 4 == 0 else "gather_rows"]
-        gather((total,), (128,), (a, ids, values, np.int32(n)))
+        _move_rows(kernels, "gather", a, ids, values)
     return CompactRows(ids, values, m)
+
+
+def _move_rows(kernels: dict, direction: str, matrix, ids, packed) -> None:
+    """Queue ``move_rows`` (``kernels/spartan_tiles.cu``): ``gather`` copies rows ``ids`` of
+    ``matrix`` into ``packed``, ``scatter`` copies them back; a block per row, float4 loads
+    where the rows are a multiple of 4 wide."""
+    n = packed.shape[1]
+    kernel = kernels[f"{direction}_rows_vec4" if n % 4 == 0 else f"{direction}_rows"]
+    kernel((ids.shape[0],), (128,), (matrix, ids, packed, np.int32(n)))
 
 
 def expand_rows(compact: CompactRows, *, out=None):
@@ -109,14 +117,12 @@ def expand_rows(compact: CompactRows, *, out=None):
 
     from spartan_py.sparsity.gpu_kernels import tile_kernels
 
-    n = shape[1]
-    if compact.live and n:
-        # one block per live row (as the gather); CuPy's indexed assignment ran at about a
-        # third of the bandwidth, bound on its index arithmetic rather than on memory
+    if compact.live and shape[1]:
+        # the gather's twin; CuPy's indexed assignment ran at about a third of the bandwidth,
+        # bound on its index arithmetic rather than on memory
         values = cupy.ascontiguousarray(compact.values, dtype=cupy.float32)
         ids = cupy.ascontiguousarray(compact.ids, dtype=cupy.int32)
-        scatter = tile_kernels(cupy.cuda.Device().id)["scatter_rows_vec4" if n % 4 == 0 else "scatter_rows"]
-        scatter((compact.live,), (128,), (out, ids, values, np.int32(n)))
+        _move_rows(tile_kernels(cupy.cuda.Device().id), "scatter", out, ids, values)
     return out
 
 
