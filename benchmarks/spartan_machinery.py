@@ -38,7 +38,7 @@ from spartan_py.sparsity import (
 )
 from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid
 from spartan_py.sparsity.policy import candidate_records
-from spartan_py.sparsity.tile_gemm import fp32_block_width
+from spartan_py.sparsity.tile_gemm import block_width
 from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
 from spartan_py.trace import to_frame, write_trace
@@ -258,7 +258,7 @@ def density_sweep(
         m, k, n = conv_layer(label).gemm_shape(batch)
         w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         c = cp.empty((m, n), dtype=cp.float32)
-        resident = resident_grid(cp.cuda.Device().id, ("fp32-balanced", tile.rows, fp32_block_width(n), F32_BLOCK_K))
+        resident = resident_grid(cp.cuda.Device().id, ("fp32-balanced", tile.rows, block_width(n), F32_BLOCK_K))
         for density in densities:
             pre = tiled_preactivations(m, k, density, tile=GEMM_TILE, seed=int(density * 1000), xp=cp)
             monitor = SparsityMonitor(tile=GEMM_TILE, mode="fused", timed=False)

@@ -18,7 +18,7 @@ import numpy as np
 from benchmarks._results import RESULTS, write_result
 from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log
 from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list
-from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, fp32_block_width
+from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, block_width
 from spartan_py.sparsity.tiles import TileShape
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
 from spartan_py.timing import time_interleaved
@@ -34,7 +34,7 @@ def variants(a, w, c, tiles_by_rows: dict, min_steps: tuple | None = None) -> di
     n = w.shape[1]
     cases = {"cublas": lambda i: dense_matmul(a, w, out=c)}
     for rows, tiles in tiles_by_rows.items():
-        block = (rows, fp32_block_width(n), 16)
+        block = (rows, block_width(n), 16)
         cases[f"tiles {rows}"] = lambda i, t=tiles, b=block: _gpu_tile_matmul(
             a, w, t, "fp32", c, block=b, schedule="tiles"
         )

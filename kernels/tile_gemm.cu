@@ -17,11 +17,13 @@
 // shared memory; while the current step computes, the next step's A is prefetched into
 // registers and its W copied into the other shared buffer (cp.async; one barrier per step).
 //
-// tile_gemm_tf32: TF32 tensor cores through PTX mma.sync.m16n8k8 (NVRTC builds without
-// <mma.h>), 8 warps in a 2 x 4 grid, each warp a 64 x 32 patch (4 x 4 fragments of
-// 16 x 8); operands are rounded to TF32 (cvt.rna: to nearest, ties away) when stored in
-// shared memory; accumulation in FP32. Shared rows are padded so fragment loads hit 32
-// different banks.
+// tile_gemm_tf32<BM, BN>: TF32 tensor cores through PTX mma.sync.m16n8k8 (NVRTC builds without
+// <mma.h>), BM / 32 x 2 warps, each a 32 x BN/2 patch (2 x BN/16 fragments of 16 x 8), one
+// 32-column step per k-tile step (BK = 32). Both operands are copied raw (FP32) by cp.async
+// into a TC_STAGES-deep ring of shared tiles, so the copies of the next steps run under this
+// step's products; they are rounded to TF32 (cvt.rna: to nearest, ties away) as the fragments
+// are read; accumulation in FP32. Shared rows are padded so fragment loads hit 32 different
+// banks.
 
 // One BK-deep step of the FP32 kernels: W's rows go straight to shared memory (cp.async,
 // no registers held), A's through registers, stored transposed for the 8 x 8 patch products.
@@ -466,114 +468,113 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) t
                                   partial, flags);
 }
 
-#define TC_BM 128
-#define TC_BN 128
 #define TC_BK 32
+#define TC_STAGES 3          // steps in flight (TF32_STAGES in spartan_py/sparsity/gpu_kernels.py)
 #define TC_LDA (TC_BK + 4)   // (4 * group + lane_in_group) % 32: conflict-free A fragment loads
-#define TC_LDW (TC_BN + 8)   // (8 * lane_in_group + group) % 32: conflict-free B fragment loads
 
-__device__ __forceinline__ float to_tf32(float x) {
+__device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned int bits;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
-    return __uint_as_float(bits);
+    return bits;
 }
 
-__global__ void __launch_bounds__(256) tile_gemm_tf32(const float* __restrict__ A, const float* __restrict__ W,
-                                                      float* __restrict__ C, int M, int N, int K,
-                                                      const int* __restrict__ row_ptr, const int* __restrict__ k_tiles,
-                                                      int TK) {
-    extern __shared__ __align__(16) float smem[];
-    float* As = smem;                  // [TC_BM][TC_LDA]
-    float* Ws = smem + TC_BM * TC_LDA;  // [TC_BK][TC_LDW]
-    constexpr int A_VEC = TC_BM * TC_BK / 4 / 256, W_VEC = TC_BK * TC_BN / 4 / 256;
+// 16 bytes global -> shared without registers; bytes = 0 fills zeros (rows past M)
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, int bytes) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(bytes) : "memory");
+}
 
+template <int BM, int BN>
+__global__ void __launch_bounds__(BM / 32 * 64) tile_gemm_tf32(const float* __restrict__ A, const float* __restrict__ W,
+                                                              float* __restrict__ C, int M, int N, int K,
+                                                              const int* __restrict__ row_ptr,
+                                                              const int* __restrict__ k_tiles, int TK) {
+    constexpr int THREADS = BM / 32 * 64;
+    constexpr int LDW = BN + 8;  // (8 * lane_in_group + group) % 32: conflict-free B fragment loads
+    constexpr int NI = BN / 16;  // 8-column fragments a warp
+    constexpr int A_STAGE = BM * TC_LDA, W_STAGE = TC_BK * LDW;
+    extern __shared__ __align__(16) float tc_smem[];  // TC_STAGES x (A [BM][TC_LDA], W [TC_BK][LDW])
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;   // fragment group and lane within it
-    const int wm = warp / 4, wn = warp % 4;  // 2 x 4 warps, 64 x 32 each
-    const int rb = blockIdx.y, m0 = rb * TC_BM, n0 = blockIdx.x * TC_BN;
+    const int wm = warp >> 1, wn = warp & 1;  // warp rows of 32, two warp columns
+    const int rb = blockIdx.y, m0 = rb * BM, n0 = blockIdx.x * BN;
     const int first = row_ptr[rb];
-    const int sub_steps = TK / TC_BK;
-    const int steps = (row_ptr[rb + 1] - first) * sub_steps;
+    const int sub = TK / TC_BK;
+    const int steps = (row_ptr[rb + 1] - first) * sub;
 
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-
-    float4 a_reg[A_VEC], w_reg[W_VEC];
     auto load = [&](int s) {
-        const int k0 = k_tiles[first + s / sub_steps] * TK + (s % sub_steps) * TC_BK;
+        float* As = tc_smem + (s % TC_STAGES) * (A_STAGE + W_STAGE);
+        float* Ws = As + A_STAGE;
+        const int k0 = k_tiles[first + s / sub] * TK + (s % sub) * TC_BK;
 #pragma unroll
-        for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * 256, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
-            a_reg[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
-                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int v = 0; v < BM * TC_BK / 4 / THREADS; ++v) {
+            const int e = tid + v * THREADS, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
+            const bool inside = m0 + row < M;
+            copy16_async(As + row * TC_LDA + c4 * 4, A + (size_t)(inside ? m0 + row : 0) * K + k0 + c4 * 4, inside ? 16 : 0);
         }
 #pragma unroll
-        for (int v = 0; v < W_VEC; ++v) {
-            const int e = tid + v * 256, row = e / (TC_BN / 4), c4 = e % (TC_BN / 4);
-            w_reg[v] = *reinterpret_cast<const float4*>(W + (size_t)(k0 + row) * N + n0 + c4 * 4);
+        for (int v = 0; v < TC_BK * BN / 4 / THREADS; ++v) {
+            const int e = tid + v * THREADS, row = e / (BN / 4), c4 = e % (BN / 4);
+            copy16_async(Ws + row * LDW + c4 * 4, W + (size_t)(k0 + row) * N + n0 + c4 * 4, 16);
         }
     };
 
-    if (steps > 0) load(0);
+    float acc[2][NI][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; ++s) {  // one commit group a step, empty past the last
+        if (s < steps) load(s);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     for (int s = 0; s < steps; ++s) {
-#pragma unroll
-        for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * 256, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
-            const float4 x = a_reg[v];
-            *reinterpret_cast<float4*>(As + row * TC_LDA + c4 * 4) = make_float4(to_tf32(x.x), to_tf32(x.y), to_tf32(x.z), to_tf32(x.w));
-        }
-#pragma unroll
-        for (int v = 0; v < W_VEC; ++v) {
-            const int e = tid + v * 256, row = e / (TC_BN / 4), c4 = e % (TC_BN / 4);
-            const float4 x = w_reg[v];
-            *reinterpret_cast<float4*>(Ws + row * TC_LDW + c4 * 4) = make_float4(to_tf32(x.x), to_tf32(x.y), to_tf32(x.z), to_tf32(x.w));
-        }
-        __syncthreads();
-        if (s + 1 < steps) load(s + 1);
+        asm volatile("cp.async.wait_group %0;" ::"n"(TC_STAGES - 2) : "memory");  // step s has landed
+        __syncthreads();  // ... for every thread, and step s - 1's buffer is free
+        if (s + TC_STAGES - 1 < steps) load(s + TC_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const float* As = tc_smem + (s % TC_STAGES) * (A_STAGE + W_STAGE);
+        const float* Ws = As + A_STAGE;
 #pragma unroll
         for (int kk = 0; kk < TC_BK; kk += 8) {
-            unsigned int a[4][4], b[4][2];
+            unsigned a[2][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float* base = As + (wm * 64 + i * 16 + g) * TC_LDA + kk + t;
-                a[i][0] = __float_as_uint(base[0]);
-                a[i][1] = __float_as_uint(base[8 * TC_LDA]);
-                a[i][2] = __float_as_uint(base[4]);
-                a[i][3] = __float_as_uint(base[8 * TC_LDA + 4]);
+            for (int i = 0; i < 2; ++i) {
+                const float* base = As + (wm * 32 + i * 16 + g) * TC_LDA + kk + t;
+                a[i][0] = to_tf32(base[0]);
+                a[i][1] = to_tf32(base[8 * TC_LDA]);
+                a[i][2] = to_tf32(base[4]);
+                a[i][3] = to_tf32(base[8 * TC_LDA + 4]);
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float* base = Ws + (kk + t) * TC_LDW + wn * 32 + j * 8 + g;
-                b[j][0] = __float_as_uint(base[0]);
-                b[j][1] = __float_as_uint(base[4 * TC_LDW]);
-            }
+            for (int j = 0; j < NI; ++j) {
+                const float* base = Ws + (kk + t) * LDW + wn * (BN / 2) + j * 8 + g;
+                const unsigned b0 = to_tf32(base[0]), b1 = to_tf32(base[4 * LDW]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
+                for (int i = 0; i < 2; ++i)
                     asm volatile(
                         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                         "{%0,%1,%2,%3};"
                         : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
-                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));
+                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b0), "r"(b1));
+            }
         }
-        __syncthreads();
     }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = m0 + wm * 64 + i * 16 + g + 8 * h;
+            const int row = m0 + wm * 32 + i * 16 + g + 8 * h;
             if (row >= M) continue;
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                *reinterpret_cast<float2*>(C + (size_t)row * N + n0 + wn * 32 + j * 8 + 2 * t) =
+            for (int j = 0; j < NI; ++j)
+                *reinterpret_cast<float2*>(C + (size_t)row * N + n0 + wn * (BN / 2) + j * 8 + 2 * t) =
                     make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
         }
 }
@@ -597,4 +598,11 @@ TILE_GEMM_F32_INSTANCE(32, 128)
 TILE_GEMM_F32_INSTANCE(32, 64)
 TILE_GEMM_F32_INSTANCE(16, 128)
 TILE_GEMM_F32_INSTANCE(16, 64)
+#define TILE_GEMM_TF32_INSTANCE(BM, BN)                                                                                   \
+    template __global__ void tile_gemm_tf32<BM, BN>(const float*, const float*, float*, int, int, int, const int*,        \
+                                                    const int*, int);
+TILE_GEMM_TF32_INSTANCE(128, 128)
+TILE_GEMM_TF32_INSTANCE(128, 64)
+TILE_GEMM_TF32_INSTANCE(64, 128)
+TILE_GEMM_TF32_INSTANCE(64, 64)
 #endif

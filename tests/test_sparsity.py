@@ -10,6 +10,7 @@ import pytest
 from spartan_py.errors import InputError
 from spartan_py.sparsity import (
     DEFAULT_GEMM_TILE,
+    DEFAULT_TF32_GEMM_TILE,
     KERNEL_CHOICES,
     KernelPolicy,
     LayerProfile,
@@ -331,6 +332,45 @@ def test_fp32_instances_fit_their_launch_bounds():
 
 
 @pytest.mark.gpu
+def test_tf32_instances_fit_their_shared_memory():
+    """Every TF32 instance fits the blocks per SM the policy assumes, with its ring of steps."""
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import (
+        TF32_BLOCK_K,
+        TF32_SHAPES,
+        gemm_kernels,
+        tf32_block_threads,
+        tf32_blocks_per_sm,
+        tf32_shared_bytes,
+    )
+
+    kernels = gemm_kernels(cupy.cuda.Device().id)
+    for bm, bn in TF32_SHAPES:
+        kernel = kernels[("tf32", bm, bn, TF32_BLOCK_K)]
+        fit = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            kernel.kernel.ptr, tf32_block_threads(bm), tf32_shared_bytes(bm, bn)
+        )
+        assert fit >= tf32_blocks_per_sm(bm, bn), (bm, bn, kernel.num_regs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "k", "n", "rows"), [(200, 96, 64, 64), (130, 128, 100, 64), (300, 64, 256, 128)])
+def test_tf32_tile_gemm_on_ragged_shapes(m, k, n, rows):
+    """The TF32 kernel on rows past its last block, padded columns and both block widths
+    equals the product of the TF32-rounded operands (up to FP32 summation order)."""
+    import cupy
+
+    a = np.maximum(tiled_preactivations(m, k, 0.4, tile=(rows, 32), seed=m), 0)
+    w = np.random.default_rng(k).standard_normal((k, n)).astype(np.float32)
+    tiles = compact_tiles(cupy.asarray(a), (rows, 32), pack=False).tiles
+    c = tile_sparse_matmul(cupy.asarray(a), cupy.asarray(w), tiles, precision="tf32")
+    emulated = round_to_tf32(a).astype(np.float64) @ round_to_tf32(w).astype(np.float64)
+    assert c.shape == (m, n)
+    assert np.allclose(host(c), emulated, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
 def test_epilogue_modes_fit_alike():
     """The fused epilogue fits as many blocks per SM as the plain one (4 on sm_90): with all
     its input held in registers it fitted 2 to the plain one's 3."""
@@ -349,11 +389,12 @@ def test_epilogue_modes_fit_alike():
 
 
 def test_default_tile_follows_precision():
-    """FP32 takes 64-row tiles by default, TF32 its kernel's 128 rows, policy and GEMM alike."""
+    """Both precisions take 64 x 32 tiles by default, policy and GEMM alike (one monitor's
+    counts serve either)."""
     assert default_gemm_tile("fp32") == DEFAULT_GEMM_TILE == TileShape(64, 32)
-    assert default_gemm_tile("tf32") == TileShape(128, 32)
+    assert default_gemm_tile("tf32") == DEFAULT_TF32_GEMM_TILE == TileShape(64, 32)
     assert KernelPolicy().tile == DEFAULT_GEMM_TILE
-    assert KernelPolicy(precision="tf32").tile == TileShape(128, 32)
+    assert KernelPolicy(precision="tf32").tile == TileShape(64, 32)
     a = sparse_matrix(m=256, k=128, tile_density=0.3, seed=5)
     w = np.random.default_rng(6).standard_normal((128, 64)).astype(np.float32)
     assert np.allclose(tile_sparse_matmul(a, w), a @ w, rtol=1e-5, atol=1e-4)

@@ -250,8 +250,8 @@ class Experiment(_Frozen):
     tile: tuple[PositiveInt, PositiveInt] | None = Field(
         None,
         description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
-        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns; tf32: 128 "
-        "rows); default: the GEMM's default for the precision (fp32 64 x 32, tf32 128 x 32)",
+        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns; tf32: 64 "
+        "or 128 rows and a multiple of 32 columns); default: 64 x 32",
     )
     policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
         "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed"

@@ -12,7 +12,11 @@ EPILOGUE_MODES = {"plain": 0, "fused": 1, "count": 2}
 #: 32 serve tile-size sweeps: smaller tiles skip more zeros but reuse each weight less).
 F32_SHAPES = tuple((bm, bn, 16) for bm in (128, 64, 32, 16) for bn in (128, 64))
 F32_BLOCK_K = 16  # inner step of the FP32 instances (16 beat 8 by 5-10% on an H100)
-TF32_BLOCK = (128, 128, 32)  # BM, BN, BK of tile_gemm_tf32
+#: (BM, BN) instances of the TF32 tile GEMM (``tile_gemm_tf32``): BM is the tile list's row
+#: height, BN the output columns of a block (:func:`~spartan_py.sparsity.tile_gemm.block_width`).
+TF32_SHAPES = tuple((bm, bn) for bm in (128, 64) for bn in (128, 64))
+TF32_BLOCK_K = 32  # the TF32 kernel's step (TC_BK in kernels/tile_gemm.cu): tile columns are a multiple of it
+TF32_STAGES = 3  # steps in flight in its shared-memory ring (TC_STAGES)
 #: Limits of the FP32 kernels that list their tiles from the monitor's counts in the same
 #: launch (``COUNTS_MAX_K_TILES``, ``COUNTS_MAX_ROW_BLOCKS`` in ``kernels/tile_gemm.cu``):
 #: a row block's list in shared memory (the ``tiles`` schedule) and every row block's
@@ -87,8 +91,8 @@ F32_KERNELS = {
 
 @functools.cache
 def gemm_kernels(device_id: int) -> dict:
-    """{(kind, BM, BN, BK) or ("tf32",): RawKernel} for the tile-sparse GEMM; kind is one of
-    :data:`F32_KERNELS`' keys."""
+    """{(kind, BM, BN, BK): RawKernel} for the tile-sparse GEMM; kind is one of
+    :data:`F32_KERNELS`' keys, or ``tf32``."""
     import cupy
 
     names: dict[tuple, str] = {
@@ -96,13 +100,34 @@ def gemm_kernels(device_id: int) -> dict:
         for kind, name in F32_KERNELS.items()
         for shape in F32_SHAPES
     }
-    names[("tf32",)] = "tile_gemm_tf32"
+    names |= {("tf32", bm, bn, TF32_BLOCK_K): f"tile_gemm_tf32<{bm}, {bn}>" for bm, bn in TF32_SHAPES}
     module = cupy.RawModule(
         code=kernel_source("tile_gemm.cu"),
         options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
         name_expressions=list(names.values()),
     )
-    return {key: module.get_function(name) for key, name in names.items()}
+    kernels = {key: module.get_function(name) for key, name in names.items()}
+    for bm, bn in TF32_SHAPES:  # its ring is dynamic shared memory, above the 48 KiB a launch gets without asking
+        kernels[("tf32", bm, bn, TF32_BLOCK_K)].max_dynamic_shared_size_bytes = tf32_shared_bytes(bm, bn)
+    return kernels
+
+
+def tf32_blocks_per_sm(rows: int, cols: int) -> int:
+    """Blocks per SM of the TF32 tile GEMM's ``rows x cols`` instance, which its shared-memory
+    ring limits on sm_90 (228 KiB an SM): 2 at 64 x 128 and larger (80-105 KiB a block), 4 at
+    64 x 64 (54 KiB)."""
+    return 2 if rows * cols >= 64 * 128 else 4
+
+
+def tf32_block_threads(rows: int) -> int:
+    """Threads of a TF32 tile-GEMM block of ``rows`` rows: a 64-thread pair of warps per 32 rows."""
+    return rows // 32 * 64
+
+
+def tf32_shared_bytes(rows: int, cols: int) -> int:
+    """Dynamic shared memory of the TF32 tile GEMM's ``rows x cols`` instance: its ring of
+    :data:`TF32_STAGES` steps of A (rows x 36 floats, padded) and W (32 x (cols + 8))."""
+    return TF32_STAGES * (rows * (TF32_BLOCK_K + 4) + TF32_BLOCK_K * (cols + 8)) * 4
 
 
 def f32_block_threads(rows: int, cols: int) -> int:

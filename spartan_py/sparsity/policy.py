@@ -40,13 +40,20 @@ from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, L
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
-from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, f32_block_threads, f32_blocks_per_sm
+from spartan_py.sparsity.gpu_kernels import (
+    F32_BLOCK_K,
+    f32_block_threads,
+    f32_blocks_per_sm,
+    tf32_block_threads,
+    tf32_blocks_per_sm,
+    tf32_shared_bytes,
+)
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.tile_gemm import (
     PRECISIONS,
+    block_width,
     default_gemm_tile,
     dense_matmul,
-    fp32_block_width,
     fp32_schedule,
     lists_own_tiles,
     tile_sparse_matmul,
@@ -120,7 +127,7 @@ def candidate_records(
         return [dense(m)]
     if kernel == "tile_sparse":
         tm, tn = tile.grid((m, k))
-        bn = fp32_block_width(n)
+        bn = block_width(n)
         col_blocks = -(-n // bn)
         steps = tiles_active * (tile.cols // F32_BLOCK_K) * col_blocks  # BK-steps of all listed tiles
         balanced = (
@@ -135,6 +142,19 @@ def candidate_records(
         # listing in the GEMM: the counts read by every column block (tiles) or once, with
         # the padded list written and read again (balanced)
         listing_bytes = (4 * tiles * col_blocks if not balanced else 12 * tiles + 8 * tm) if own_list else 0
+        launch: dict[str, Any]
+        if precision == "fp32":
+            launch = dict(
+                block_threads=f32_block_threads(tile.rows, bn),
+                block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+                resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn),
+            )
+        else:
+            launch = dict(
+                block_threads=tf32_block_threads(tile.rows),
+                block_shared_bytes=tf32_shared_bytes(tile.rows, bn),
+                resident_blocks_per_sm=tf32_blocks_per_sm(tile.rows, bn),
+            )
         gemm_record = TraceRecord(
             kernel=tile_gemm(precision),
             variant="-".join(part for part, on in (("balanced", balanced), ("counts", own_list)) if on),
@@ -149,11 +169,7 @@ def candidate_records(
             bytes_written=4 * m * n,
             blocks=blocks,
             block_rows=tile.rows,
-            block_threads=f32_block_threads(tile.rows, bn),
-            block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
-            resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn)
-            if precision == "fp32"
-            else 1,  # tf32: 162 registers a thread
+            **launch,
             **gemm,
         )
         if own_list:
@@ -276,7 +292,7 @@ class KernelPolicy:
 
     def resident_blocks(self, n: int) -> int:
         """FP32 tile-GEMM blocks the machine holds at once for ``n`` output columns."""
-        return f32_blocks_per_sm(self.tile.rows, fp32_block_width(n)) * self.machine.specs.sm_count
+        return f32_blocks_per_sm(self.tile.rows, block_width(n)) * self.machine.specs.sm_count
 
     def records(self, kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int):
         """The trace records ``kernel`` launches for ``[m x k] @ [k x n]`` at this policy's

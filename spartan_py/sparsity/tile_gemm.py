@@ -7,9 +7,10 @@ path emulates TF32 by rounding the operands the same way, so CPU and GPU results
 only by FP32 summation order.
 
 GPU kernels (``kernels/tile_gemm.cu``) take the tile list as CSR over row blocks: the
-tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 128 for ``tf32``) and
-its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K`` must be a
-multiple of the tile's columns. ``N`` is padded to the kernel's block width when needed.
+tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 64 or 128 for
+``tf32``) and its columns a multiple of the inner step (16 for ``fp32``, 32 for ``tf32``); ``K``
+must be a multiple of the tile's columns. ``N`` is padded to the kernel's block width
+(:func:`block_width`) when needed.
 Given the per-tile counts (:class:`~spartan_py.sparsity.tiles.TileCounts`, what the
 monitor writes) instead of a list, the FP32 kernels list each row block's non-zero tiles
 themselves, in the same launch (:func:`lists_own_tiles`): no list launch before the GEMM.
@@ -80,8 +81,10 @@ def fp32_schedule(row_blocks: int, col_blocks: int, resident_blocks: int, steps:
 #: ResNet-18 conv2_x, whose 64 columns make small blocks
 #: (``benchmarks/results/kernel-experiments-20261123b/``).
 DEFAULT_GEMM_TILE = TileShape(64, 32)
-#: The TF32 kernel's tile when none is given (its block is 128 rows).
-DEFAULT_TF32_GEMM_TILE = TileShape(128, 32)
+#: The TF32 kernel's tile when none is given: the FP32 tile, so that the policy's counts serve
+#: both. The 64-row instance ran the missed points of ``benchmarks/tile_gemm.py`` in 0.21-0.79x
+#: (median 0.56) of the time of the 128-row kernel it replaced (H100; ``docs/tile-gemm.md``).
+DEFAULT_TF32_GEMM_TILE = TileShape(64, 32)
 
 
 def default_gemm_tile(precision: str = "fp32") -> TileShape:
@@ -89,9 +92,9 @@ def default_gemm_tile(precision: str = "fp32") -> TileShape:
     return DEFAULT_TF32_GEMM_TILE if precision == "tf32" else DEFAULT_GEMM_TILE
 
 
-def fp32_block_width(n: int) -> int:
-    """Output columns per block of the FP32 tile GEMM for ``n`` columns (the policy's
-    records describe the same launch)."""
+def block_width(n: int) -> int:
+    """Output columns per block of the tile GEMM (either precision) for ``n`` columns (the
+    policy's records describe the same launch)."""
     return 128 if n % 128 == 0 else 64
 
 
@@ -220,10 +223,13 @@ def _gpu_tile_matmul(
     from spartan_py.sparsity.gpu_kernels import (
         F32_BLOCK_K,
         F32_SHAPES,
-        TF32_BLOCK,
+        TF32_BLOCK_K,
+        TF32_SHAPES,
         f32_block_threads,
         gemm_kernels,
         resident_grid,
+        tf32_block_threads,
+        tf32_shared_bytes,
     )
 
     m, k = a.shape
@@ -232,14 +238,15 @@ def _gpu_tile_matmul(
         raise InputError(f"the tile GEMM kernels take C-contiguous float32 A and W, got {a.dtype} and {w.dtype}")
     tile = tiles.tile
     if precision == "tf32":
-        bm, bn, bk = TF32_BLOCK
-        if tile.rows != bm:
-            raise InputError(f"the tf32 tile GEMM needs tiles of {bm} rows, got {tile}")
+        bm, bn, bk = tile.rows, block_width(n), TF32_BLOCK_K
+        if (bm, bn) not in TF32_SHAPES:
+            heights = sorted({s[0] for s in TF32_SHAPES})
+            raise InputError(f"the tf32 tile GEMM needs tiles of {' or '.join(map(str, heights))} rows, got {tile}")
     else:
         heights = sorted({s[0] for s in F32_SHAPES})
         if tile.rows not in heights:
             raise InputError(f"the fp32 tile GEMM needs tiles of {' or '.join(map(str, heights))} rows, got {tile}")
-        bm, bn, bk = block or (tile.rows, fp32_block_width(n), F32_BLOCK_K)
+        bm, bn, bk = block or (tile.rows, block_width(n), F32_BLOCK_K)
         if (bm, bn, bk) not in F32_SHAPES or bm != tile.rows:
             raise InputError(f"no fp32 tile GEMM instance {(bm, bn, bk)} for {tile} tiles; have {F32_SHAPES}")
     if tile.cols % bk or k % tile.cols:
@@ -279,8 +286,7 @@ def _gpu_tile_matmul(
         if schedule == "balanced":
             _launch_balanced(cupy, device, kernels, ("fp32-balanced", bm, bn, bk), args, tiles_m, min_steps)
         elif precision == "tf32":
-            shared = (bm * (bk + 4) + bk * (bn + 8)) * 4  # TC_LDA, TC_LDW in tile_gemm.cu
-            kernels[("tf32",)](grid, (256,), args, shared_mem=shared)
+            kernels[("tf32", bm, bn, bk)](grid, (tf32_block_threads(bm),), args, shared_mem=tf32_shared_bytes(bm, bn))
         else:
             kernels[("fp32", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
     if n_pad != n:
