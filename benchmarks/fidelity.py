@@ -40,7 +40,7 @@ from spartan_py.files import atomic_write_text
 from spartan_py.trace import read_trace, write_trace
 
 OUT = RESULTS / "fidelity"
-H100_RECORDS = (OUT / "validate-h100-b87cf0d.trace.csv.gz").relative_to(ROOT)
+H100_RECORDS = (OUT / "validate-h100-47a7d1c.trace.csv.gz").relative_to(ROOT)
 
 
 def _tables(predicted) -> dict:

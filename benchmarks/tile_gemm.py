@@ -178,16 +178,17 @@ def markdown(result: Path) -> str:
     rows = json.loads(result.read_text())["sweep"]
     lines = [
         "| layer | tile density | cuBLAS FP32 | cuBLAS TF32 | Blocked-ELL 32 (TF32-level) | + conversion "
-        "| tile FP32 + list | tile FP32 from counts | floor | write C | from counts / floor | policy pick "
-        "| pick, decision included | bars |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| tile TF32 + list | tile FP32 + list | tile FP32 from counts | floor | write C | from counts / floor "
+        "| policy pick | pick, decision included | bars |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for r in rows:
         bars = ("yes" if r["bar_speedup_or_floor"] else "no") + " / " + ("yes" if r["bar_baselines"] else "no")
         lines.append(
             f"| {r['layer']} | {r['tile_density']:.2f} | {r['cublas_fp32_us']:.0f} | {r['cublas_tf32_us']:.0f} "
             f"| {r['bell32_fp32_us']:.0f} | {r['bell32_fp32_with_convert_us']:.0f} "
-            f"| {r['tile_fp32_us'] + r['tile_list_us']:.0f} | {r['tile_fp32_counts_us']:.0f} | {r['floor_us']:.0f} "
+            f"| {r['tile_tf32_us'] + r['tile_list_us']:.0f} | {r['tile_fp32_us'] + r['tile_list_us']:.0f} "
+            f"| {r['tile_fp32_counts_us']:.0f} | {r['floor_us']:.0f} "
             f"| {r['write_c_us']:.0f} "
             f"| {r['tile_fp32_counts_over_floor']:.2f} "
             f"| {r['adaptive_kernel']} | {r['adaptive_us']:.0f} | {bars} |"
