@@ -146,12 +146,12 @@ def test_machines_say_whether_they_were_validated():
 
 
 def test_fidelity_tables_print_every_family_and_run_of_a_summary():
-    """``benchmarks/fidelity.py tables``: the docs' tables from the committed round-13 summary,
+    """``benchmarks/fidelity.py tables``: the docs' tables from the committed round-14 summary,
     a row per family and whole run, with the figures the summary holds."""
     from benchmarks._results import RESULTS
     from benchmarks.fidelity import fidelity_tables
 
-    summary = RESULTS / "fidelity" / "h200-fidelity-20261126-211238.json"
+    summary = RESULTS / "fidelity" / "h200-fidelity-20261126-231250.json"
     found = json.loads(summary.read_text())
     tables = fidelity_tables(summary).split("\n\n")
     families, runs, speedups, reverse = (table.splitlines()[2:] for table in tables[:4])
