@@ -18,8 +18,8 @@
 // registers and its W copied into the other shared buffer (cp.async; one barrier per step).
 //
 // tile_gemm_tf32<BM, BN>: TF32 tensor cores through PTX mma.sync.m16n8k8 (NVRTC builds without
-// <mma.h>), BM / 32 x 2 warps, each a 32 x BN/2 patch (2 x BN/16 fragments of 16 x 8), one
-// 32-column step per k-tile step (BK = 32). Both operands are copied raw (FP32) by cp.async
+// <mma.h>), BM / 32 x 2 warps, each a 32 x BN/2 patch (2 x BN/16 fragments of 16 x 8), K
+// taken 32 columns a step (BK = 32). Both operands are copied raw (FP32) by cp.async
 // into a TC_STAGES-deep ring of shared tiles, so the copies of the next steps run under this
 // step's products; they are rounded to TF32 (cvt.rna: to nearest, ties away) as the fragments
 // are read; accumulation in FP32. Shared rows are padded so fragment loads hit 32 different
