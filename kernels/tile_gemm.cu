@@ -23,8 +23,7 @@
 // into a TC_STAGES-deep ring of shared tiles, so the copies of the next steps run under this
 // step's products; they are rounded to TF32 (cvt.rna: to nearest, ties away) as the fragments
 // are read; accumulation in FP32. Shared rows are padded so fragment loads hit 32 different
-// banks. tile_gemm_tf32_counts lists its tiles from the monitor's counts, like
-// tile_gemm_f32_counts.
+// banks.
 
 // One BK-deep step of the FP32 kernels: W's rows go straight to shared memory (cp.async,
 // no registers held), A's through registers, stored transposed for the 8 x 8 patch products.
@@ -485,12 +484,11 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, int b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(bytes) : "memory");
 }
 
-// One output block (row block blockIdx.y, column block blockIdx.x): its row block's k-tiles
-// are tiles[0 .. count) (global or shared memory).
 template <int BM, int BN>
-__device__ __forceinline__ void tf32_output_block(const float* __restrict__ A, const float* __restrict__ W,
-                                                  float* __restrict__ C, int M, int N, int K, const int* tiles, int count,
-                                                  int TK) {
+__global__ void __launch_bounds__(BM / 32 * 64) tile_gemm_tf32(const float* __restrict__ A, const float* __restrict__ W,
+                                                              float* __restrict__ C, int M, int N, int K,
+                                                              const int* __restrict__ row_ptr,
+                                                              const int* __restrict__ k_tiles, int TK) {
     constexpr int THREADS = BM / 32 * 64;
     constexpr int LDW = BN + 8;  // (8 * lane_in_group + group) % 32: conflict-free B fragment loads
     constexpr int NI = BN / 16;  // 8-column fragments a warp
@@ -499,14 +497,15 @@ __device__ __forceinline__ void tf32_output_block(const float* __restrict__ A, c
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;   // fragment group and lane within it
     const int wm = warp >> 1, wn = warp & 1;  // warp rows of 32, two warp columns
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int rb = blockIdx.y, m0 = rb * BM, n0 = blockIdx.x * BN;
+    const int first = row_ptr[rb];
     const int sub = TK / TC_BK;
-    const int steps = count * sub;
+    const int steps = (row_ptr[rb + 1] - first) * sub;
 
     auto load = [&](int s) {
         float* As = tc_smem + (s % TC_STAGES) * (A_STAGE + W_STAGE);
         float* Ws = As + A_STAGE;
-        const int k0 = tiles[s / sub] * TK + (s % sub) * TC_BK;
+        const int k0 = k_tiles[first + s / sub] * TK + (s % sub) * TC_BK;
 #pragma unroll
         for (int v = 0; v < BM * TC_BK / 4 / THREADS; ++v) {
             const int e = tid + v * THREADS, row = e / (TC_BK / 4), c4 = e % (TC_BK / 4);
@@ -580,28 +579,6 @@ __device__ __forceinline__ void tf32_output_block(const float* __restrict__ A, c
         }
 }
 
-template <int BM, int BN>
-__global__ void __launch_bounds__(BM / 32 * 64) tile_gemm_tf32(const float* __restrict__ A, const float* __restrict__ W,
-                                                              float* __restrict__ C, int M, int N, int K,
-                                                              const int* __restrict__ row_ptr,
-                                                              const int* __restrict__ k_tiles, int TK) {
-    const int first = row_ptr[blockIdx.y];
-    tf32_output_block<BM, BN>(A, W, C, M, N, K, k_tiles + first, row_ptr[blockIdx.y + 1] - first, TK);
-}
-
-// The same from the monitor's counts: each block lists its row block's non-zero tiles into
-// shared memory first (block_list_tiles), as tile_gemm_f32_counts does.
-template <int BM, int BN>
-__global__ void __launch_bounds__(BM / 32 * 64) tile_gemm_tf32_counts(const float* __restrict__ A,
-                                                                     const float* __restrict__ W, float* __restrict__ C,
-                                                                     int M, int N, int K, const int* __restrict__ counts,
-                                                                     int TK) {
-    __shared__ int list[COUNTS_MAX_K_TILES];
-    const int k_tiles = K / TK;
-    const int count = block_list_tiles<BM / 32 * 64>(counts + (size_t)blockIdx.y * k_tiles, k_tiles, list);
-    tf32_output_block<BM, BN>(A, W, C, M, N, K, list, count, TK);
-}
-
 #ifndef TILE_GEMM_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
 #define TILE_GEMM_F32_INSTANCE(BM, BN)                                                                                    \
     template __global__ void tile_gemm_f32<BM, BN, 16>(const float*, const float*, float*, int, int, int, const int*,       \
@@ -623,9 +600,7 @@ TILE_GEMM_F32_INSTANCE(16, 128)
 TILE_GEMM_F32_INSTANCE(16, 64)
 #define TILE_GEMM_TF32_INSTANCE(BM, BN)                                                                                   \
     template __global__ void tile_gemm_tf32<BM, BN>(const float*, const float*, float*, int, int, int, const int*,        \
-                                                    const int*, int);                                                     \
-    template __global__ void tile_gemm_tf32_counts<BM, BN>(const float*, const float*, float*, int, int, int, const int*, \
-                                                           int);
+                                                    const int*, int);
 TILE_GEMM_TF32_INSTANCE(128, 128)
 TILE_GEMM_TF32_INSTANCE(128, 64)
 TILE_GEMM_TF32_INSTANCE(64, 128)

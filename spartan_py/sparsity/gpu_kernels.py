@@ -78,9 +78,6 @@ def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:
     kernel(epilogue_grid(m, n), (EPILOGUE_THREADS,), args, shared_mem=EPILOGUE_SHARED_BYTES)
 
 
-#: The TF32 tile GEMM's kernels (``tiles`` schedule only): reading a tile list, or listing the
-#: tiles from the monitor's counts in the same launch.
-TF32_KERNELS = {"tf32": "tile_gemm_tf32", "tf32-counts": "tile_gemm_tf32_counts"}
 #: The FP32 tile GEMM's kernels by (schedule, where its tile list comes from): the ``tiles``
 #: and ``balanced`` schedules reading a tile list, and the same two listing the tiles from
 #: the monitor's counts in the same launch.
@@ -103,36 +100,23 @@ def gemm_kernels(device_id: int) -> dict:
         for kind, name in F32_KERNELS.items()
         for shape in F32_SHAPES
     }
-    names |= {
-        (kind, bm, bn, TF32_BLOCK_K): f"{name}<{bm}, {bn}>"
-        for kind, name in TF32_KERNELS.items()
-        for bm, bn in TF32_SHAPES
-    }
+    names |= {("tf32", bm, bn, TF32_BLOCK_K): f"tile_gemm_tf32<{bm}, {bn}>" for bm, bn in TF32_SHAPES}
     module = cupy.RawModule(
         code=kernel_source("tile_gemm.cu"),
         options=("-std=c++17", "-DTILE_GEMM_NO_EXPLICIT_INSTANCES"),
         name_expressions=list(names.values()),
     )
     kernels = {key: module.get_function(name) for key, name in names.items()}
-    for kind in TF32_KERNELS:  # the ring is dynamic shared memory, above the 48 KiB a launch gets without asking
-        for bm, bn in TF32_SHAPES:
-            kernels[(kind, bm, bn, TF32_BLOCK_K)].max_dynamic_shared_size_bytes = tf32_shared_bytes(bm, bn)
+    for bm, bn in TF32_SHAPES:  # its ring is dynamic shared memory, above the 48 KiB a launch gets without asking
+        kernels[("tf32", bm, bn, TF32_BLOCK_K)].max_dynamic_shared_size_bytes = tf32_shared_bytes(bm, bn)
     return kernels
 
 
-#: Shared memory of an sm_90 SM and what the runtime keeps of it a block: the TF32 kernels'
-#: blocks per SM follow from their shared memory (:func:`tf32_blocks_per_sm`).
-SM90_SHARED_BYTES = 228 * 1024
-SM90_BLOCK_RESERVED_BYTES = 1024
-
-
-def tf32_blocks_per_sm(rows: int, cols: int, lists_own_tiles: bool = False) -> int:
-    """Blocks per SM of the TF32 tile GEMM's ``rows x cols`` instance on sm_90, which its
-    shared memory limits (the ring, and the tile list when it lists its own tiles): 2 at
-    64 x 128 and larger (80-110 KiB a block), 4 at 64 x 64 (54 KiB; 3 listing its tiles), at
-    most 4 (the 64 x 64 instance's registers)."""
-    shared = tf32_shared_bytes(rows, cols) + (4 * COUNTS_MAX_K_TILES if lists_own_tiles else 0)
-    return min(4, SM90_SHARED_BYTES // (shared + SM90_BLOCK_RESERVED_BYTES))
+def tf32_blocks_per_sm(rows: int, cols: int) -> int:
+    """Blocks per SM of the TF32 tile GEMM's ``rows x cols`` instance, which its shared-memory
+    ring limits on sm_90 (228 KiB an SM): 2 at 64 x 128 and larger (80-105 KiB a block), 4 at
+    64 x 64 (54 KiB)."""
+    return 2 if rows * cols >= 64 * 128 else 4
 
 
 def tf32_block_threads(rows: int) -> int:

@@ -5,9 +5,8 @@ Candidates (:data:`KERNEL_CHOICES`):
 
 ``dense``        cuBLAS on the whole input.
 ``tile_sparse``  the tile-sparse GEMM over the input's non-zero tiles, from the monitor's
-                 counts at the policy's tile, listed inside the GEMM's launch (a list
-                 launch first, by count, scan and scatter, only where the list does not
-                 fit the kernel's shared memory).
+                 counts at the policy's tile (FP32: listed inside the GEMM's launch;
+                 TF32: a list launch first, by count, scan and scatter).
 ``row_compact``  gather the live rows, cuBLAS on them, scatter the result back.
 ``csr``          convert the input to CSR and multiply with cuSPARSE (SpMM).
 
@@ -154,7 +153,7 @@ def candidate_records(
             launch = dict(
                 block_threads=tf32_block_threads(tile.rows),
                 block_shared_bytes=tf32_shared_bytes(tile.rows, bn),
-                resident_blocks_per_sm=tf32_blocks_per_sm(tile.rows, bn, own_list),
+                resident_blocks_per_sm=tf32_blocks_per_sm(tile.rows, bn),
             )
         gemm_record = TraceRecord(
             kernel=tile_gemm(precision),

@@ -12,7 +12,7 @@ tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 64 or
 must be a multiple of the tile's columns. ``N`` is padded to the kernel's block width
 (:func:`block_width`) when needed.
 Given the per-tile counts (:class:`~spartan_py.sparsity.tiles.TileCounts`, what the
-monitor writes) instead of a list, the kernels list each row block's non-zero tiles
+monitor writes) instead of a list, the FP32 kernels list each row block's non-zero tiles
 themselves, in the same launch (:func:`lists_own_tiles`): no list launch before the GEMM.
 
 Schedules (GPU, ``fp32``): ``balanced`` spreads the listed tiles' steps evenly over a grid
@@ -123,13 +123,13 @@ def _check_operands(a, w, precision: str):
 def lists_own_tiles(precision: str, schedule: str, tiles_m: int, k_tiles: int) -> bool:
     """Whether the GPU tile GEMM of ``precision`` and ``schedule`` (one of :data:`SCHEDULES`)
     lists the non-zero tiles from a :class:`~spartan_py.sparsity.tiles.TileCounts` in its own
-    launch, for ``tiles_m`` row blocks of ``k_tiles`` tiles: where the kernels' lists fit in
-    shared memory (else a tile list is built first, a launch of its own)."""
+    launch, for ``tiles_m`` row blocks of ``k_tiles`` tiles: FP32 within the kernels' lists
+    in shared memory (else a tile list is built first, a launch of its own)."""
     from spartan_py.sparsity.gpu_kernels import COUNTS_MAX_K_TILES, COUNTS_MAX_ROW_BLOCKS
 
-    if precision == "fp32" and schedule == "balanced":
-        return tiles_m <= COUNTS_MAX_ROW_BLOCKS
-    return k_tiles <= COUNTS_MAX_K_TILES
+    if precision != "fp32":
+        return False
+    return tiles_m <= COUNTS_MAX_ROW_BLOCKS if schedule == "balanced" else k_tiles <= COUNTS_MAX_K_TILES
 
 
 def tile_sparse_matmul(
@@ -276,10 +276,6 @@ def _gpu_tile_matmul(
         if schedule == "balanced":
             _launch_balanced(
                 cupy, device, kernels, ("fp32-balanced-counts", bm, bn, bk), from_counts, tiles_m, min_steps, k_tiles
-            )
-        elif precision == "tf32":
-            kernels[("tf32-counts", bm, bn, bk)](
-                grid, (tf32_block_threads(bm),), from_counts, shared_mem=tf32_shared_bytes(bm, bn)
             )
         else:
             kernels[("fp32-counts", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), from_counts)
