@@ -135,6 +135,12 @@ def f32_block_threads(rows: int, cols: int) -> int:
     return (rows // 8) * (cols // 8)
 
 
+def f32_shared_bytes(rows: int, cols: int) -> int:
+    """Static shared memory of the FP32 tile GEMM's ``rows x cols`` instance: two steps of A
+    (:data:`F32_BLOCK_K` x rows) and W (:data:`F32_BLOCK_K` x cols)."""
+    return 2 * F32_BLOCK_K * (rows + cols) * 4
+
+
 @functools.cache
 def resident_grid(device_id: int, key: tuple) -> int:
     """Blocks of the GEMM kernel ``key`` that fit on the whole GPU at once (occupancy x SMs)."""

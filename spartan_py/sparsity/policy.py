@@ -44,6 +44,7 @@ from spartan_py.sparsity.gpu_kernels import (
     F32_BLOCK_K,
     f32_block_threads,
     f32_blocks_per_sm,
+    f32_shared_bytes,
     tf32_block_threads,
     tf32_blocks_per_sm,
     tf32_shared_bytes,
@@ -146,7 +147,7 @@ def candidate_records(
         if precision == "fp32":
             launch = dict(
                 block_threads=f32_block_threads(tile.rows, bn),
-                block_shared_bytes=2 * F32_BLOCK_K * (tile.rows + bn) * 4,
+                block_shared_bytes=f32_shared_bytes(tile.rows, bn),
                 resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn),
             )
         else:
