@@ -12,7 +12,6 @@ extras="${SPARTAN_EXTRAS:-}"
 stamp="$venv/.installed-$(sha1sum "$root/pyproject.toml" | cut -c1-12)-${extras:-base}"
 if [ ! -f "$stamp" ]; then
     echo "installing spartan-py${extras:+[$extras]} into $venv (first run only)" >&2
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/python" -m pip install --quiet -e "$root${extras:+[$extras]}"
     touch "$stamp"
 fi

@@ -59,10 +59,29 @@ def _cmd_infer_sharded(args) -> int:
     return 0
 
 
+def _backend_name(text: str) -> str:
+    """``--backend``'s value, or argparse's error naming the closest backend."""
+    if text in BACKEND_CHOICES:
+        return text
+    import difflib
+
+    close = difflib.get_close_matches(text, BACKEND_CHOICES, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise argparse.ArgumentTypeError(f"unknown backend {text!r}; {hint}(choose from {', '.join(BACKEND_CHOICES)})")
+
+
 def _check_request(args) -> None:
     """Refuse a backend that cannot run the network before anything is loaded (exit 2)."""
     from spartan_py.api import network_neurons
     from spartan_py.engines import check_backend, twin_backend
+
+    if args.machine is not None and args.mode != "simulated":
+        raise InputError(
+            f"--machine {args.machine} names a simulated GPU: add --mode simulated "
+            "(a measured run times the hardware here, whatever machine is named)"
+        )
+    if args.mode == "simulated" and args.machine is None:
+        args.machine = DEFAULT_MACHINE
 
     backend = twin_backend(args.backend) if args.mode == "simulated" else args.backend
     check_backend(backend, network_neurons(args.network))
@@ -157,10 +176,10 @@ def _cmd_simulate(args) -> int:
     from spartan_py.costmodel import kernel_error_table, run_totals
     from spartan_py.costmodel.families import TIMED_FAMILIES
     from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import resolve_machine, trust
-    from spartan_py.trace import read_trace, write_trace
+    from spartan_py.costmodel.simulate import read_replayable_trace, resolve_machine, trust
+    from spartan_py.trace import write_trace
 
-    trace = read_trace(args.trace)
+    trace = read_replayable_trace(args.trace)
     results = []
     for name in args.machine:
         machine, variant = resolve_machine(name)
@@ -216,9 +235,16 @@ def _cmd_run(args) -> int:
         if not points:
             raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
     if args.check:
-        print(f"{args.file}: valid; {len(points)} point{'s' if len(points) != 1 else ''}")
+        from spartan_py.runner.execute import unavailable_here
+
+        blocked = {point.id: unavailable_here(point) for point in points}
+        cannot = sum(reason is not None for reason in blocked.values())
+        plural = "s" if len(points) != 1 else ""
+        here = f"; {cannot} cannot run on this machine (marked *)" if cannot else ""
+        print(f"{args.file}: valid; {len(points)} point{plural}{here}")
         for point in points:
-            print(f"  {point.id}  {point.label}")
+            reason = blocked[point.id]
+            print(f"  {point.id}  {point.label}" + (f"  * {reason}" if reason else ""))
         return 0
     out = Path(args.out) if args.out else Path("runs") / experiment.name
     _log(args, f"{experiment.name}: {len(points)} points -> {out}")
@@ -271,9 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spartan", description="Activation-sparsity studies on GPUs.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     parser.add_argument("--version", action="version", version=f"spartan {_version()}")
+    # --debug is taken after the subcommand too (the error hint says "run with --debug");
+    # SUPPRESS keeps a subcommand's absent flag from overwriting the one given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("infer", help="Sparse DNN Graph Challenge inference")
+    run = commands.add_parser("infer", parents=[common], help="Sparse DNN Graph Challenge inference")
     run.add_argument(
         "--network",
         required=True,
@@ -283,7 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--layers", type=int, help="layers to run (default: all files; 120 for a generated network)")
     run.add_argument("--rows", type=int, help="input row count (default: the largest row index in the file)")
     run.add_argument(
-        "--backend", default="auto", choices=BACKEND_CHOICES, help="default: auto (GPU if present, else CPU)"
+        "--backend",
+        default="auto",
+        type=_backend_name,
+        metavar="{" + ",".join(BACKEND_CHOICES) + "}",
+        help="default: auto (GPU if present, else CPU)",
     )
     run.add_argument("--truth", help="truth categories file to check against")
     run.add_argument("--categories-out", help="write the categories (1-based rows) to this file")
@@ -294,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated: run the GPU kernel's CPU twin and take times from the cost model",
     )
     run.add_argument(
-        "--machine", default=DEFAULT_MACHINE, help="sim/ machine for --mode simulated (NAME or NAME+VARIANT)"
+        "--machine", help=f"sim/ machine for --mode simulated (NAME or NAME+VARIANT; default {DEFAULT_MACHINE})"
     )
     run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
     run.add_argument("--json", action="store_true", help="print one JSON object")
@@ -314,18 +348,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, help="worker processes for --shards (default: one per shard)")
     run.set_defaults(handler=_cmd_infer)
 
-    machines = commands.add_parser("machines", help="list the described GPUs (sim/) and what-if variants")
+    machines = commands.add_parser(
+        "machines", parents=[common], help="list the described GPUs (sim/) and what-if variants"
+    )
     machines.add_argument("--json", action="store_true")
     machines.set_defaults(handler=_cmd_machines)
 
-    simulate = commands.add_parser("simulate", help="replay a recorded trace on described GPUs (cost model)")
-    simulate.add_argument("trace", help="a trace file (CSV or Parquet) from --trace-out or a benchmark")
+    simulate = commands.add_parser(
+        "simulate", parents=[common], help="replay a recorded trace on described GPUs (cost model)"
+    )
+    simulate.add_argument(
+        "trace",
+        help="a trace file (CSV or Parquet) from `spartan infer --trace-out` or a benchmark, "
+        "or a `spartan run` folder (every point's trace)",
+    )
     simulate.add_argument("--machine", action="append", required=True, help="NAME or NAME+VARIANT; repeat for several")
     simulate.add_argument("--out", type=Path, help="write the predicted trace here (one file per machine if several)")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=_cmd_simulate)
 
-    experiment = commands.add_parser("run", help="run an experiment file (YAML): every point of its sweep")
+    experiment = commands.add_parser(
+        "run", parents=[common], help="run an experiment file (YAML): every point of its sweep"
+    )
     experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
     experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
     experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
@@ -341,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--quiet", action="store_true", help="no progress bar")
     experiment.set_defaults(handler=_cmd_run)
 
-    report = commands.add_parser("report", help="write report.html and report.md for a run folder")
+    report = commands.add_parser("report", parents=[common], help="write report.html and report.md for a run folder")
     report.add_argument("dir", help="a folder written by `spartan run`")
     report.add_argument(
         "--against",

@@ -7,12 +7,27 @@ import tempfile
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's file-creation mask (read from ``/proc`` where it can be, without changing it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it the only portable way, then put it back at once
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600 whatever the umask; give the file the mode open() would have
+        os.fchmod(handle, 0o666 & ~current_umask())
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()

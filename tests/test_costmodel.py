@@ -125,6 +125,7 @@ def test_variants(twin_trace):
         resolve_machine("h100-sxm+warp-drive")
 
 
+@pytest.mark.slow
 def test_calibration_recovers_known_parameters(twin_trace):
     """Fit on times the model itself produced with known parameters: the fit finds them."""
     h100 = load_machine("h100-sxm")
@@ -157,6 +158,7 @@ def test_calibration_recovers_known_parameters(twin_trace):
     assert np.allclose(totals["error_pct"], 0)
 
 
+@pytest.mark.slow
 def test_calibration_finds_saturating_warps_from_above():
     """A kernel of 8-warp blocks that runs slower with one block per SM than with several
     (saturating_warps 24): from the default start (4 warps) the residuals do not move with

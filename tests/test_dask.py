@@ -59,6 +59,7 @@ def test_process_pool_matches_inline(sweep, tmp_path):
     assert "pool of 2" in json.loads((tmp_path / "environment.json").read_text())["executor"]
 
 
+@pytest.mark.slow
 def test_local_cluster_survives_a_killed_worker(sweep, tmp_path):
     pytest.importorskip("distributed")
     experiment, points, expected = sweep
@@ -116,7 +117,7 @@ def test_shard_bounds_cover_every_row_once():
         shard_bounds(10, 0)
 
 
-@pytest.mark.parametrize("cluster, workers", [(None, 1), (None, 3), ("local", 2)])
+@pytest.mark.parametrize("cluster, workers", [(None, 1), (None, 3), pytest.param("local", 2, marks=pytest.mark.slow)])
 def test_sharded_inference_equals_one_run(cluster, workers):
     if cluster:
         pytest.importorskip("distributed")

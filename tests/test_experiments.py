@@ -115,6 +115,7 @@ def test_every_experiment_the_issue_names_is_here():
     reason="no Chromium on PATH (.ci/run installs it; under CI this test fails instead)",
 )
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_experiment_runs_small_and_its_report_loads_in_a_browser(path, tmp_path):
     gpu = gpu_unavailable_reason() is None
     data = small_copy(load_yaml(path).data, gpu)

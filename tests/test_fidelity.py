@@ -69,6 +69,7 @@ def _known(machine, **per_instance):
     return machine.model_copy(update={"calibration": calibration})
 
 
+@pytest.mark.slow
 def test_each_instance_gets_its_own_fit(two_instances):
     h100 = load_machine("h100-sxm")
     instances = {instance_of("gpu.gc_layer", v) for v in two_instances["variant"]}
@@ -84,6 +85,7 @@ def test_each_instance_gets_its_own_fit(two_instances):
     assert family_errors(predict(trace, family_only))["median_pct"].max() > 1.0  # one fit for both cannot
 
 
+@pytest.mark.slow
 def test_blind_predictions_round_trip_and_errors(two_instances, tmp_path):
     h100, h200 = load_machine("h100-sxm"), load_machine("h200-sxm")
     blind = json.loads(json.dumps(predictions(two_instances, h200)))  # as committed and read back
@@ -118,6 +120,7 @@ def test_dense_layer_points_are_one_run_per_family():
     assert list(run_names(frame)) == ["gc", "gc", "conv / gpu.dense_gemm.fp32", "conv / gpu.tile_gemm.fp32"]
 
 
+@pytest.mark.slow
 def test_gzipped_trace_round_trip(two_instances, tmp_path):
     path = write_trace(tmp_path / "t.trace.csv.gz", two_instances.drop(columns="point"))
     assert path.read_bytes()[:2] == b"\x1f\x8b"

@@ -20,6 +20,7 @@ from spartan_py.runner import load_experiment, run_experiment
 from spartan_py.runner.store import load_points
 from spartan_py.trace import read_trace
 from tests.conftest import ROOT, checkout_env
+from tests.test_cli import spartan
 
 BAD = ROOT / "tests" / "data" / "bad-experiments"
 SMALL = """\
@@ -188,13 +189,13 @@ def test_only_runs_the_points_whose_label_matches(tmp_path):
         "sweep:\n  grid: {workload.layers: [3, 4, 5]}\n"
     )
     out = tmp_path / "run"
-    command, env = _run_command(path, out)
-    some = subprocess.run([*command, "--only", "layers=[34]$"], env=env, capture_output=True, text=True, timeout=600)
+    command = ["run", path, "--out", out, "--quiet"]
+    some = spartan(*command, "--only", "layers=[34]$")
     assert some.returncode == 0, some.stderr
     assert "2 points run, 0 already done" in some.stdout
-    rest = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    rest = spartan(*command)
     assert "1 points run, 2 already done" in rest.stdout
-    none = subprocess.run([*command, "--only", "no such label"], env=env, capture_output=True, text=True, timeout=600)
+    none = spartan(*command, "--only", "no such label")
     assert none.returncode == 2 and "no point" in none.stderr
 
 

@@ -123,11 +123,22 @@ def describe_error(error: Mapping[str, Any], model: type[pydantic.BaseModel], ma
         return (
             f"{where}field `{field}`: kind {given!r} is not one of {', '.join(choices)}{_did_you_mean(given, choices)}"
         )
+    message = plain_message(error)
     given = error.get("input")
-    shown = repr(given) if not isinstance(given, (dict, list)) else type(given).__name__
+    if kind.startswith(("value_error", "assertion_error")) or isinstance(given, (dict, list)):
+        return f"{where}field `{field}`: {message}"  # our validators' messages say what they got
+    shown = repr(given)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    return f"{where}field `{field}`: {error['msg']} (got {shown})"
+    return f"{where}field `{field}`: {message} (got {shown})"
+
+
+def plain_message(error: Mapping[str, Any]) -> str:
+    """pydantic's message without its ``Value error, `` / ``Assertion failed, `` prefixes."""
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
 
 
 def validate_model(model: type[Model], marked: MarkedYaml, *, root: tuple = (), context: dict | None = None) -> Model:

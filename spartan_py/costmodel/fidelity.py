@@ -55,9 +55,13 @@ def run_traces(run_dir: str | Path) -> pd.DataFrame:
             continue
         trace = read_trace(trace_path)
         trace = trace[trace["kernel"].isin(list(FAMILIES)) & trace["measured_us"].notna() & (trace["measured_us"] > 0)]
-        frames.append(trace.assign(point=record["label"]))
+        if not trace.empty:
+            frames.append(trace.assign(point=record["label"]))
     if not frames:
-        raise InputError(f"no measured GPU launches in {points}")
+        raise InputError(
+            f"no measured GPU launches in {points}: a fidelity comparison needs both run folders "
+            "measured on GPUs (points of a CPU backend or of --mode simulated have none)"
+        )
     return pd.concat(frames, ignore_index=True)
 
 

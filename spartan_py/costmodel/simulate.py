@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from spartan_py.costmodel.families import TIMED_FAMILIES
+from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
 from spartan_py.costmodel.model import predict
 from spartan_py.errors import InputError
-from spartan_py.trace import TraceRecord, to_frame
+from spartan_py.trace import TraceRecord, read_trace, to_frame
+
+_RUN_TABLES = ("results.csv", "dense-layers.csv", "simulated.csv")
+"""A run folder's tables: what ``spartan run`` writes beside its traces, not traces themselves."""
 
 
 def resolve_machine(name: str, variant: str | None = None) -> tuple[Machine, Variant | None]:
@@ -49,3 +54,39 @@ def simulate_trace(
         reason = timed.loc[missing, "note"].iloc[0]
         raise InputError(f"{machine.name} cannot run this kernel configuration: {reason}")
     return float(timed["predicted_us"].sum()) / 1e6, predicted
+
+
+def read_replayable_trace(path: str | Path) -> pd.DataFrame:
+    """The GPU kernel launches to replay from ``path``: a trace file (``--trace-out``, a
+    benchmark's) or a ``spartan run`` folder (every point's trace, ``run`` naming the point).
+    Refuses, saying what to give instead, a run's table or a trace with no GPU launch in it."""
+    path = Path(path)
+    if path.is_dir():
+        traces = sorted((path / "points").glob("*.trace.csv")) if (path / "points").is_dir() else []
+        if not traces:
+            raise InputError(
+                "a folder without points/*.trace.csv: give a trace file or a `spartan run` folder", path=path
+            )
+        frames = []
+        for trace_path in traces:
+            frame = read_trace(trace_path)
+            label = trace_path.name.removesuffix(".trace.csv")
+            frame["run"] = frame["run"].where(frame["run"] != "", label)
+            frames.append(frame)
+        trace = pd.concat(frames, ignore_index=True)
+    elif path.name in _RUN_TABLES:
+        raise InputError(
+            f"{path.name} is a run's table, not a kernel trace: give the run folder ({path.parent}) "
+            "or one of its points/*.trace.csv",
+            path=path,
+        )
+    else:
+        trace = read_trace(path)
+    if not trace["kernel"].isin(list(FAMILIES)).any():
+        devices = ", ".join(sorted(trace["device"].astype(str).unique())) or "none"
+        raise InputError(
+            f"no GPU kernel launch to replay (devices: {devices}); a trace of the cpu or reference backend has "
+            "none: record one with --backend gpu (or --backend gpu-twin --mode simulated on a machine without a GPU)",
+            path=path,
+        )
+    return trace

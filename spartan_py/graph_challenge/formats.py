@@ -78,13 +78,22 @@ def _line_of_record(path: Path, record: int) -> int:
     return -1
 
 
+class IndexRangeError(InputError):
+    """A triple's row or column index outside its bound; ``axis`` is ``"row"`` or ``"col"``."""
+
+    def __init__(self, message: str, *, axis: str, path: Path, line: int | None):
+        self.axis = axis
+        super().__init__(message, path=path, line=line)
+
+
 def _check_index_range(path: Path, name: str, values: np.ndarray, limit: int | None, what: str) -> None:
     bad = np.flatnonzero(values < 1) if limit is None else np.flatnonzero((values < 1) | (values > limit))
     if bad.size:
         first = int(bad[0])
         bound = "at least 1" if limit is None else f"between 1 and {limit} ({what})"
-        raise InputError(
+        raise IndexRangeError(
             f"{name} index {int(values[first])} is out of range: expected {bound}",
+            axis=name,
             path=path,
             line=_line_of_record(path, first),
         )

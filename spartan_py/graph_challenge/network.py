@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError
-from spartan_py.graph_challenge.formats import read_matrix_market, read_triples_matrix, write_triples
+from spartan_py.graph_challenge.formats import IndexRangeError, read_matrix_market, read_triples_matrix, write_triples
 
 #: Official bias by neuron count (the same value for every neuron of every layer).
 OFFICIAL_BIAS: dict[int, float] = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
@@ -196,15 +196,41 @@ def write_network(network: Network, directory: str | Path, *, suffix: str = "tsv
 def load_inputs(path: str | Path, neurons: int, *, rows: int | None = None) -> sp.csr_matrix:
     """Load input rows (TSV triples or ``.mtx``) as a float32 CSR matrix of ``rows`` x ``neurons``.
 
-    ``rows`` defaults to the largest row index in the file.
+    ``rows``: the first that many rows of the file (entries of later rows are left out; a file
+    with fewer rows gets empty rows up to it, as its trailing rows may be empty); default: up
+    to the largest row index in the file.
     """
     path = Path(path)
+    named = re.match(r"sparse-images-(\d+)", path.name)  # the official inputs name their width
+    if named and int(named.group(1)) != neurons:
+        raise InputError(
+            f"these inputs are for {named.group(1)}-neuron networks, not this network's {neurons} neurons "
+            f"(official inputs are sparse-images-{neurons}*)",
+            path=path,
+        )
     if path.name.endswith(".mtx"):
         matrix = read_matrix_market(path)
         if matrix.shape[1] != neurons:
             raise InputError(f"inputs have {matrix.shape[1]} columns; the network has {neurons} neurons", path=path)
-        return matrix
-    return read_triples_matrix(path, (rows, neurons), what=f"the network's {neurons} neurons")
+        return matrix if rows is None else _first_rows(matrix, rows)
+    what = f"the network's {neurons} neurons"
+    if rows is None:
+        return read_triples_matrix(path, (None, neurons), what=what)
+    try:
+        return read_triples_matrix(path, (rows, neurons), what=what)  # one pass, the common case
+    except IndexRangeError as exc:
+        if exc.axis != "row":
+            raise
+    return _first_rows(read_triples_matrix(path, (None, neurons), what=what), rows)
+
+
+def _first_rows(matrix: sp.csr_matrix, rows: int) -> sp.csr_matrix:
+    """The first ``rows`` rows of ``matrix``, with empty rows added where it has fewer."""
+    if matrix.shape[0] >= rows:
+        return sp.csr_matrix(matrix[:rows])
+    return sp.csr_matrix(
+        sp.vstack([matrix, sp.csr_matrix((rows - matrix.shape[0], matrix.shape[1]), dtype=matrix.dtype)])
+    )
 
 
 def live_rows(matrix: sp.csr_matrix) -> np.ndarray:

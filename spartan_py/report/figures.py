@@ -17,7 +17,8 @@ from spartan_py.report.published import published_rates  # noqa: E402
 
 def _png(figure) -> bytes:
     buffer = io.BytesIO()
-    figure.tight_layout()
+    if not figure.get_layout_engine():  # figures laid out as they were made keep their own
+        figure.set_layout_engine("constrained")  # no tight_layout warning on long labels
     figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
     return buffer.getvalue()
@@ -48,22 +49,28 @@ def live_rows_by_layer(results: pd.DataFrame) -> bytes | None:
 
 
 def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
-    """Edges per second of each point, with the published runs beside ours when comparable."""
+    """Edges per second of each point, with the published runs beside ours when comparable.
+
+    Horizontal bars, so that each point's whole label (workload, backend) can be read; the
+    title names only the colours drawn."""
     if results.empty:
         return None
     ours = results.drop_duplicates("point")
-    names = [f"{row.label}\n{row.backend}{' (simulated)' if row.simulated else ''}" for row in ours.itertuples()]
+    names = [f"{row.label} [{row.backend}{', simulated' if row.simulated else ''}]" for row in ours.itertuples()]
     rates = list(ours["edges_per_second"])
-    colours = ["tab:orange" if s else "tab:blue" for s in ours["simulated"]]
+    kinds = ["simulated" if s else "measured" for s in ours["simulated"]]
     if proxy_workload:
         for row in published_rates():
-            names.append(f"{row['name']}\n({row['includes']})")
+            names.append(f"{row['name']} ({row['includes']})")
             rates.append(row["edges_per_second"])
-            colours.append("tab:grey")
-    figure, axes = plt.subplots(figsize=(max(6, 0.9 * len(names)), 4))
-    axes.bar(range(len(names)), rates, color=colours)
-    axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-    axes.set(yscale="log", ylabel="edges / s", title="edge rate (blue measured, orange simulated, grey published)")
+            kinds.append("published")
+    colour = {"measured": "tab:blue", "simulated": "tab:orange", "published": "tab:grey"}
+    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(names)), layout="constrained")
+    positions = np.arange(len(names))[::-1]  # the first point on top
+    axes.barh(positions, rates, color=[colour[k] for k in kinds])
+    axes.set_yticks(positions, names, fontsize=7)
+    shown = [f"{colour[k].removeprefix('tab:')} {k}" for k in colour if k in kinds]
+    axes.set(xscale="log", xlabel="edges / s", title=f"edge rate ({', '.join(shown)})")
     return _png(figure)
 
 

@@ -173,6 +173,14 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     return sections, pictures
 
 
+def _check_text(check: dict | None) -> str:
+    """A point's category check in words (the rule of :mod:`spartan_py.graph_challenge.check`)."""
+    if not check:
+        return ""
+    verdict = check.get("note") or ("identical" if check["equal"] else "differ")
+    return f"against the {check['backend']} engine on {check['rows']} rows: {verdict}"
+
+
 def write_report(
     out: str | Path, *, against: str | Path | None = None, predictions: str | Path | None = None
 ) -> tuple[Path, Path]:
@@ -183,6 +191,8 @@ def write_report(
     blind predictions file written before this run) and a blind-prediction scatter.
     """
     out = Path(out)
+    if not out.exists():
+        raise InputError("folder not found; give a run folder written by `spartan run FILE --out DIR`", path=out)
     if not (out / "points").is_dir():
         raise InputError("not a run folder (no points/ inside); run `spartan run FILE --out DIR` first", path=out)
     config = json.loads((out / "config.json").read_text())
@@ -234,6 +244,7 @@ def write_report(
                 "simulated": p["summary"]["simulated"] if p["status"] == "ok" else "",
                 "categories": p["summary"].get("categories", "") if p["status"] == "ok" else "",
                 "passed": p["summary"].get("passed", "") if p["status"] == "ok" else "",
+                "check": _check_text(p["summary"].get("check")) if p["status"] == "ok" else "",
                 "seconds": p["summary"]["seconds"] if p["status"] == "ok" else float("nan"),
                 "edges_per_second": p["summary"].get("edges_per_second", float("nan"))
                 if p["status"] == "ok"

@@ -7,7 +7,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,18 @@ import numpy as np
 import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
-from spartan_py.engines import choose_backend, engine_class, make_engine, twin_backend
+from spartan_py.engines import choose_backend, engine_class, make_engine, twin_backend, unavailable_reason
 from spartan_py.errors import SpartanError
 from spartan_py.executors import Workers, run_all
 from spartan_py.runner.schema import Experiment
-from spartan_py.runner.store import environment, finished_point, point_path, write_json, write_tables
+from spartan_py.runner.store import (
+    check_run_folder,
+    environment,
+    finished_point,
+    point_path,
+    write_json,
+    write_tables,
+)
 from spartan_py.runner.sweep import Point
 from spartan_py.trace import to_frame, write_trace
 
@@ -76,6 +83,16 @@ def _record(point: Point, summary: dict, seconds: list[float], trace) -> tuple[d
         "trace": f"{point.id}.trace.csv",
         "machines": machines,
     }, trace
+
+
+def unavailable_here(point: Point) -> str | None:
+    """Why ``point`` cannot run on this machine (its backend needs a GPU or CuPy that is not
+    here), or None. ``auto`` and simulated points always run (on the CPU where need be)."""
+    config = point.experiment
+    if config.mode == "simulated" or config.backend in ("auto", "cpu", "reference"):
+        return None
+    backend = "gpu" if config.workload.kind == "conv_layers" else config.backend
+    return unavailable_reason(backend)
 
 
 def run_point(point: Point) -> tuple[dict, list]:
@@ -139,19 +156,27 @@ def run_point(point: Point) -> tuple[dict, list]:
 
 def check_categories(network, inputs, categories: np.ndarray, rows: int) -> dict:
     """The categories among the first ``rows`` input rows, checked against the ``cpu``
-    engine's on those rows (untimed; the CPU engine shares no code with the GPU kernels)."""
+    engine's on those rows (untimed; the CPU engine shares no code with the GPU kernels) by
+    the rule of :mod:`spartan_py.graph_challenge.check`: a row where they differ is decided
+    in float64 and passes only if it is borderline (an unstable fixed point)."""
     from spartan_py.engines.cpu import CpuEngine
+    from spartan_py.graph_challenge.check import compare_categories
 
     rows = min(rows, inputs.shape[0])
     started = time.perf_counter()
-    output = CpuEngine(network).run(inputs[:rows])
+    first = inputs[:rows]
+    output = CpuEngine(network).run(first)
     expected = output.live_rows.astype(np.int64) + 1
     got = categories[categories <= rows]
+    verdict = compare_categories(network, first, got, expected)
     return {
         "backend": "cpu",
         "rows": rows,
         "categories": int(expected.size),
-        "equal": bool(np.array_equal(got, expected)),
+        "equal": verdict.equal,
+        "passed": verdict.passed,
+        "differing": [asdict(v) | {"borderline": v.borderline} for v in verdict.differing],
+        "note": verdict.describe(),
         "seconds": time.perf_counter() - started,
     }
 
@@ -228,6 +253,7 @@ def run_experiment(
     ``on_point(point, record, skipped)`` is called after each point (the CLI's progress bar).
     """
     out = Path(out)
+    check_run_folder(out, experiment.name)
     (out / "points").mkdir(parents=True, exist_ok=True)
     write_json(
         out / "config.json",

@@ -74,7 +74,8 @@ class GraphChallengeWorkload(_Frozen):
     check_rows: PositiveInt | None = Field(
         None,
         description="categories of the first check_rows input rows checked against the cpu engine's "
-        "(a second run on the CPU; untimed)",
+        "(a second run on the CPU; untimed); rows where they differ are decided in float64 and pass "
+        "only on an unstable fixed point (spartan_py.graph_challenge.check)",
     )
 
     def short_label(self) -> str:
@@ -177,7 +178,8 @@ class Sweep(_Frozen):
                     raise ValueError(f"sweep.{kind}.{key} is an empty list: the sweep would have zero points")
         lengths = {key: len(values) for key, values in self.zip.items()}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"sweep.zip lists must have one length; got {lengths}")
+            shown = ", ".join(f"{key} has {length}" for key, length in lengths.items())
+            raise ValueError(f"sweep.zip lists must have one length; {shown}")
         both = set(self.grid) & set(self.zip)
         if both:
             raise ValueError(f"fields swept in both grid and zip: {', '.join(sorted(both))}")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
 
 
@@ -82,15 +83,42 @@ def environment() -> dict:
         info["cupy"] = None
     info["commit"] = os.environ.get("SPARTAN_COMMIT")  # a copy of the tree without its history says which
     if not info["commit"]:
-        try:
-            root = Path(__file__).resolve().parents[2]
-            commit = subprocess.run(
-                ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-            )
-            info["commit"] = commit.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            info["commit"] = None
+        info["commit"] = package_commit()
     return info
+
+
+def package_commit() -> str | None:
+    """The commit of the checkout this package was imported from, or None for an installed
+    copy (a wheel in site-packages has no history of its own: never the commit of whatever
+    repository happens to contain it, nor the working directory's)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file() or not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit.stdout.strip() or None
+
+
+def check_run_folder(out: Path, experiment_name: str) -> None:
+    """Refuse a run folder that holds another experiment's run (its points and tables would mix)."""
+    config = out / "config.json"
+    if not config.is_file():
+        if (out / "points").is_dir() and any((out / "points").glob("*.json")):
+            raise InputError(f"{out} holds points but no config.json: not a run folder of this tool's; choose another")
+        return
+    try:
+        stored = json.loads(config.read_text())["experiment"]["name"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise InputError(f"{config}: not a run folder's config.json; choose another --out") from None
+    if stored != experiment_name:
+        raise InputError(
+            f"{out} holds a run of experiment {stored!r}, not {experiment_name!r}: its points and tables would mix; "
+            f"choose another --out (default: runs/{experiment_name})"
+        )
 
 
 def load_points(out: Path) -> list[dict]:
@@ -260,6 +288,8 @@ def challenge_table(points: list[dict]) -> pd.DataFrame:
                 "categories": summary["categories"],
                 "checked_rows": check["rows"] if check else None,
                 "check_equal": check["equal"] if check else None,
+                "check_passed": check.get("passed", check["equal"]) if check else None,
+                "check_note": check.get("note", "") if check else "",
                 "check_seconds": check["seconds"] if check else None,
                 "wall_seconds": summary.get("wall_seconds"),
                 "model": machine or "",

@@ -69,8 +69,45 @@ def load_experiment(path: str | Path) -> tuple[Experiment, list[Point]]:
     path = Path(path)
     marked = load_yaml(path)
     context = {"base": path.parent}
-    experiment = validate_model(Experiment, marked, context=context)
+    problems = unknown_swept_fields(marked)  # every problem in one pass: these beside the model's
+    try:
+        experiment = validate_model(Experiment, marked, context=context)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems + problems, path=marked.path) from None
+    if problems:
+        raise ConfigError(problems, path=marked.path)
     return experiment, expand(experiment, marked, context)
+
+
+def unknown_swept_fields(marked: MarkedYaml) -> list[str]:
+    """A problem line for each key of ``sweep.grid``, ``sweep.zip`` or a case that is not a
+    field path of an experiment (read from the raw YAML, so it is found beside any other)."""
+    sweep = marked.data.get("sweep") if isinstance(marked.data, dict) else None
+    if not isinstance(sweep, dict):
+        return []
+    swept: list[tuple[tuple, str, str]] = [
+        (("sweep", kind, key), f"sweep.{kind}", key)
+        for kind in ("grid", "zip")
+        if isinstance(sweep.get(kind), dict)
+        for key in sweep[kind]
+    ]
+    cases = sweep.get("cases")
+    swept += [
+        (("sweep", "cases", number, key), f"sweep.cases[{number}]", key)
+        for number, case in enumerate(cases if isinstance(cases, list) else [])
+        if isinstance(case, dict)
+        for key in case
+    ]
+    known = _field_paths(Experiment)
+    problems = []
+    for where, what, key in swept:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = (
+                f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
+            )
+            problems.append(f"line {marked.line_of(where)}, {what}: unknown field `{key}`{hint}")
+    return problems
 
 
 def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Point]:
@@ -79,25 +116,7 @@ def expand(experiment: Experiment, marked: MarkedYaml, context: dict) -> list[Po
     grid = sweep.grid if sweep else {}
     zipped = sweep.zip if sweep else {}
     cases = sweep.cases if sweep else []
-    known = _field_paths(Experiment)
-    problems = []
-    swept: list[tuple[tuple, str, str]] = [
-        (("sweep", kind, key), f"sweep.{kind}", key)
-        for kind, table in (("grid", grid), ("zip", zipped))
-        for key in table
-    ]
-    swept += [
-        (("sweep", "cases", number, key), f"sweep.cases[{number}]", key)
-        for number, case in enumerate(cases)
-        for key in case
-    ]
-    for where, what, key in swept:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = (
-                f"; did you mean `{close[0]}`?" if close else f"; expected a field path such as {', '.join(known[:6])}"
-            )
-            problems.append(f"line {marked.line_of(where)}, {what}: unknown field `{key}`{hint}")
+    problems = unknown_swept_fields(marked)
     if problems:
         raise ConfigError(problems, path=marked.path)
     base = {k: v for k, v in copy.deepcopy(marked.data).items() if k != "sweep"}
