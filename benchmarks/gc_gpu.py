@@ -21,8 +21,8 @@ import numpy as np
 
 import spartan_py as sp
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
-from spartan_py.engines.gpu import GpuEngine
-from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.engines.merged.engine import MergedEngine
+from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
@@ -42,7 +42,7 @@ def floor_seconds(
     the device-memory bytes this kernel's schedule moves (from the trace) / measured copy
     bandwidth."""
     moved = sum(r.bytes_read + r.bytes_written for r in trace if r.kernel.startswith("gpu.") and "copy" not in r.kernel)
-    if isinstance(engine, GpuMergedEngine):
+    if isinstance(engine, MergedEngine):
         per_row = [layer.plan.steps * layer.width for layer in engine.merged.layers]
     else:
         per_row = [weights.nnz for weights in engine.network.weights]
@@ -117,7 +117,7 @@ def main() -> int:
         f"({time.perf_counter() - start:.1f} s)"
     )
 
-    engine = GpuEngine(network)
+    engine = RowsEngine(network)
     device = engine.device
     props = cp.cuda.runtime.getDeviceProperties(0)
     log(
@@ -133,25 +133,25 @@ def main() -> int:
     variants = {}
     best = None
     cases = (
-        ("rows", GpuEngine, {}),
-        ("rows-R12", GpuEngine, {"rows_per_tile": 12}),
-        ("rows-first-floats", GpuEngine, {"input_counts": False}),  # the first layer's multiply-adds
-        ("rows-natural-order", GpuEngine, {"renumber_neurons": False}),  # neurons as numbered: ~42 steps a layer
-        ("rows-whole-tiles", GpuEngine, {"compact_tiles": False}),  # every tile computes all its rows
-        ("merged", GpuMergedEngine, {}),
-        ("merged-first-bits", GpuMergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
-        ("merged-block-tiles", GpuMergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
-        ("merged-chain1", GpuMergedEngine, {"chain_rows": 1}),
-        ("merged-chain2", GpuMergedEngine, {"chain_rows": 2}),
-        ("merged-R8", GpuMergedEngine, {"rows_per_tile": 8}),
-        ("merged-R32", GpuMergedEngine, {"rows_per_tile": 32}),
-        ("merged-streamed", GpuMergedEngine, {"stream": True}),
-        ("merged-monitor-off", GpuMergedEngine, {"monitor": False}),
-        ("rows-monitor-off", GpuEngine, {"monitor": False}),
+        ("rows", RowsEngine, {}),
+        ("rows-R12", RowsEngine, {"rows_per_tile": 12}),
+        ("rows-first-floats", RowsEngine, {"input_counts": False}),  # the first layer's multiply-adds
+        ("rows-natural-order", RowsEngine, {"renumber_neurons": False}),  # neurons as numbered: ~42 steps a layer
+        ("rows-whole-tiles", RowsEngine, {"compact_tiles": False}),  # every tile computes all its rows
+        ("merged", MergedEngine, {}),
+        ("merged-first-bits", MergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
+        ("merged-block-tiles", MergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
+        ("merged-chain1", MergedEngine, {"chain_rows": 1}),
+        ("merged-chain2", MergedEngine, {"chain_rows": 2}),
+        ("merged-R8", MergedEngine, {"rows_per_tile": 8}),
+        ("merged-R32", MergedEngine, {"rows_per_tile": 32}),
+        ("merged-streamed", MergedEngine, {"stream": True}),
+        ("merged-monitor-off", MergedEngine, {"monitor": False}),
+        ("rows-monitor-off", RowsEngine, {"monitor": False}),
     )
     for label, kind, options in cases:
         if options.pop("stream", False):  # a budget of 3/4 of the weights: they stream from pinned host memory
-            options["weight_budget_bytes"] = GpuMergedEngine(network).weights.total_bytes * 3 // 4
+            options["weight_budget_bytes"] = MergedEngine(network).weights.total_bytes * 3 // 4
         variant = kind(network, **options)
         if "weight_budget_bytes" in options:
             assert variant.weights.streamed

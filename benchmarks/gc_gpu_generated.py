@@ -25,8 +25,8 @@ import numpy as np
 
 import spartan_py as sp
 from benchmarks._results import RESULTS, write_result
-from spartan_py.engines.gpu import GpuEngine
-from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.engines.merged.engine import MergedEngine
+from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
 
 DEFAULT_CASES = ",".join(
@@ -84,7 +84,7 @@ def main() -> int:
         network = sp.generate_network(neurons, layers, seed=0)
         inputs = sp.generate_inputs(rows, neurons, seed=0)
         edges = rows * neurons * 32 * layers
-        engine = GpuMergedEngine(network)
+        engine = MergedEngine(network)
         device = engine.device
         setup = time.perf_counter() - t0
         got = run_engine(engine, inputs, args.repeats)
@@ -133,7 +133,7 @@ def main() -> int:
         )
         if case in args.streamed.split(","):
             budget = args.stream_budget_mib << 20
-            streamed = GpuMergedEngine(network, weight_budget_bytes=budget, merged=engine.merged)
+            streamed = MergedEngine(network, weight_budget_bytes=budget, merged=engine.merged)
             s_got = run_engine(streamed, inputs, max(2, args.repeats // 2))
             same = bool(np.array_equal(s_got["ids"], got["ids"]))
             entry["streamed"] = {
@@ -153,7 +153,7 @@ def main() -> int:
         del engine, got
         cp.get_default_memory_pool().free_all_blocks()
         if case in ROWS_KERNEL_CASES:
-            rows_engine = GpuEngine(network)
+            rows_engine = RowsEngine(network)
             r_got = run_engine(rows_engine, inputs, args.repeats)
             r_secs = statistics.median(r_got["times"])
             entry["rows_kernel"] = {

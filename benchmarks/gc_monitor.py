@@ -28,21 +28,21 @@ import numpy as np
 
 import spartan_py as sp
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
-from spartan_py.engines.gpu import GpuEngine
-from spartan_py.engines.gpu_merged import GpuMergedEngine
+from spartan_py.engines.merged.engine import MergedEngine
+from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import paired_difference
 
 #: name -> (engine class, options); "<kernel>/<schedule>/<mode>"
 ENGINES = {
-    "gpu/default/off": (GpuEngine, {"monitor": "off"}),
-    "gpu/default/fused": (GpuEngine, {"monitor": "fused"}),
-    "gpu/default/sampled": (GpuEngine, {"monitor": "sampled"}),
-    "gpu-merged/default/off": (GpuMergedEngine, {"monitor": "off"}),
-    "gpu-merged/default/fused": (GpuMergedEngine, {"monitor": "fused"}),
-    "gpu-merged/default/sampled": (GpuMergedEngine, {"monitor": "sampled"}),
-    "gpu/one-layer/off": (GpuEngine, {"monitor": "off", "compact_every": 1}),
-    "gpu/one-layer/fused": (GpuEngine, {"monitor": "fused", "compact_every": 1}),
-    "gpu/one-layer/software": (GpuEngine, {"monitor": "software", "compact_every": 1}),
+    "gpu/default/off": (RowsEngine, {"monitor": "off"}),
+    "gpu/default/fused": (RowsEngine, {"monitor": "fused"}),
+    "gpu/default/sampled": (RowsEngine, {"monitor": "sampled"}),
+    "gpu-merged/default/off": (MergedEngine, {"monitor": "off"}),
+    "gpu-merged/default/fused": (MergedEngine, {"monitor": "fused"}),
+    "gpu-merged/default/sampled": (MergedEngine, {"monitor": "sampled"}),
+    "gpu/one-layer/off": (RowsEngine, {"monitor": "off", "compact_every": 1}),
+    "gpu/one-layer/fused": (RowsEngine, {"monitor": "fused", "compact_every": 1}),
+    "gpu/one-layer/software": (RowsEngine, {"monitor": "software", "compact_every": 1}),
 }
 
 

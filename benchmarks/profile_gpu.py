@@ -10,7 +10,7 @@ from pathlib import Path
 
 import spartan_py as sp
 from benchmarks._results import DEFAULT_DATA
-from spartan_py.engines.gpu import GpuEngine
+from spartan_py.engines.rows.engine import RowsEngine
 
 
 def main() -> int:
@@ -21,7 +21,7 @@ def main() -> int:
     args = parser.parse_args()
     network = sp.load_network(args.data / "neuron1024", layers=args.layers)
     inputs = sp.load_inputs(args.data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
-    engine = GpuEngine(network, rows_per_tile=args.rows_per_tile, use_graph=False, compact_every=1)
+    engine = RowsEngine(network, rows_per_tile=args.rows_per_tile, use_graph=False, compact_every=1)
     batch = engine.upload(inputs)
     seconds = engine.run_device(batch, per_layer_times=True)
     print(f"R{args.rows_per_tile}: {seconds * 1e3:.3f} ms; categories {int(batch.counts[-1].get())}")

@@ -528,7 +528,7 @@ def main() -> int:
     args = parser.parse_args()
     import cupy as cp
 
-    from spartan_py.engines.support.cuda import device_name
+    from spartan_py.engines.shared.cuda import device_name
     from spartan_py.sparsity.digits import load_digits, shifted_copies, train_mlp
 
     device = device_name(cp)

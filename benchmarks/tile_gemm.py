@@ -208,7 +208,7 @@ def main() -> int:
         return 0
     import cupy as cp
 
-    from spartan_py.engines.support.cuda import device_name
+    from spartan_py.engines.shared.cuda import device_name
 
     cases = CONV_CASES[:2] if args.quick else CONV_CASES
     densities = (0.02, 0.2, 1.0) if args.quick else DENSITIES

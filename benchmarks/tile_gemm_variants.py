@@ -64,7 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     import cupy as cp
 
-    from spartan_py.engines.support.cuda import device_name
+    from spartan_py.engines.shared.cuda import device_name
 
     rows_out = []
     for label, batch in CONV_CASES[:2] if args.quick else CONV_CASES:

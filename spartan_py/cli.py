@@ -25,7 +25,7 @@ def _log(args, message: str) -> None:
 
 def _cmd_infer_sharded(args) -> int:
     from spartan_py.executors import open_executor
-    from spartan_py.graph_challenge.formats import write_truth
+    from spartan_py.graph_challenge.writers import write_truth
     from spartan_py.shard import infer_sharded
 
     if args.mode != "measured" or args.trace_out:
@@ -93,7 +93,8 @@ def _cmd_infer(args) -> int:
     _check_request(args)
     if args.shards > 1 or args.cluster:
         return _cmd_infer_sharded(args)
-    from spartan_py.graph_challenge.formats import read_truth, write_truth
+    from spartan_py.graph_challenge.formats import read_truth
+    from spartan_py.graph_challenge.writers import write_truth
 
     started = time.perf_counter()
     _log(args, f"loading network {args.network} ...")

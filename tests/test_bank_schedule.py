@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spartan_py.engines.support.bank_schedule import BANKS, conflict_free_ell
+from spartan_py.engines.shared.bank_schedule import BANKS, conflict_free_ell
 from spartan_py.graph_challenge.generate import generate_network
 
 

@@ -162,12 +162,12 @@ def test_official_proxy60k(backend, official_network, official_proxy):
 @pytest.mark.parametrize("rows_per_tile, threads", [(12, 1024), (16, 1024), (4, 1024), (16, 512)])
 def test_gpu_tile_heights(rows_per_tile, threads):
     """Kernel instances, several batches (row counts not multiples of a tile), monitor on."""
-    from spartan_py.engines.gpu import GpuEngine
+    from spartan_py.engines.rows.engine import RowsEngine
 
     network = generate_network(1024, 25, seed=4)
     inputs = generate_inputs(1000, 1024, seed=6)
     want = ReferenceEngine(network).run(inputs)
-    engine = GpuEngine(network, rows_per_tile=rows_per_tile, threads=threads, max_batch_rows=352)
+    engine = RowsEngine(network, rows_per_tile=rows_per_tile, threads=threads, max_batch_rows=352)
     got = engine.run(inputs)
     assert_same_run(got, want)
     launches = [r for r in got.trace if r.kernel == "gpu.gc_layer"]
@@ -181,14 +181,14 @@ def test_gpu_tile_heights(rows_per_tile, threads):
     assert len(copies) == 6 and all(r.measured_us > 0 and r.bytes_read > 0 for r in copies)
     syncs = [r for r in got.trace if r.kernel == "gpu.sync"]
     assert [r.host_syncs for r in syncs] == [1, 1, 1] and all(np.isnan(r.measured_us) for r in syncs)
-    every_layer = GpuEngine(network, rows_per_tile=rows_per_tile, threads=threads, compact_every=1).run(inputs)
+    every_layer = RowsEngine(network, rows_per_tile=rows_per_tile, threads=threads, compact_every=1).run(inputs)
     assert np.array_equal(every_layer.live_rows, got.live_rows)
     assert every_layer.live_rows_by_layer == got.live_rows_by_layer
     assert every_layer.nonzeros_by_layer == got.nonzeros_by_layer
 
 
 def test_chunk_schedule():
-    from spartan_py.engines.support.layer_plan import chunk_schedule
+    from spartan_py.engines.shared.launches import chunk_schedule
 
     assert chunk_schedule(120) == [1, 1, 1, 1, 2, 4, 8, 16, 32, 32, 22]
     assert chunk_schedule(3) == [1, 1, 1]
@@ -205,15 +205,12 @@ def test_chunk_schedule():
 def test_one_row_tiles_take_fewer_layers_a_launch():
     """A one-row tile reads every layer's weights once per row: its launches are capped by
     the layers' bytes (the twin, which shares the schedule, launches as the GPU would)."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine
-    from spartan_py.engines.support.layer_plan import (
-        MAX_LAUNCH_LAYERS,
-        ONE_ROW_LAUNCH_BYTES,
-        launch_layer_cap,
-    )
+    from spartan_py.engines.rows.plan import ONE_ROW_LAUNCH_BYTES, launch_layer_cap
+    from spartan_py.engines.rows.twin import RowsTwinEngine
+    from spartan_py.engines.shared.launches import MAX_LAUNCH_LAYERS
 
     network = generate_network(16384, 24, seed=0)  # layers of 1 to 2 MB
-    twin = GpuTwinEngine(network)
+    twin = RowsTwinEngine(network)
     largest = max(plan.device_bytes for plan in twin.plans)
     cap = launch_layer_cap(twin.plans, rows_per_tile=1)
     assert cap == ONE_ROW_LAUNCH_BYTES // largest and 1 <= cap < MAX_LAUNCH_LAYERS
@@ -251,11 +248,11 @@ def test_gpu_monitor_counts_match_outputs():
     """The fused monitor's per-(row, 32-column) counts add up to the rows' non-zeros."""
     import cupy as cp
 
-    from spartan_py.engines.gpu import GpuEngine
+    from spartan_py.engines.rows.engine import RowsEngine
 
     network = generate_network(1024, 3, seed=1)
     inputs = generate_inputs(200, 1024, seed=2)
-    engine = GpuEngine(network, compact_every=1)
+    engine = RowsEngine(network, compact_every=1)
     batch = engine.upload(inputs)
     engine.run_device(batch, per_layer_times=True)
     live = int(batch.counts[3].get())  # rows written by the last launch, each with its counts
@@ -270,11 +267,11 @@ def test_gpu_monitor_counts_match_outputs():
 def test_gpu_monitor_counts_natural_tiles_of_renumbered_outputs():
     """Where a launch ends at a layer whose outputs the kernel keeps renumbered, the fused
     monitor still counts each row's natural 32-column tiles."""
-    from spartan_py.engines.gpu import GpuEngine
+    from spartan_py.engines.rows.engine import RowsEngine
 
     network = generate_network(1024, 3, seed=1)
     inputs = generate_inputs(300, 1024, seed=2)
-    engine = GpuEngine(network, compact_every=2, monitor="sampled", monitor_every=2)  # launch 1 monitored
+    engine = RowsEngine(network, compact_every=2, monitor="sampled", monitor_every=2)  # launch 1 monitored
     order = engine.output_orders[1]
     assert not np.array_equal(order, np.arange(1024))
     batch = engine.upload(inputs)
@@ -339,14 +336,14 @@ def executed_upper_bound(record, plans) -> int:
 def test_twin_counts_rows_that_tiles_compute(compact_tiles):
     """The twin's executed work stops with a tile's last live row (as the kernel's does); a
     compacting tile computes its live rows rounded up to 4 after a launch's first layer."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine
+    from spartan_py.engines.rows.twin import RowsTwinEngine
 
     network = generate_network(1024, 40, seed=3)
     inputs = generate_inputs(3000, 1024, seed=5)
     options = {"input_counts": False, "compact_tiles": compact_tiles}  # every launch multiplies
-    out = GpuTwinEngine(network, **options).run(inputs)
+    out = RowsTwinEngine(network, **options).run(inputs)
     launches = [r for r in out.trace if r.kernel == "gpu.gc_layer"]
-    plans = GpuTwinEngine(network).plans
+    plans = RowsTwinEngine(network).plans
     for record in launches:
         first = record.layer - 1
         layers = plans[first : first + record.fused_layers]
@@ -365,11 +362,11 @@ def test_twin_counts_rows_that_tiles_compute(compact_tiles):
 def test_compacting_tiles_compute_fewer_rows():
     """Tiles that compact compute fewer rows in launches of several layers, the same results,
     and load as many indices."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine
+    from spartan_py.engines.rows.twin import RowsTwinEngine
 
     network = generate_network(1024, 24, seed=3)
     inputs = generate_inputs(3000, 1024, seed=5)
-    runs = [GpuTwinEngine(network, compact_tiles=c).run(inputs) for c in (True, False)]
+    runs = [RowsTwinEngine(network, compact_tiles=c).run(inputs) for c in (True, False)]
     assert_same_run(*runs)
     executed = [sum(r.executed_macs for r in run.trace if r.kernel == "gpu.gc_layer") for run in runs]
     assert executed[0] < 0.95 * executed[1]
@@ -385,10 +382,10 @@ def test_counts_path_stages_its_pixel_table_where_it_fits():
     after its 16-row tile, unless the limit given is smaller; at 4096 the table does not fit.
     Records count the tile's bytes only (a GPU with less room runs the launch without the
     table: a what-if replay must not refuse it)."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine
+    from spartan_py.engines.rows.twin import RowsTwinEngine
 
     for neurons, rows_per_tile, staged in ((1024, 16, True), (4096, 4, False)):
-        engine = GpuTwinEngine(generate_network(neurons, 6, seed=1))
+        engine = RowsTwinEngine(generate_network(neurons, 6, seed=1))
         table = engine.input_columns.nbytes
         assert engine.staged_table_bytes == staged * table
         out = engine.run(generate_inputs(300, neurons, seed=1))
@@ -401,7 +398,7 @@ def test_counts_path_stages_its_pixel_table_where_it_fits():
 
 
 def test_rows_computed_rounds_live_rows_up_to_four():
-    from spartan_py.engines.support.layer_plan import compacts_tile, rows_computed
+    from spartan_py.engines.rows.plan import compacts_tile, rows_computed
 
     live = np.array([0, 1, 5, 16, 9])
     assert rows_computed(live, 16, True) == 4 + 8 + 16 + 12
@@ -442,9 +439,9 @@ def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
     weight, each output's sum (the twin's, in the bank schedule's order) is the fmaf chain's
     value at its count of lit inputs; the trace's first launch is instance P, an increment
     per lit input and output it feeds plus a lookup per output."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine, twin_layer
-    from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_outputs
-    from spartan_py.engines.support.layer_plan import plan_layer
+    from spartan_py.engines.rows.twin import RowsTwinEngine, twin_layer
+    from spartan_py.engines.shared.input_counts import NO_COLUMN, pixel_outputs
+    from spartan_py.engines.shared.layer_plan import plan_layer
 
     network = generate_network(1024, 2, seed=4, unmergeable=unmergeable)
     weights = network.weights[0]
@@ -476,7 +473,7 @@ def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
     assert np.array_equal(got, want) and (got != 0).any()
 
     inputs = generate_inputs(2200, 1024, seed=4)  # enough rows for full tiles on 132 blocks
-    twin = GpuTwinEngine(network, compact_every=1)
+    twin = RowsTwinEngine(network, compact_every=1)
     records = [r for r in twin.run(inputs).trace if r.kernel == "gpu.gc_layer"]
     first = records[0]
     assert first.variant.startswith("P16xC1-layers1-1")
@@ -485,7 +482,7 @@ def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
     assert first.bytes_read == inputs.nnz * 4 + 2201 * 4 + table.nbytes + plan.device_bytes
     assert records[1].variant.startswith("R16xC1")
     # float inputs take the multiply-adds
-    floats = GpuTwinEngine(network).run(inputs * np.float32(0.5) + inputs.multiply(inputs.sum(axis=1) % 2 == 0))
+    floats = RowsTwinEngine(network).run(inputs * np.float32(0.5) + inputs.multiply(inputs.sum(axis=1) % 2 == 0))
     assert [r for r in floats.trace if r.kernel == "gpu.gc_layer"][0].variant.startswith("R16xC1")
 
 
@@ -493,8 +490,8 @@ def test_rows_kernel_tiles_shrink_to_spread_few_rows_over_the_grid():
     """A launch of fewer rows than a full tile for every block takes tiles of a quarter, half
     or three quarters of the kernel's rows, the fewest that give every block one; the twin's
     trace names the tile it took."""
-    from spartan_py.engines.gpu_twin import GpuTwinEngine
-    from spartan_py.engines.support.layer_plan import gc_tile_rows
+    from spartan_py.engines.rows.plan import gc_tile_rows
+    from spartan_py.engines.rows.twin import RowsTwinEngine
 
     assert [gc_tile_rows(rows, 16, 132) for rows in (1, 528, 529, 1056, 1057, 1584, 1585, 60000)] == [
         4,
@@ -508,7 +505,7 @@ def test_rows_kernel_tiles_shrink_to_spread_few_rows_over_the_grid():
     ]
     assert gc_tile_rows(100, 4, 132) == 4  # the 4096-neuron kernel keeps its tile
     network = generate_network(1024, 6, seed=4)
-    records = [r for r in GpuTwinEngine(network).run(generate_inputs(1500, 1024, seed=4)).trace]
+    records = [r for r in RowsTwinEngine(network).run(generate_inputs(1500, 1024, seed=4)).trace]
     launches = [r for r in records if r.kernel == "gpu.gc_layer"]
     assert [r.block_rows for r in launches] == [gc_tile_rows(r.rows_in, 16, 132) for r in launches]
     assert launches[0].block_rows == 12 and launches[0].variant.startswith("P12xC1")
@@ -518,8 +515,8 @@ def test_rows_kernel_tiles_shrink_to_spread_few_rows_over_the_grid():
 def test_pixel_outputs_refuse_layers_the_counts_do_not_describe():
     """No pixel table for weights of two values, a pixel feeding more than 32 outputs, or
     more steps than the kernel's chain table."""
-    from spartan_py.engines.support.input_counts import COUNT_MAX_STEPS, pixel_outputs
-    from spartan_py.engines.support.layer_plan import plan_layer
+    from spartan_py.engines.shared.input_counts import COUNT_MAX_STEPS, pixel_outputs
+    from spartan_py.engines.shared.layer_plan import plan_layer
 
     weights = generate_network(1024, 1, seed=4).weights[0].tocsr()
     two_values = weights.copy()
@@ -543,7 +540,7 @@ def test_pinned_upload_converts_and_copies(monkeypatch):
     import cupy as cp
     import cupyx
 
-    from spartan_py.engines.support import cuda
+    from spartan_py.engines.shared import cuda
 
     rng = np.random.default_rng(3)
     host = [(np.arange(5000, dtype=np.int64), np.int32), (rng.random(70_000), np.float32), (np.zeros(0), np.float32)]

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import cli
-from spartan_py.graph_challenge.formats import write_triples
+from spartan_py.graph_challenge.writers import write_triples
 
 TINY = """\
 name: {name}

@@ -10,14 +10,8 @@ import scipy.io
 import scipy.sparse as sp
 
 from spartan_py import InputError
-from spartan_py.graph_challenge.formats import (
-    read_matrix_market,
-    read_triples,
-    read_triples_matrix,
-    read_truth,
-    write_triples,
-    write_truth,
-)
+from spartan_py.graph_challenge.formats import read_matrix_market, read_triples, read_triples_matrix, read_truth
+from spartan_py.graph_challenge.writers import write_triples, write_truth
 
 
 def _write(path, text):
@@ -168,13 +162,14 @@ def test_triples_out_of_row_order_or_repeated_are_summed(tmp_path):
 
 
 def test_one_pass_csr_reader_matches_the_general_path(tmp_path):
-    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+    from spartan_py.graph_challenge.formats import _file_bytes
+    from spartan_py.graph_challenge.tsv_scan import scan_csr
 
     matrix = sp.random(300, 200, density=0.05, format="csr", dtype=np.float32, random_state=5)
     matrix.data = np.round(matrix.data * 64) / 64 + 1 / 64
     matrix = sp.vstack([sp.csr_matrix((3, 200)), matrix, sp.csr_matrix((4, 200))]).tocsr()  # empty first, last rows
     path = write_triples(tmp_path / "m.tsv", matrix)
-    indptr, indices, data, ok = _scan_csr(_file_bytes(path), 307, 200)
+    indptr, indices, data, ok = scan_csr(_file_bytes(path), 307, 200)
     assert ok  # taken by the one-pass reader
     assert np.array_equal(indptr, matrix.indptr) and np.array_equal(indices, matrix.indices)
     assert np.array_equal(data, matrix.data)
@@ -187,10 +182,11 @@ def test_one_pass_csr_reader_matches_the_general_path(tmp_path):
     [("1 2 1\n1 1 1\n", "columns out of order"), ("1 1 1\n1 1 2\n", "repeated"), ("1 5 1\n", "col out of range")],
 )
 def test_one_pass_csr_reader_declines_what_the_general_path_handles(tmp_path, text, why):
-    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+    from spartan_py.graph_challenge.formats import _file_bytes
+    from spartan_py.graph_challenge.tsv_scan import scan_csr
 
     path = _write(tmp_path / "d.tsv", text)
-    assert not _scan_csr(_file_bytes(path), 4, 4)[3], why
+    assert not scan_csr(_file_bytes(path), 4, 4)[3], why
     if "range" in why:
         with pytest.raises(InputError, match=r"col index 5 is out of range") as caught:
             read_triples_matrix(path, (4, 4))
@@ -200,19 +196,21 @@ def test_one_pass_csr_reader_declines_what_the_general_path_handles(tmp_path, te
 
 
 def test_one_pass_csr_reader_does_not_take_a_prefix_for_the_line_before(tmp_path):
-    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+    from spartan_py.graph_challenge.formats import _file_bytes
+    from spartan_py.graph_challenge.tsv_scan import scan_csr
 
     # row 1 then row 12, value 0.5 then 0.55 then 0.5: the fields before are prefixes
     path = _write(tmp_path / "p.tsv", "1\t1\t0.5\n1\t2\t0.55\n12\t3\t0.5\n12\t4\t0.5")  # no last LF
-    indptr, indices, data, ok = _scan_csr(_file_bytes(path), 12, 4)
+    indptr, indices, data, ok = scan_csr(_file_bytes(path), 12, 4)
     assert ok
     assert indptr.tolist() == [0] + [2] * 11 + [4] and indices.tolist() == [0, 1, 2, 3]
     assert data.tolist() == [0.5, np.float32(0.55), 0.5, 0.5]
 
 
 def test_other_layouts_in_csr_order_read_the_same(tmp_path):
-    from spartan_py.graph_challenge.formats import _file_bytes, _scan_csr
+    from spartan_py.graph_challenge.formats import _file_bytes
+    from spartan_py.graph_challenge.tsv_scan import scan_csr
 
     path = _write(tmp_path / "s.tsv", "1 1 0.5\r\n1  3\t2\r\n\n3 2 1e0\n")
-    assert not _scan_csr(_file_bytes(path), 3, 3)[3]  # spaces, CR, a blank line: the general path
+    assert not scan_csr(_file_bytes(path), 3, 3)[3]  # spaces, CR, a blank line: the general path
     assert read_triples_matrix(path, (3, 3)).toarray().tolist() == [[0.5, 0, 2], [0, 0, 0], [0, 1, 0]]

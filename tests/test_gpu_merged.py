@@ -7,9 +7,10 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
+from spartan_py.engines.merged.plan import merged_tile_rows
 from spartan_py.engines.reference import ReferenceEngine
-from spartan_py.engines.support.column_merge import duplicate_groups, merge_network, merged_tile_rows
-from spartan_py.engines.support.input_counts import input_bit_value
+from spartan_py.engines.shared.column_merge import duplicate_groups, merge_network
+from spartan_py.engines.shared.input_counts import input_bit_value
 from spartan_py.errors import InputError
 from spartan_py.trace import to_frame
 from tests.test_engines import assert_same_run
@@ -26,7 +27,7 @@ def test_duplicate_groups_are_exact():
 
 def test_duplicate_groups_split_a_hash_collision(monkeypatch):
     """Rows that share a bucket but differ are told apart by comparing them whole."""
-    import spartan_py.engines.support.column_merge as merge
+    import spartan_py.engines.shared.column_merge as merge
 
     monkeypatch.setattr(merge, "_row_hashes", lambda inputs, weights: np.zeros(inputs.shape[0], np.uint64))
     inputs = np.array([[1, 2], [3, 4], [1, 2]])
@@ -137,7 +138,7 @@ def test_gpu_merged_matches_its_twin_exactly(options):
 
 
 def test_monitor_masks_count_each_tiles_nonzeros():
-    from spartan_py.engines.support.column_merge import monitor_masks
+    from spartan_py.engines.merged.plan import monitor_masks
 
     rng = np.random.default_rng(1)
     groups = rng.integers(0, 64, size=1024)
@@ -167,7 +168,7 @@ def test_monitor_masks_count_each_tiles_nonzeros():
     [(1024, True, 1), (1024, True, 2), (1024, True, 0), (1024, False, 1), (1024, False, 2), (16384, False, None)],
 )  # the chain kernel runs the later 1024-neuron launches; without masks, tiles look groups up
 def test_gpu_merged_monitor_counts_match_outputs(neurons, masks, chain_rows, monkeypatch):
-    import spartan_py.engines.gpu_merged as gpu_merged
+    import spartan_py.engines.merged.engine as gpu_merged
 
     if not masks:
         monkeypatch.setattr(gpu_merged, "monitor_masks", lambda groups, width: None)
@@ -236,8 +237,8 @@ def test_pixel_columns_give_the_first_layers_sums():
     """The counts path's table, and its premise: with binary inputs and one weight, each
     merged column's sum (the twin's, in the plan's order) is its count of lit inputs times
     the weight."""
-    from spartan_py.engines.gpu_merged_twin import twin_merged_layer
-    from spartan_py.engines.support.input_counts import NO_COLUMN, pixel_columns
+    from spartan_py.engines.merged.twin import twin_merged_layer
+    from spartan_py.engines.shared.input_counts import NO_COLUMN, pixel_columns
 
     network = generate_network(1024, 1, seed=4)
     layer = merge_network(network).layers[0]
@@ -302,7 +303,7 @@ def test_chain_words_pack_indices_and_weight_codes():
     """The chain kernel's stage of a layer (kernels/gc_chain.cu): a byte a step's input, low
     byte first; four bits a step's weight, an entry of the layer's table; steps past the
     plan's read the zero column ``width_in``."""
-    from spartan_py.engines.support.chain_plan import TABLE_SIZE, chain_code_steps, chain_steps, chain_words
+    from spartan_py.engines.merged.chain import TABLE_SIZE, chain_code_steps, chain_steps, chain_words
 
     merged = merge_network(generate_network(1024, 12, seed=2))  # uniform and coded layers
     coded = 0
@@ -327,7 +328,7 @@ def test_chain_words_pack_indices_and_weight_codes():
 
 
 def test_chain_launches_need_narrow_layers_of_few_weights():
-    from spartan_py.engines.support.chain_plan import chain_fits, chain_group_rows, chain_launch, checked_chain_rows
+    from spartan_py.engines.merged.chain import chain_fits, chain_group_rows, chain_launch, checked_chain_rows
 
     merged = merge_network(generate_network(1024, 6, seed=5))
     layers = merged.layers

@@ -8,7 +8,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from spartan_py import InputError, generate_network, load_inputs, load_network
-from spartan_py.graph_challenge.formats import write_triples
+from spartan_py.graph_challenge.writers import write_triples
 
 
 @pytest.fixture

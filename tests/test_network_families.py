@@ -9,9 +9,9 @@ import pytest
 import spartan_py as spy
 from spartan_py.api import network_neurons, resolve_network
 from spartan_py.engines import engine_class, gpu_backend_for
-from spartan_py.engines.cpu import CpuEngine
+from spartan_py.engines.cpu.engine import CpuEngine
 from spartan_py.engines.reference import ReferenceEngine
-from spartan_py.engines.support.column_merge import _column_groups, merge_network, worth_merging
+from spartan_py.engines.shared.column_merge import _column_groups, merge_network, worth_merging
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.generate import WEIGHT, generate_network
 

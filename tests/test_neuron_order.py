@@ -5,9 +5,9 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import generate_inputs, generate_network, make_engine
-from spartan_py.engines.support.bank_schedule import BANKS
-from spartan_py.engines.support.layer_plan import plan_layer
-from spartan_py.engines.support.neuron_order import balanced_warps, neuron_orders, rainbow_banks, renumbered
+from spartan_py.engines.rows.neuron_order import balanced_warps, neuron_orders, rainbow_banks, renumbered
+from spartan_py.engines.shared.bank_schedule import BANKS
+from spartan_py.engines.shared.layer_plan import plan_layer
 
 
 def _kernel_layers(weights):

@@ -12,11 +12,11 @@ from spartan_py.graph_challenge.network import Network
 #: GPU backend is asked for.
 BACKENDS: dict[str, str] = {
     "reference": "spartan_py.engines.reference:ReferenceEngine",
-    "cpu": "spartan_py.engines.cpu:CpuEngine",
-    "gpu": "spartan_py.engines.gpu:GpuEngine",
-    "gpu-twin": "spartan_py.engines.gpu_twin:GpuTwinEngine",
-    "gpu-merged": "spartan_py.engines.gpu_merged:GpuMergedEngine",
-    "gpu-merged-twin": "spartan_py.engines.gpu_merged_twin:GpuMergedTwinEngine",
+    "cpu": "spartan_py.engines.cpu.engine:CpuEngine",
+    "gpu": "spartan_py.engines.rows.engine:RowsEngine",
+    "gpu-twin": "spartan_py.engines.rows.twin:RowsTwinEngine",
+    "gpu-merged": "spartan_py.engines.merged.engine:MergedEngine",
+    "gpu-merged-twin": "spartan_py.engines.merged.twin:MergedTwinEngine",
     "gpu-cusparse-spgemm": "spartan_py.engines.baselines:CusparseSpgemmEngine",
     "gpu-cusparse-spmm": "spartan_py.engines.baselines:CusparseSpmmEngine",
     "gpu-cublas-dense": "spartan_py.engines.baselines:CublasDenseEngine",
@@ -108,9 +108,9 @@ def twin_backend(name: str, network: Network | None = None) -> str:
 def gpu_backend_for(network: Network) -> str:
     """The GPU kernel ``auto`` picks for ``network``: ``gpu-merged`` when its first layer has
     at most half as many distinct weight columns as outputs (RadiX-Net networks have 1/16;
-    :func:`~spartan_py.engines.support.column_merge.worth_merging`, the ``cpu`` engine's
+    :func:`~spartan_py.engines.shared.column_merge.worth_merging`, the ``cpu`` engine's
     rule too), else ``gpu`` where it runs the network's width, else ``cpu``."""
-    from spartan_py.engines.support.column_merge import worth_merging
+    from spartan_py.engines.shared.column_merge import worth_merging
 
     if worth_merging(network):
         return "gpu-merged"

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.cuda import cupy_unavailable_reason, device_name, import_cupy
+from spartan_py.engines.shared.cuda import cupy_unavailable_reason, device_name, import_cupy
 from spartan_py.errors import DeviceMemoryError, TimeLimitError
 from spartan_py.trace import TraceRecord
 

@@ -1,13 +1,6 @@
 """The Sparse DNN Graph Challenge workload: formats, networks, inputs, generators."""
 
-from spartan_py.graph_challenge.formats import (
-    read_matrix_market,
-    read_triples,
-    read_triples_matrix,
-    read_truth,
-    write_triples,
-    write_truth,
-)
+from spartan_py.graph_challenge.formats import read_matrix_market, read_triples, read_triples_matrix, read_truth
 from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 from spartan_py.graph_challenge.network import (
     OFFICIAL_BIAS,
@@ -18,6 +11,7 @@ from spartan_py.graph_challenge.network import (
     official_bias,
     write_network,
 )
+from spartan_py.graph_challenge.writers import write_triples, write_truth
 
 __all__ = [
     "OFFICIAL_BIAS",

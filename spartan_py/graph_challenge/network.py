@@ -17,7 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError
-from spartan_py.graph_challenge.formats import IndexRangeError, read_matrix_market, read_triples_matrix, write_triples
+from spartan_py.graph_challenge.formats import IndexRangeError, read_matrix_market, read_triples_matrix
+from spartan_py.graph_challenge.writers import write_triples
 
 #: Official bias by neuron count (the same value for every neuron of every layer).
 OFFICIAL_BIAS: dict[int, float] = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}

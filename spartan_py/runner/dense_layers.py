@@ -39,7 +39,7 @@ def _device(backend: str):
         import cupy
     except ImportError as exc:
         raise InputError("backend gpu needs CuPy (pip install -e '.[gpu-cuda13]' or '.[gpu]')") from exc
-    from spartan_py.engines.support.cuda import device_name
+    from spartan_py.engines.shared.cuda import device_name
 
     return cupy, device_name(cupy)
 

@@ -159,7 +159,7 @@ def check_categories(network, inputs, categories: np.ndarray, rows: int) -> dict
     engine's on those rows (untimed; the CPU engine shares no code with the GPU kernels) by
     the rule of :mod:`spartan_py.graph_challenge.check`: a row where they differ is decided
     in float64 and passes only if it is borderline (an unstable fixed point)."""
-    from spartan_py.engines.cpu import CpuEngine
+    from spartan_py.engines.cpu.engine import CpuEngine
     from spartan_py.graph_challenge.check import compare_categories
 
     rows = min(rows, inputs.shape[0])

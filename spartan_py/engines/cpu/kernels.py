@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from spartan_py.engines.support.ell import ell_from_csc
+from spartan_py.engines.shared.ell import ell_from_csc
 
 #: Rows per tile. 128 rows x 1024 neurons x 4 B = 512 KiB per tile, inside a core's L2.
 TILE_ROWS = 128

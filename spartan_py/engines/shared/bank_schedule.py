@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spartan_py.engines.support.ell import ell_from_csc
+from spartan_py.engines.shared.ell import ell_from_csc
 
 BANKS = 32
 

@@ -11,8 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support import cpu_kernels
-from spartan_py.engines.support.column_merge import MergedNetwork, merge_network, worth_merging
+from spartan_py.engines.cpu import kernels as cpu_kernels
+from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network, worth_merging
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord, pass_through
 
@@ -74,8 +74,8 @@ class CpuEngine(Engine):
     SIMD weighted sum over its inputs (padded ELL), rows repacked as they die.
 
     ``merged``: compute each group of equal weight columns once
-    (:mod:`~spartan_py.engines.support.column_merge`), as ``gpu-merged`` does; ``None``
-    (default) decides as ``auto`` does on a GPU (:func:`~spartan_py.engines.support.
+    (:mod:`~spartan_py.engines.shared.column_merge`), as ``gpu-merged`` does; ``None``
+    (default) decides as ``auto`` does on a GPU (:func:`~spartan_py.engines.shared.
     column_merge.worth_merging`). The rows are the same either way; the merged path does
     1/16 to 1/20 of the work on RadiX-Net networks.
     """

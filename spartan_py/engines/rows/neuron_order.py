@@ -3,7 +3,7 @@
 In the rows kernel the 32 threads of warp ``g`` compute outputs ``32g .. 32g + 31`` of a
 layer and, at every step, read one input of each from the tile row, input ``i`` from bank
 ``i mod 32``; a warp needs as many steps as the most edges of its 32 outputs that start in
-one bank (:mod:`~spartan_py.engines.support.bank_schedule`), 32 at best. With natural
+one bank (:mod:`~spartan_py.engines.shared.bank_schedule`), 32 at best. With natural
 numbers, relabelled RadiX-Net layers need ~43.
 
 Neurons may be renumbered between layers without changing what the network computes: the
@@ -16,7 +16,7 @@ renumbering). A position
 - *Banks*, from the next layer: where that layer's distinct input columns form a bipartite
   graph through shared inputs (every input in at most two distinct columns, as in RadiX-Net
   layers, whose 16 copies of a column share its inputs), colouring that graph's edges with 32
-  colours (:func:`~spartan_py.engines.support.bank_schedule.edge_colouring`) gives every
+  colours (:func:`~spartan_py.engines.shared.bank_schedule.edge_colouring`) gives every
   column 32 inputs in 32 different banks; then any 32 outputs read every bank exactly 32
   times. Otherwise the natural banks, ``neuron mod 32``.
 - *Warps*, for this layer: where every output already reads distinct banks, in neuron order;
@@ -32,8 +32,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.support.bank_schedule import BANKS, edge_colouring
-from spartan_py.engines.support.ell import ell_from_csc
+from spartan_py.engines.shared.bank_schedule import BANKS, edge_colouring
+from spartan_py.engines.shared.ell import ell_from_csc
 
 #: Swap attempts of the warp search per neuron of a layer.
 SEARCH_SWAPS_PER_NEURON = 64

@@ -8,7 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.layer_plan import MAX_LAUNCH_LAYERS, chunk_schedule, transfer_records
+from spartan_py.engines.shared.launches import MAX_LAUNCH_LAYERS, chunk_schedule
+from spartan_py.engines.shared.transfers import transfer_records
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord
 

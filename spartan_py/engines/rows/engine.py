@@ -5,7 +5,7 @@ kept in shared memory, then compacts the live rows. Sizes stay on the device: a 
 reads its live-row count from ``counts[l]`` and adds survivors to ``counts[l + 1]`` after
 every layer, so the host synchronises once, at the end. Weights and inputs are uploaded
 before timing; ``seconds`` is measured with CUDA events around the launches only
-(:meth:`GpuEngine.run_device` can also replay them as one CUDA graph).
+(:meth:`RowsEngine.run_device` can also replay them as one CUDA graph).
 """
 
 from __future__ import annotations
@@ -18,22 +18,20 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, GC_LAYER, MONITOR_PASS, SYNC
-from spartan_py.engines.support.cuda import NULL_POINTER, Buffers, device_name, import_cupy
-from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
-from spartan_py.engines.support.layer_plan import (
+from spartan_py.engines.rows.plan import (
     DEFAULT_THREADS,
     PIXEL_TABLE_SHARED_LIMIT,
     ROWS_HEAD_LAYERS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
-    LayerPlan,
-    RowKernelTrace,
-    chunk_schedule,
-    gc_monitor_mode,
     kernel_shapes,
     launch_layer_cap,
-    launch_monitored,
 )
+from spartan_py.engines.rows.trace import RowsKernelTrace
+from spartan_py.engines.shared.cuda import NULL_POINTER, Buffers, device_name, import_cupy
+from spartan_py.engines.shared.gpu_base import DeviceBatch, GpuEngineBase
+from spartan_py.engines.shared.launches import chunk_schedule, gc_monitor_mode, launch_monitored
+from spartan_py.engines.shared.layer_plan import LayerPlan
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
@@ -59,7 +57,7 @@ class _DeviceLayer:
     weight: Any | None  # cupy float32, as index, or None when the layer's weights are uniform
 
 
-class GpuEngine(RowKernelTrace, GpuEngineBase):
+class RowsEngine(RowsKernelTrace, GpuEngineBase):
     """Fused layer kernel with on-device compaction and a fused per-tile sparsity monitor."""
 
     name = "gpu"
@@ -86,13 +84,13 @@ class GpuEngine(RowKernelTrace, GpuEngineBase):
         compact_tiles: bool = True,
     ):
         """``input_counts``: binary inputs enter the first layer as counts of lit inputs per
-        output where the layer allows it (:mod:`~spartan_py.engines.support.input_counts`),
+        output where the layer allows it (:mod:`~spartan_py.engines.shared.input_counts`),
         else as floats. ``renumber_neurons``: the kernel keeps each layer's neurons in the
         order that lets every warp read each shared-memory bank equally often
-        (:mod:`~spartan_py.engines.support.neuron_order`; not with the software monitor,
+        (:mod:`~spartan_py.engines.rows.neuron_order`; not with the software monitor,
         whose pass counts natural 32-column tiles in memory). ``compact_tiles``: a tile of 8
         to 16 rows moves its live rows to its front between the layers of a launch and
-        computes only those, rounded up to 4 (:func:`~spartan_py.engines.support.layer_plan.compacts_tile`)."""
+        computes only those, rounded up to 4 (:func:`~spartan_py.engines.rows.plan.compacts_tile`)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         if network.neurons not in ROWS_PER_TILE:

@@ -17,21 +17,21 @@ import numba
 import numpy as np
 from numba import prange
 
-from spartan_py.engines.gpu import GpuEngine
-from spartan_py.engines.support.input_counts import input_bit_value
-from spartan_py.engines.support.layer_plan import (
+from spartan_py.engines.rows.engine import RowsEngine
+from spartan_py.engines.rows.plan import (
     DEFAULT_THREADS,
     ROWS_HEAD_LAYERS,
     ROWS_PER_TILE,
     THREAD_CHOICES,
     TWIN_GRID_BLOCKS,
-    RowKernelTrace,
-    gc_monitor_mode,
     gc_tile_rows,
     launch_layer_cap,
     rows_computed,
 )
-from spartan_py.engines.support.twin_base import TwinEngine
+from spartan_py.engines.rows.trace import RowsKernelTrace
+from spartan_py.engines.shared.input_counts import input_bit_value
+from spartan_py.engines.shared.launches import gc_monitor_mode
+from spartan_py.engines.shared.twin_base import TwinEngine
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
 
@@ -69,15 +69,15 @@ def twin_layer(rows, index, weight, uniform, use_uniform, bias, clamp, row_nnz):
             row_nnz[first + b] = lit[b]
 
 
-class GpuTwinEngine(RowKernelTrace, TwinEngine):
+class RowsTwinEngine(RowsKernelTrace, TwinEngine):
     """The GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-twin"
     cpu_twin = "gpu-twin"
     takes_kernel_options = True
     takes_input_counts = True
-    trace_families = GpuEngine.trace_families
-    supported_neurons = GpuEngine.supported_neurons
+    trace_families = RowsEngine.trace_families
+    supported_neurons = RowsEngine.supported_neurons
 
     def __init__(
         self,
@@ -95,9 +95,9 @@ class GpuTwinEngine(RowKernelTrace, TwinEngine):
         compact_tiles: bool = True,
         grid_blocks: int = TWIN_GRID_BLOCKS,
     ):
-        """Options as :class:`~spartan_py.engines.gpu.GpuEngine`'s; ``grid_blocks``: the GPU
+        """Options as :class:`~spartan_py.engines.rows.engine.RowsEngine`'s; ``grid_blocks``: the GPU
         grid whose tiles the trace describes (they shrink for launches of few rows:
-        :func:`~spartan_py.engines.support.layer_plan.gc_tile_rows`)."""
+        :func:`~spartan_py.engines.rows.plan.gc_tile_rows`)."""
         if network.neurons not in ROWS_PER_TILE:
             sizes = ", ".join(str(n) for n in ROWS_PER_TILE)
             raise BackendUnavailableError(

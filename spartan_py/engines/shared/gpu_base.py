@@ -8,9 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.support.cuda import Buffers, cupy_unavailable_reason, download_rows, upload_pinned
-from spartan_py.engines.support.input_counts import input_bit_value
-from spartan_py.engines.support.layer_plan import transfer_records
+from spartan_py.engines.shared.cuda import Buffers, cupy_unavailable_reason, download_rows, upload_pinned
+from spartan_py.engines.shared.input_counts import input_bit_value
+from spartan_py.engines.shared.transfers import transfer_records
 from spartan_py.errors import DeviceMemoryError
 from spartan_py.timing import hold_stream
 from spartan_py.trace import TraceRecord

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from spartan_py.engines.support.ell import ell_from_csc
+from spartan_py.engines.shared.ell import ell_from_csc
 
 if TYPE_CHECKING:
-    from spartan_py.engines.support.column_merge import MergedLayer
-    from spartan_py.engines.support.layer_plan import LayerPlan
+    from spartan_py.engines.shared.column_merge import MergedLayer
+    from spartan_py.engines.shared.layer_plan import LayerPlan
 
 #: Layer 1's steps at most (the kernels' table of chain values; ``GM_COUNT_MAX`` in
 #: kernels/gc_merged.cu and ``GC_COUNT_MAX`` in kernels/gc_layer.cu).

@@ -4,10 +4,10 @@ It computes what ``kernels/gc_merged.cu`` computes, in the same order: each merg
 is summed over the plan's steps one fused multiply-add at a time (padding steps read zero),
 then bias on non-zeros, ReLU, clamp; non-zeros are counted in original columns (group
 sizes). (The GPU's first launch may count lit binary inputs instead: the same sums, see
-:mod:`spartan_py.engines.support.input_counts`.) So its float32 results, live rows and
+:mod:`spartan_py.engines.shared.input_counts`.) So its float32 results, live rows and
 non-zeros per layer equal the GPU's, and its trace records the GPU's launches
 (``executed_macs`` of multi-layer launches aside: they depend on the GPU's compaction
-order, as with :mod:`spartan_py.engines.gpu_twin`).
+order, as with :mod:`spartan_py.engines.rows.twin`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,14 @@ import numba
 import numpy as np
 from numba import prange
 
-from spartan_py.engines.gpu_merged import GpuMergedEngine
-from spartan_py.engines.support.chain_plan import checked_chain_rows
-from spartan_py.engines.support.column_merge import (
-    MergedKernelTrace,
-    merge_network,
-    merged_tile_rows,
-    stage_words,
-)
-from spartan_py.engines.support.input_counts import input_bit_value
-from spartan_py.engines.support.layer_plan import gc_monitor_mode
-from spartan_py.engines.support.twin_base import TwinEngine
+from spartan_py.engines.merged.chain import checked_chain_rows
+from spartan_py.engines.merged.engine import MergedEngine
+from spartan_py.engines.merged.plan import merged_tile_rows, stage_words
+from spartan_py.engines.merged.trace import MergedKernelTrace
+from spartan_py.engines.shared.column_merge import merge_network
+from spartan_py.engines.shared.input_counts import input_bit_value
+from spartan_py.engines.shared.launches import gc_monitor_mode
+from spartan_py.engines.shared.twin_base import TwinEngine
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 
@@ -58,7 +55,7 @@ def twin_merged_layer(
     return out
 
 
-class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
+class MergedTwinEngine(MergedKernelTrace, TwinEngine):
     """The merged GPU kernel's arithmetic and trace records, computed on the CPU with Numba."""
 
     name = "gpu-merged-twin"
@@ -66,7 +63,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
     takes_kernel_options = True
     takes_merged_options = True
     takes_input_counts = True
-    trace_families = GpuMergedEngine.trace_families
+    trace_families = MergedEngine.trace_families
 
     def __init__(
         self,
@@ -81,7 +78,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
     ):
-        """Options as :class:`~spartan_py.engines.gpu_merged.GpuMergedEngine`'s."""
+        """Options as :class:`~spartan_py.engines.merged.engine.MergedEngine`'s."""
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
@@ -116,7 +113,7 @@ class GpuMergedTwinEngine(MergedKernelTrace, TwinEngine):
         return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):
-        # as GpuMergedEngine: binary inputs go to a first launch holding them as bits
+        # as MergedEngine: binary inputs go to a first launch holding them as bits
         return {"bit_inputs": input_bit_value(inputs) != 0.0}
 
     def _final_values(self, rows):

@@ -1,15 +1,15 @@
 """The merged-column GPU engine: ``kernels/gc_merged.cu`` driven by CuPy (backend ``gpu-merged``).
 
-Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.support.column_merge`):
+Outputs with identical weight columns are computed once (:mod:`spartan_py.engines.shared.column_merge`):
 the official RadiX-Net layers need 1/16 to 1/20 of the multiply-adds and rows 1/16 as wide.
-Same schedule as the rows kernel (:mod:`spartan_py.engines.gpu`): chunks of layers per
+Same schedule as the rows kernel (:mod:`spartan_py.engines.rows.engine`): chunks of layers per
 launch with the rows kept in shared memory, live-row compaction after each launch, sizes on
 the device, one host synchronisation at the end; then the final live rows are expanded back
 to ``neurons`` columns on the device (timed). The first launch runs block tiles
 (``kernels/gc_merged.cu``); later ones, where the layers fit it, the chain kernel
 (``kernels/gc_chain.cu``: a warp carries its rows through the launch's layers alone; see
-:mod:`spartan_py.engines.support.chain_plan`). Weights that exceed the device memory budget
-stream from pinned host memory (:class:`~spartan_py.engines.support.weight_store.LayerStore`).
+:mod:`spartan_py.engines.merged.chain`). Weights that exceed the device memory budget
+stream from pinned host memory (:class:`~spartan_py.engines.shared.weight_store.LayerStore`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, EXPAND, GC_MERGED, SCATTER_ROWS, SYNC
-from spartan_py.engines.support.chain_plan import (
+from spartan_py.engines.merged.chain import (
     CHAIN_GROUP_ROWS,
     CHAIN_MAX_COLUMNS,
     CHAIN_THREADS,
@@ -30,25 +30,16 @@ from spartan_py.engines.support.chain_plan import (
     chain_words,
     checked_chain_rows,
 )
-from spartan_py.engines.support.column_merge import (
-    MERGED_THREADS as THREADS,
-)
-from spartan_py.engines.support.column_merge import (
-    MERGED_TILE_ROWS as TILE_ROWS,
-)
-from spartan_py.engines.support.column_merge import (
-    MergedKernelTrace,
-    MergedNetwork,
-    merge_network,
-    merged_tile_rows,
-    monitor_masks,
-    stage_words,
-)
-from spartan_py.engines.support.cuda import NULL_POINTER, device_name, import_cupy
-from spartan_py.engines.support.gpu_base import DeviceBatch, GpuEngineBase
-from spartan_py.engines.support.input_counts import COUNT_MAX_STEPS
-from spartan_py.engines.support.layer_plan import chunk_schedule, gc_monitor_mode, launch_monitored
-from spartan_py.engines.support.weight_store import LayerStore
+from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
+from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
+from spartan_py.engines.merged.plan import merged_tile_rows, monitor_masks, stage_words
+from spartan_py.engines.merged.trace import MergedKernelTrace
+from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network
+from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
+from spartan_py.engines.shared.gpu_base import DeviceBatch, GpuEngineBase
+from spartan_py.engines.shared.input_counts import COUNT_MAX_STEPS
+from spartan_py.engines.shared.launches import chunk_schedule, gc_monitor_mode, launch_monitored
+from spartan_py.engines.shared.weight_store import LayerStore
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
@@ -93,7 +84,7 @@ def _chain_kernels(device_id: int):
     return {key: module.get_function(name) for key, name in names.items()}
 
 
-class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
+class MergedEngine(MergedKernelTrace, GpuEngineBase):
     """Merged-column layer kernel with on-device compaction and the fused monitor."""
 
     name = "gpu-merged"
@@ -124,7 +115,7 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
         first (``kernels/gc_chain.cu``; None: by launch length, 0: every launch runs the
         block-tile kernel); ``input_counts``: binary inputs enter the first layer as counts
         of lit inputs per merged column where the layer allows it
-        (:mod:`~spartan_py.engines.support.input_counts`), else as bits."""
+        (:mod:`~spartan_py.engines.shared.input_counts`), else as bits."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         self.monitor = gc_monitor_mode(monitor)
@@ -372,16 +363,16 @@ class GpuMergedEngine(MergedKernelTrace, GpuEngineBase):
 class MergedBatch(DeviceBatch):
     """A batch of the merged kernel: merged-width row buffers, the expanded n-wide output and,
     when the inputs are too wide for shared memory, their dense copy (see
-    :class:`~spartan_py.engines.support.gpu_base.DeviceBatch`)."""
+    :class:`~spartan_py.engines.shared.gpu_base.DeviceBatch`)."""
 
-    def __init__(self, engine: GpuMergedEngine, inputs: sp.csr_matrix):
+    def __init__(self, engine: MergedEngine, inputs: sp.csr_matrix):
         super().__init__(engine, inputs, engine.stride)
 
     def _extra_bytes_per_row(self, engine) -> int:
         n = engine.network.neurons
         return 4 * (n + (0 if self._from_tile(engine) else n))
 
-    def _from_tile(self, engine: GpuMergedEngine) -> bool:
+    def _from_tile(self, engine: MergedEngine) -> bool:
         """Whether the first launch takes the inputs into its tile (bits, or floats that fit)."""
         return self.input_value != 0.0 or engine.first_from_tile
 

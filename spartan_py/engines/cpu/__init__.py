@@ -1,0 +1,1 @@
+"""The cpu engine: Numba kernels over lane-major row tiles (backend ``cpu``)."""

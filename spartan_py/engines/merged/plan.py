@@ -1,0 +1,91 @@
+"""The merged kernel's shapes and decisions (``kernels/gc_merged.cu``; backend ``gpu-merged``),
+worked out on the host so that the engine and its CPU twin take the same ones: the monitor's
+masks, rows per tile and the shared-memory budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spartan_py.engines.shared.column_merge import MergedNetwork
+from spartan_py.errors import InputError
+
+#: Widest merged layer for which the monitor's per-tile masks are built (wider layers count
+#: each tile by looking up its 32 columns' groups).
+MASK_MAX_WIDTH = 256
+
+
+def monitor_masks(groups: np.ndarray, width: int) -> np.ndarray | None:
+    """The fused monitor's table for a merged layer: ``masks[level, tile, word]`` has bit
+    ``h`` set when merged column ``32 * word + h`` appears at least ``level + 1`` times among
+    the original columns of 32-column ``tile``. A row's non-zero count in ``tile`` is then
+    the sum over levels and words of popcount(row's non-zero columns & mask). None for
+    layers wider than :data:`MASK_MAX_WIDTH`."""
+    if width > MASK_MAX_WIDTH or groups.size % 32:
+        return None
+    tiles = groups.size // 32
+    multiplicity = np.zeros((tiles, width), dtype=np.int32)
+    np.add.at(multiplicity, (np.repeat(np.arange(tiles), 32), groups), 1)
+    levels = int(multiplicity.max(initial=0))
+    bits = multiplicity[None, :, :] > np.arange(levels)[:, None, None]
+    packed = np.packbits(bits.reshape(levels, tiles, width // 32, 32), axis=-1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u4").reshape(levels, tiles, width // 32)
+
+
+#: Threads per block of the merged kernel.
+MERGED_THREADS = 256
+
+#: Tile heights built for the merged kernel (rows per block; at most 32, one warp's lanes).
+MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)
+
+#: Shared memory the two Z buffers of a block may take; more blocks per SM hide latency.
+BUFFER_BUDGET_BYTES = 48 * 1024
+
+#: Shared memory a block of the first launch may take (the H100 allows 227 KiB).
+FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
+
+#: Shared memory for one layer's indices, weights and column sizes, staged once per tile and
+#: layer (layers that need more are read from device memory, through L1).
+STAGE_BUDGET_BYTES = 32 * 1024
+
+
+def stage_words(merged: MergedNetwork) -> int:
+    """4-byte words of the per-block stage: the largest layer's indices (and weights, when not uniform)
+    and column sizes, or the last layer's ``neurons`` groups (for the monitor), whichever is
+    more, up to :data:`STAGE_BUDGET_BYTES`."""
+    need = max(
+        (layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in merged.layers),
+        default=0,
+    )
+    return min(max(need, merged.neurons), STAGE_BUDGET_BYTES // 4)
+
+
+def merged_tile_rows(
+    neurons: int,
+    width: int,
+    block_shared_limit: int = 227 * 1024,
+    rows_per_tile: int | None = None,
+    stage_bytes: int = 0,
+):
+    """(rows per tile, rows per tile of the first launch, whether the first launch holds its
+    n-wide input rows in shared memory) for a merged network of ``width`` columns.
+
+    The tile is the largest (at most 16 rows) whose two buffers fit
+    :data:`BUFFER_BUDGET_BYTES`; the first launch takes the largest tile, no taller, whose
+    input rows fit too, and gathers from the expanded inputs in device memory when not even
+    one row fits.
+    """
+    row_bytes = 2 * (width + 32) * 4 + width // 32 * 4  # two buffers and the monitor's bits
+    if rows_per_tile is None:
+        fitting = [r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= BUFFER_BUDGET_BYTES]
+        rows_per_tile = max(fitting, default=1)
+    elif rows_per_tile not in MERGED_TILE_ROWS:
+        raise InputError(f"rows_per_tile must be one of {MERGED_TILE_ROWS} for gpu-merged, not {rows_per_tile}")
+    limit = min(block_shared_limit, FIRST_LAUNCH_BUDGET_BYTES)
+    first = [
+        r
+        for r in MERGED_TILE_ROWS
+        if r <= rows_per_tile and r * (row_bytes + (neurons + 32) * 4) + stage_bytes <= limit
+    ]
+    if first:
+        return rows_per_tile, max(first), True
+    return rows_per_tile, rows_per_tile, False

@@ -1,0 +1,202 @@
+"""The merged kernel's trace (families ``gpu.scatter_rows``, ``gpu.gc_merged``, ``gpu.expand_rows``),
+written alike by the engine and its twin."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spartan_py.costmodel.families import EXPAND, GC_MERGED, SCATTER_ROWS
+from spartan_py.engines.merged.chain import (
+    CHAIN_THREADS,
+    chain_group_rows,
+    chain_launch,
+    chain_shared_bytes,
+    chain_warp_bytes,
+)
+from spartan_py.engines.merged.plan import MERGED_THREADS
+from spartan_py.engines.shared.column_merge import MergedNetwork
+from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, pixel_columns
+from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
+from spartan_py.trace import pass_through
+
+
+class MergedKernelTrace(LayerKernelTrace):
+    """The trace of ``gpu.gc_merged``: its launches (as
+    :class:`~spartan_py.engines.shared.kernel_trace.LayerKernelTrace`), then the expansion of
+    the final rows (``gpu.expand``); with too-wide inputs, first their scatter to dense rows
+    (``gpu.scatter_rows``).
+
+    ``executed_macs`` counts the merged multiply-adds done (tiles x rows x width x steps);
+    ``useful_macs`` the original network's (one per non-zero input and outgoing edge), so
+    their ratio can exceed 1: that is the work merging saved. Streamed weights are read from
+    host memory by a copy overlapping the previous launch; their bytes are in ``bytes_read``
+    either way.
+    """
+
+    kernel_family = GC_MERGED
+    merged: MergedNetwork
+    rows_per_tile: int
+    first_rows: int
+    first_from_tile: bool
+    stage_bytes: int
+    #: rows a warp of the chain kernel takes (``kernels/gc_chain.cu``); None: by launch
+    #: (:func:`~spartan_py.engines.merged.chain.chain_group_rows`); 0: no chain launches
+    chain_rows: int | None
+    #: rows a warp takes in each launch that runs the chain kernel, by the launch's first
+    #: layer (:meth:`plan_chain_launches`, set once when the engine is built)
+    chain_rows_by_start: dict[int, int]
+    #: the first layer's merged columns of each input pixel, when binary inputs take the
+    #: counts path (:func:`~spartan_py.engines.shared.input_counts.pixel_columns`), else None
+    input_columns: np.ndarray | None
+
+    def plan_chain_launches(self) -> dict[int, int]:
+        """{first layer: rows a warp} of the launches (``self.chunks``) that run the chain
+        kernel (:func:`~spartan_py.engines.merged.chain.chain_launch`)."""
+        plan, start = {}, 0
+        for length in self.chunks:
+            rows = chain_group_rows(length) if self.chain_rows is None else self.chain_rows
+            if chain_launch(self.merged.layers[start : start + length], start, self.merged.width, rows):
+                plan[start] = rows
+            start += length
+        return plan
+
+    def plan_input_counts(self, enabled: bool) -> np.ndarray | None:
+        """:attr:`input_columns` for the engine option ``input_counts`` (None when off or when
+        the first layer does not allow the counts path)."""
+        if not enabled or not self.merged.layers:
+            return None
+        return pixel_columns(self.merged.layers[0], self.merged.neurons)
+
+    def counts_first_layer(self, bit_inputs: bool) -> bool:
+        """Whether the first launch counts lit inputs (binary inputs, and a first layer that
+        allows it: :mod:`~spartan_py.engines.shared.input_counts`)."""
+        return bit_inputs and self.input_columns is not None
+
+    def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
+        """(rows per tile, words of input tile a row) of the first launch: binary inputs
+        as counts of lit inputs per merged column where the first layer allows it
+        (:func:`~spartan_py.engines.shared.input_counts.count_tile_words`), else as bits
+        (``n / 32 + 1`` words a row), in tiles of ``rows_per_tile``; other inputs as floats
+        (``n + 32``, :func:`merged_tile_rows`' first tile), or none when they are too wide."""
+        n = self.merged.neurons
+        if self.counts_first_layer(bit_inputs):
+            return self.rows_per_tile, count_tile_words(self.merged.layers[0], n)
+        if bit_inputs:
+            return self.rows_per_tile, n // 32 + 1
+        return self.first_rows, (n + 32) if self.first_from_tile else 0
+
+    def launch_cost(
+        self, start, stop, rows_in, entering, input_nnz, row_layers, tile_layers, streamed=False, bit_inputs=False
+    ):
+        """``tile_layers`` is not needed: merged tiles compute whole tiles, so the cost model
+        works their weight loads out from the multiply-adds. ``streamed``: the weights come
+        from host memory (named in the variant);
+        ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
+        or counts them (instance "P": its work is an increment per lit input and merged
+        column it feeds, and a lookup per merged output).
+        A chain launch is its own kernel (instance "C", the rows a warp takes); its warps work
+        independently, so its record describes a warp as the block (one group of rows, its two
+        buffers, 32 resident on an SM) and leaves the stage of indices, loaded once per
+        launch, to the fitted per-wave cost."""
+        n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
+        chunk = layers[start:stop]
+        useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
+        suffix = f"xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else "")
+        group = self.chain_rows_by_start.get(start, 0)
+        if group:
+            groups = -(-rows_in // group)
+            return LaunchCost(
+                variant=f"C{group}{suffix}",
+                tile_rows=group,
+                tiles=groups,
+                bytes_read=rows_in * (layers[start - 1].width * 4 + 4)
+                + chain_shared_bytes(chunk, stride, 0)  # the stages (each block's copy after the first from L2)
+                + sum(4 * layer.width for layer in chunk),  # the column sizes
+                row_bytes_written=chunk[-1].width * 4 + 4,
+                useful_macs=useful,
+                executed_macs=executed_macs(
+                    [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], row_layers
+                ),
+                block_threads=32,
+                block_shared_bytes=chain_warp_bytes(stride, group),
+                resident_blocks_per_sm=CHAIN_THREADS // 32,
+            )
+        first_rows, input_words = self.first_launch_tile(bit_inputs)
+        tile = first_rows if start == 0 else self.rows_per_tile
+        tiles = -(-rows_in // tile)
+        if start == 0 and bit_inputs:
+            read = input_nnz * 4 + (rows_in + 1) * 4  # the indices only
+        elif start == 0:
+            read = input_nnz * 8 + (rows_in + 1) * 4 if self.first_from_tile else rows_in * n * 4
+        else:
+            read = rows_in * (layers[start - 1].width * 4 + 4)
+        weight_bytes = sum(
+            layer.plan.index.size * 4
+            + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
+            + layer.width * 4
+            + n * 4
+            for layer in chunk
+        )
+        input_tile = input_words if start == 0 else 0
+        # a first launch that gathers its inputs from device memory (too wide for a tile in
+        # shared memory) is a different kernel in effect: its own instance ("G"), calibrated
+        # apart; so is one holding its inputs as bits ("B")
+        kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
+        executed = executed_macs(
+            [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], row_layers
+        )
+        columns = self.input_columns if start == 0 and bit_inputs else None
+        if columns is not None:  # the counts path (counts_first_layer)
+            kind = "P"
+            pairs = int(np.count_nonzero(columns.view(np.uint16) != NO_COLUMN))
+            first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], row_layers)
+            executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
+        return LaunchCost(
+            variant=f"{kind}{tile}{suffix}",
+            tile_rows=tile,
+            tiles=tiles,
+            bytes_read=read + weight_bytes,
+            row_bytes_written=chunk[-1].width * 4 + 4,
+            useful_macs=useful,
+            executed_macs=executed,
+            block_threads=MERGED_THREADS,
+            block_shared_bytes=(tile * (2 * (stride + 32) + stride // 32) + (tile * input_tile + 3) // 4 * 4) * 4
+            + self.stage_bytes,
+        )
+
+    def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):
+        if self.first_from_tile or bit_inputs:
+            return []
+        rows, n = int(counts[0]), self.merged.neurons
+        return [
+            pass_through(
+                run_id,
+                0,
+                SCATTER_ROWS,
+                "dense-inputs",
+                rows=rows,
+                cols=n,
+                nnz=input_nnz,
+                bytes_read=input_nnz * 8 + (rows + 1) * 4,
+                bytes_written=rows * n * 4 + input_nnz * 4,
+                device=self.device,
+            )
+        ]
+
+    def records_after(self, counts, seconds, run_id):
+        layers, n = self.merged.layers, self.merged.neurons
+        final = int(counts[len(layers)])
+        return [
+            pass_through(
+                run_id,
+                len(layers),
+                EXPAND,
+                "final-rows",
+                rows=final,
+                cols=n,
+                bytes_read=final * layers[-1].width * 4 + n * 4,
+                bytes_written=final * n * 4,
+                measured_us=seconds[len(self.chunks)] * 1e6 if len(seconds) > len(self.chunks) else float("nan"),
+                device=self.device,
+            )
+        ]

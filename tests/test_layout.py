@@ -1,0 +1,84 @@
+"""The package's shape (issue 52): no import circle, no module over the size one concept
+takes, and every kernel family's code in a folder of its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "spartan_py"
+MAX_LINES = 450
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Modules of spartan_py that ``path`` imports at module level, ``if TYPE_CHECKING:``
+    blocks included (imports inside functions are deferred on purpose and left out)."""
+    found = set()
+
+    def visit(statements):
+        for node in statements:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spartan_py"):
+                for alias in node.names:  # a submodule by name, else a name of the module itself
+                    submodule = f"{node.module}.{alias.name}"
+                    found.add(
+                        submodule if (ROOT / submodule.replace(".", "/")).with_suffix(".py").is_file() else node.module
+                    )
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("spartan_py"))
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                visit(getattr(node, "finalbody", []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_no_import_circle():
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {name: {m for m in _module_imports(path) if m in modules and m != name} for name, path in modules.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(name: str) -> None:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                circle = stack[stack.index(target) :] + [target]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if target not in state:
+                walk(target)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name)
+
+
+def test_no_module_over_the_cap():
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_each_kernel_family_has_its_folder():
+    from spartan_py.engines import BACKENDS
+
+    folders = {"gpu": "rows", "gpu-twin": "rows", "gpu-merged": "merged", "gpu-merged-twin": "merged", "cpu": "cpu"}
+    for backend, folder in folders.items():
+        assert BACKENDS[backend].startswith(f"spartan_py.engines.{folder}."), backend
+    assert not (PACKAGE / "engines" / "support").exists()
