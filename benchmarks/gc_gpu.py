@@ -58,10 +58,7 @@ def floor_seconds(
 
 def time_ours(engine, inputs, repeats: int) -> tuple[list[float], object]:
     batch = engine.upload(inputs)
-    for _ in range(3):
-        engine.run_device(batch)
-    times = [engine.run_device(batch) for _ in range(repeats)]
-    return times, batch
+    return engine.time(batch, repeats=repeats, warmup=3), batch
 
 
 #: Eager runs whose per-launch event times give each launch's median.
@@ -120,9 +117,8 @@ def main() -> int:
     engine = RowsEngine(network)
     device = engine.device
     props = cp.cuda.runtime.getDeviceProperties(0)
-    log(
-        f"device {device}: {engine.sm_count} SMs, rows kernel {engine.kernel.num_regs} registers, grid {engine._grid()}"
-    )
+    registers, grid = engine.kernel.num_regs, engine.grid_blocks()
+    log(f"device {device}: {engine.sm_count} SMs, rows kernel {registers} registers, grid {grid}")
 
     # measured ceilings: device-to-device copy (read + write bytes) and the fused kernel's floor
     bandwidth = copy_bandwidth()
@@ -158,14 +154,8 @@ def main() -> int:
         times, batch = time_ours(variant, inputs, args.repeats)
         result = check_batch(variant, batch, truth, cpu_out)
         launch_seconds = launch_times(variant, batch)
-        trace = variant.launch_trace(
-            batch.counts.get(),
-            batch.nnz_counts.get(),
-            inputs.nnz,
-            run_id="proxy",
-            **batch.layer_work(),
-            launch_seconds=launch_seconds,
-            **variant._trace_options(batch),
+        trace = variant.batch_trace(
+            batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, run_id="proxy", launch_seconds=launch_seconds
         )
         floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)

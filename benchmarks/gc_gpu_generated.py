@@ -55,12 +55,11 @@ def log(message: str) -> None:
 def run_engine(engine, inputs, repeats: int) -> dict:
     """Time ``engine`` on ``inputs`` (one batch); the result's categories and counts."""
     batch = engine.upload(inputs)
-    engine.run_device(batch)
-    times = [engine.run_device(batch) for _ in range(repeats)]
+    times = engine.time(batch, repeats=repeats, warmup=1)
     counts = batch.counts.get()
     ids, values, _ = batch.final_rows(engine)
     engine.run_device(batch, per_layer_times=True)
-    trace = engine._records(batch, counts, batch.nnz_counts.get(), inputs.nnz, "bench")
+    trace = engine.batch_trace(batch, counts, batch.nnz_counts.get(), inputs.nnz, run_id="bench")
     return {"times": times, "counts": counts, "ids": ids, "poison": int(np.isnan(values).sum()), "trace": trace}
 
 

@@ -36,8 +36,8 @@ from spartan_py.sparsity import (
     tile_sparse_matmul,
     tile_utilization,
 )
+from spartan_py.sparsity.candidates import candidate_records
 from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid
-from spartan_py.sparsity.policy import candidate_records
 from spartan_py.sparsity.tile_gemm import block_width
 from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
@@ -274,7 +274,7 @@ def density_sweep(
             t_list = timer(lambda: tile_list(profile.tile_nnz, a.shape, tile), flush=False)
             policy.choose(profile, n)  # first decision fills the prediction cache
             first = time.perf_counter()
-            policy._predict_cached.cache_clear()
+            policy.clear_prediction_cache()
             decision = policy.choose(profile, n)
             uncached_ms = (time.perf_counter() - first) * 1e3
             t_choose = timer(lambda: policy.choose(profile, n), flush=False)

@@ -46,7 +46,7 @@ from spartan_py.sparsity import (
     tile_sparse_matmul,
 )
 from spartan_py.sparsity.blocked_ell import blocked_ell_matmul, to_blocked_ell
-from spartan_py.sparsity.policy import tile_gemm_schedule
+from spartan_py.sparsity.candidates import tile_gemm_schedule
 from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
 

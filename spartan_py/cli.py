@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
-from spartan_py.engines import BACKEND_CHOICES
+from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError, SpartanError
 
 
@@ -61,13 +61,14 @@ def _cmd_infer_sharded(args) -> int:
 
 def _backend_name(text: str) -> str:
     """``--backend``'s value, or argparse's error naming the closest backend."""
-    if text in BACKEND_CHOICES:
+    choices = backend_choices()
+    if text in choices:
         return text
     import difflib
 
-    close = difflib.get_close_matches(text, BACKEND_CHOICES, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(text, choices, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise argparse.ArgumentTypeError(f"unknown backend {text!r}; {hint}(choose from {', '.join(BACKEND_CHOICES)})")
+    raise argparse.ArgumentTypeError(f"unknown backend {text!r}; {hint}(choose from {', '.join(choices)})")
 
 
 def _check_request(args) -> None:
@@ -317,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         default="auto",
         type=_backend_name,
-        metavar="{" + ",".join(BACKEND_CHOICES) + "}",
+        metavar="{" + ",".join(backend_choices()) + "}",
         help="default: auto (GPU if present, else CPU)",
     )
     run.add_argument("--truth", help="truth categories file to check against")

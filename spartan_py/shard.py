@@ -88,9 +88,8 @@ def run_shard(
     options: dict,
 ) -> dict:
     """One shard where its worker is (a task for any executor): one checked run, then
-    ``repeats`` timed ones. A GPU engine keeps the shard on the device and replays the
-    inference (CUDA events, after two warm-up runs), as ``benchmarks/gc_gpu.py`` does;
-    other engines time whole runs."""
+    ``repeats`` timed ones (:meth:`Engine.time <spartan_py.engines.base.Engine.time>`: a GPU
+    engine keeps the shard on the device and replays it, timed with CUDA events)."""
     from spartan_py.engines import choose_backend
 
     net = cached_network(network, layers)
@@ -99,15 +98,8 @@ def run_shard(
     with device:
         engine = _engine(network, layers, choose_backend(backend, net), gpu, tuple(sorted(options.items())))
         _release_cached_blocks(gpu)
-        output = engine.run(x)
-        if hasattr(engine, "run_device") and engine._batch_rows(x.shape[0]) >= x.shape[0] and repeats > 0:
-            batch = engine.upload(x)
-            for _ in range(2):
-                engine.run_device(batch)
-            seconds = [engine.run_device(batch) for _ in range(repeats)]
-            del batch
-        else:
-            seconds = [output.seconds] + [engine.run(x).seconds for _ in range(repeats - 1)]
+        output = engine.run(x)  # the checked run, which also warms the engine up
+        seconds = engine.time(x, repeats=repeats, warmup=2) if repeats > 0 else [output.seconds]
         gpu_name, gpu_bytes = _gpu_footprint(gpu)
     return {
         "index": index,

@@ -82,3 +82,17 @@ def test_each_kernel_family_has_its_folder():
     for backend, folder in folders.items():
         assert BACKENDS[backend].startswith(f"spartan_py.engines.{folder}."), backend
     assert not (PACKAGE / "engines" / "support").exists()
+
+
+def test_no_private_member_used_outside_its_module():
+    """``obj._name`` only in the module that defines ``_name`` (benchmarks included)."""
+    import re
+
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
+        text = path.read_text()
+        used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\.(_[a-z]\w*)\b", text)) - {"_results"}  # benchmarks._results
+        defined = set(re.findall(r"(?:def|class) (_\w+)", text)) | set(re.findall(r"self\.(_\w+)", text))
+        defined |= set(re.findall(r"^\s*(_\w+)\s*[:=]", text, re.M))
+        found += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(used - defined)]
+    assert not found, found

@@ -490,7 +490,7 @@ def test_policy_runs_every_kernel_exactly(xp):
 def test_tile_gemm_schedule_follows_the_grid_and_the_model_spreads_balanced_work():
     from spartan_py.costmodel.model import predict
     from spartan_py.costmodel.simulate import resolve_machine
-    from spartan_py.sparsity.policy import candidate_records
+    from spartan_py.sparsity.candidates import candidate_records
     from spartan_py.sparsity.tile_gemm import BALANCED_BELOW_WAVES, fp32_schedule
     from spartan_py.trace import to_frame
 

@@ -23,6 +23,12 @@ BACKENDS: dict[str, str] = {
     "gpu-dense-compact": "spartan_py.engines.baselines:DenseCompactEngine",
 }
 BACKEND_CHOICES = ("auto", *BACKENDS)
+"""The built-in backend names, ``auto`` first (:func:`backend_choices` also has any added since)."""
+
+
+def backend_choices() -> tuple[str, ...]:
+    """Every backend name a run accepts now: ``auto`` and the registry's (:data:`BACKENDS`)."""
+    return ("auto", *BACKENDS)
 
 
 def engine_class(name: str) -> type[Engine]:
@@ -30,13 +36,19 @@ def engine_class(name: str) -> type[Engine]:
     try:
         target = BACKENDS[name]
     except KeyError:
-        raise InputError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_CHOICES)}") from None
+        raise InputError(f"unknown backend {name!r}; expected one of {', '.join(backend_choices())}") from None
     module_name, class_name = target.split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise BackendUnavailableError(f"backend {name!r} is unavailable: {exc}") from None
     return getattr(module, class_name)
+
+
+def backends_taking(option: str) -> list[str]:
+    """The backends whose engine takes the experiment option ``option`` (its class's
+    :attr:`~spartan_py.engines.base.Engine.takes_options`), in registry order."""
+    return [name for name in BACKENDS if option in engine_class(name).takes_options]
 
 
 def unavailable_reason(name: str) -> str | None:
@@ -141,6 +153,8 @@ __all__ = [
     "BACKEND_CHOICES",
     "Engine",
     "EngineOutput",
+    "backend_choices",
+    "backends_taking",
     "check_backend",
     "choose_backend",
     "gpu_backend_for",

@@ -43,20 +43,16 @@ class Engine(ABC):
     #: The backend that computes this one's results on the CPU with the same trace records,
     #: timed by the cost model in simulated mode (None: no twin).
     cpu_twin: ClassVar[str | None] = None
-    #: Whether the constructor takes the Graph Challenge kernels' options (``monitor``,
-    #: ``compact_every``, ``rows_per_tile``).
-    takes_kernel_options: ClassVar[bool] = False
-    #: Whether it also takes the merged kernel's option ``chain_rows``.
-    takes_merged_options: ClassVar[bool] = False
-    #: Whether it takes ``input_counts`` (binary inputs counted into the first layer).
-    takes_input_counts: ClassVar[bool] = False
+    #: The experiment options (:mod:`spartan_py.engines.options`) its constructor takes, by name;
+    #: the runner passes exactly these, and the schema's help names the backends taking each.
+    takes_options: ClassVar[tuple[str, ...]] = ()
     #: Whether it runs on a GPU (so that a sharded run puts each shard on one).
     uses_gpu: ClassVar[bool] = False
     #: The kernel families (:mod:`spartan_py.costmodel.families`) it launches and the cost
     #: model replays; empty for backends the model does not describe.
     trace_families: ClassVar[tuple[str, ...]] = ()
     #: Whether it is a stock-library path (cuBLAS/cuSPARSE through CuPy), the baseline ours
-    #: are compared with; those take ``time_limit_seconds`` (the run stops with
+    #: are compared with (they take ``time_limit_seconds``: the run stops with
     #: :class:`~spartan_py.errors.TimeLimitError` when its inference goes past it).
     stock_library: ClassVar[bool] = False
     #: The network widths it runs (None: any); checked before a network is loaded.
@@ -78,6 +74,14 @@ class Engine(ABC):
     @abstractmethod
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
         """Run every layer of the network over ``inputs`` (rows x neurons CSR)."""
+
+    def time(self, inputs: sp.csr_matrix, *, repeats: int = 20, warmup: int = 2) -> list[float]:
+        """Inference seconds of ``repeats`` runs of ``inputs`` after ``warmup`` untimed ones
+        (each run's own ``seconds``: inference only). Report the median; a GPU engine times
+        with CUDA events (:meth:`~spartan_py.engines.shared.gpu_base.GpuEngineBase.time`)."""
+        for _ in range(warmup):
+            self.run(inputs)
+        return [self.run(inputs).seconds for _ in range(repeats)]
 
 
 def weight_bytes(matrix: sp.spmatrix) -> int:

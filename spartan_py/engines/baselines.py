@@ -47,6 +47,7 @@ class _CupyBaseline(Engine):
     kernel_name = "?"
     uses_gpu = True
     stock_library = True
+    takes_options = ("time_limit_seconds",)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -42,8 +42,8 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     import cupy as cp
 
     from spartan_py.sparsity import compact_rows, dense_matmul, expand_rows, tile_list, tile_sparse_matmul
+    from spartan_py.sparsity.candidates import tile_gemm_schedule
     from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
-    from spartan_py.sparsity.policy import tile_gemm_schedule
 
     m, k = a.shape
     n = w.shape[1]

@@ -104,7 +104,8 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     from spartan_py.costmodel.families import LIST_TILES
     from spartan_py.runner.conv_trace import tile_operand
     from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
-    from spartan_py.sparsity.policy import Decision, tile_gemm_schedule
+    from spartan_py.sparsity.candidates import tile_gemm_schedule
+    from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import counts_utilization, tile_counts
 
     workload = config.workload

@@ -16,6 +16,7 @@ import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.engines import choose_backend, engine_class, make_engine, twin_backend, unavailable_reason
+from spartan_py.engines.options import engine_options
 from spartan_py.errors import SpartanError
 from spartan_py.executors import Workers, run_all
 from spartan_py.runner.schema import Experiment
@@ -112,18 +113,7 @@ def run_point(point: Point) -> tuple[dict, list]:
     load_seconds = time.perf_counter() - started
     backend = choose_backend(config.backend, network) if config.mode == "measured" else twin_backend(config.backend)
     cls = engine_class(backend)
-    options: dict[str, Any] = {}
-    if cls.takes_kernel_options:
-        options["monitor"] = config.monitor
-        options["compact_every"] = config.compact_every
-        if config.rows_per_tile:
-            options["rows_per_tile"] = config.rows_per_tile
-    if cls.takes_merged_options:
-        options["chain_rows"] = config.chain_rows
-    if cls.takes_input_counts:
-        options["input_counts"] = config.input_counts
-    if cls.stock_library and config.time_limit_seconds is not None:
-        options["time_limit_seconds"] = config.time_limit_seconds
+    options = engine_options(config, cls.takes_options)
     machine = config.machines[0] if config.mode == "simulated" else None
     started = time.perf_counter()  # the engine is prepared (planned, compiled, uploaded) once for all repeats
     engine = make_engine(backend, network, **options)

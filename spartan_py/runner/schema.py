@@ -12,6 +12,7 @@ Fields that only one of them uses are refused for the other.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,7 +21,6 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    PositiveFloat,
     PositiveInt,
     Tag,
     ValidationInfo,
@@ -28,10 +28,11 @@ from pydantic import (
     model_validator,
 )
 
-from spartan_py.engines import BACKEND_CHOICES
+from spartan_py.engines import backend_choices
+from spartan_py.engines.options import OPTION_NAMES, EngineOptions
 from spartan_py.graph_challenge.generate import generated_family
+from spartan_py.sparsity.candidates import KERNEL_CHOICES
 
-Backend = Literal[tuple(BACKEND_CHOICES)]  # type: ignore[valid-type]
 #: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
 CONV_BACKENDS = ("auto", "cpu", "gpu")
 #: Fields only one workload kind takes (each kind refuses the other's).
@@ -40,7 +41,7 @@ KIND_FIELDS = {
     "conv_layers": ("tile", "policy", "precision", "trace"),
 }
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
-POLICIES = ("adaptive", "dense", "tile_sparse", "row_compact", "csr")
+POLICIES = ("adaptive", *KERNEL_CHOICES)
 
 
 class _Frozen(BaseModel):
@@ -212,42 +213,36 @@ class ExecutorConfig(_Frozen):
         return value
 
 
-class Experiment(_Frozen):
-    """One experiment file (before its sweep is expanded) or one point of it (no sweep)."""
+def _name_the_backends(schema: dict) -> None:
+    """JSON schema hook: each engine option's help names the backends that take it, worked out
+    from the engine classes when the schema is asked for (never written by hand)."""
+    from spartan_py.engines import backends_taking
+
+    for name in OPTION_NAMES:
+        entry = schema.get("properties", {}).get(name)
+        if entry is not None:
+            entry["description"] = f"{entry.get('description', '')} (backends: {', '.join(backends_taking(name))})"
+
+
+class _ExperimentHead(_Frozen):
+    """An experiment's first fields, validated before the engine options (whose checks read
+    the workload's kind)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="names the output folder")
     description: str = ""
     workload: Workload
-    backend: Backend = "auto"  # type: ignore[valid-type]
+
+
+class Experiment(EngineOptions, _ExperimentHead):
+    """One experiment file (before its sweep is expanded) or one point of it (no sweep); the
+    engine options (``monitor``, ``rows_per_tile``, ...) are
+    :class:`~spartan_py.engines.options.EngineOptions`'."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_name_the_backends)
+
+    backend: str = Field("auto", description="the engine (auto: the GPU's best kernel when a GPU is here, else cpu)")
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
-    )
-    monitor: Literal["fused", "off", "sampled", "software"] = Field(
-        "fused",
-        description="the gpu kernel's sparsity monitor (gpu, gpu-twin): fused in its epilogue, sampled "
-        "(fused on every 4th launch), software (a separate pass and host copy after every layer) or off",
-    )
-    rows_per_tile: PositiveInt | None = Field(
-        None, description="gpu kernel tile height (gpu, gpu-twin; default per size)"
-    )
-    chain_rows: Literal[0, 1, 2] | None = Field(
-        None,
-        description="gpu-merged, gpu-merged-twin: rows a warp of the chain kernel takes in the launches after "
-        "the first (null: two in launches of up to 8 layers, one after; 0: the block-tile kernel in every launch)",
-    )
-    input_counts: bool = Field(
-        True,
-        description="gpu, gpu-merged and their twins: binary inputs enter the first layer as counts of lit "
-        "inputs per output (merged column) where the layer allows it (false: as floats, as bits in gpu-merged)",
-    )
-    compact_every: Literal["doubling"] | PositiveInt = Field(
-        "doubling",
-        description="layers per gpu kernel launch (gpu, gpu-twin): doubling (4, 2, 4, 8, ... 32) or a count",
-    )
-    time_limit_seconds: PositiveFloat | None = Field(
-        None,
-        description="stock-library backends (gpu-cusparse-*, gpu-cublas-dense, gpu-dense-compact) stop "
-        "when their inference runs longer than this (the point is recorded as over the limit)",
     )
     tile: tuple[PositiveInt, PositiveInt] | None = Field(
         None,
@@ -292,6 +287,16 @@ class Experiment(_Frozen):
     @classmethod
     def _square(cls, value):
         return (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        choices = backend_choices()  # the registry as it is now: a backend added to it is taken
+        if value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}{hint}")
+        return value
 
     @field_validator(*(name for names in KIND_FIELDS.values() for name in names))
     @classmethod

@@ -19,6 +19,7 @@ returns results on the same device.
 
 from spartan_py.sparsity.adaptive import AdaptiveMlp, MlpRun, run_mlp
 from spartan_py.sparsity.blocked_ell import BlockedEll, blocked_ell_matmul, to_blocked_ell
+from spartan_py.sparsity.candidates import KERNEL_CHOICES
 from spartan_py.sparsity.compaction import (
     CompactRows,
     CompactTiles,
@@ -29,7 +30,7 @@ from spartan_py.sparsity.compaction import (
     tile_list,
 )
 from spartan_py.sparsity.monitor import MONITOR_MODES, LayerProfile, SparsityMonitor
-from spartan_py.sparsity.policy import KERNEL_CHOICES, Decision, KernelPolicy
+from spartan_py.sparsity.policy import Decision, KernelPolicy
 from spartan_py.sparsity.tile_gemm import (
     DEFAULT_GEMM_TILE,
     DEFAULT_TF32_GEMM_TILE,

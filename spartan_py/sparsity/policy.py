@@ -1,16 +1,9 @@
 """The adaptive policy: pick each layer's GEMM from the monitor's profile of its input and
 the cost model's prediction for every candidate, and say why.
 
-Candidates (:data:`KERNEL_CHOICES`):
-
-``dense``        cuBLAS on the whole input.
-``tile_sparse``  the tile-sparse GEMM over the input's non-zero tiles, from the monitor's
-                 counts at the policy's tile (FP32: listed inside the GEMM's launch;
-                 TF32: a list launch first, by count, scan and scatter).
-``row_compact``  gather the live rows, cuBLAS on them, scatter the result back.
-``csr``          convert the input to CSR and multiply with cuSPARSE (SpMM).
-
-Each candidate becomes the trace records it would launch, which
+The candidates are :data:`~spartan_py.sparsity.candidates.CANDIDATES` (``dense``,
+``tile_sparse``, ``row_compact``, ``csr``), each with its records and its run. Each
+candidate becomes the trace records it would launch, which
 :func:`spartan_py.costmodel.predict` times on the policy's machine (``sim/<name>.yaml``).
 A sparse candidate wins only when predicted at least ``margin`` faster than ``dense``, so
 prediction error near the crossover costs little. The chosen kernel runs on whatever
@@ -33,36 +26,23 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, LIST_TILES, dense_gemm, tile_gemm
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.sparsity.arrays import array_module, is_gpu_array
+from spartan_py.sparsity.candidates import KERNEL_CHOICES, candidate, candidate_records
 from spartan_py.sparsity.gpu_kernels import (
-    F32_BLOCK_K,
-    f32_block_threads,
     f32_blocks_per_sm,
-    f32_shared_bytes,
-    tf32_block_threads,
-    tf32_blocks_per_sm,
-    tf32_shared_bytes,
 )
 from spartan_py.sparsity.monitor import LayerProfile, count_scalars
 from spartan_py.sparsity.tile_gemm import (
     PRECISIONS,
     block_width,
     default_gemm_tile,
-    dense_matmul,
-    fp32_schedule,
-    lists_own_tiles,
-    tile_sparse_matmul,
 )
-from spartan_py.sparsity.tiles import TileCounts, TileShape, coarsen_counts, tile_counts
-from spartan_py.trace import TraceRecord, to_frame
-
-KERNEL_CHOICES = ("dense", "tile_sparse", "row_compact", "csr")
+from spartan_py.sparsity.tiles import TileShape, coarsen_counts
+from spartan_py.trace import to_frame
 
 
 @dataclass(frozen=True)
@@ -88,147 +68,6 @@ class Decision:
             "live_row_fraction": self.live_row_fraction,
             **{f"predicted_us_{k}": v for k, v in self.predicted_us.items()},
         }
-
-
-def candidate_records(
-    kernel: str,
-    m: int,
-    k: int,
-    n: int,
-    *,
-    nnz: int,
-    tiles_active: int,
-    live_rows: int,
-    tile: TileShape,
-    precision: str = "fp32",
-    layer=0,
-    resident_blocks: int = 0,
-) -> list[TraceRecord]:
-    """The trace records a candidate launches for ``[m x k] @ [k x n]`` (counts exact, no times).
-    ``resident_blocks``: blocks the GPU holds at once, which decides the FP32 tile GEMM's
-    schedule (:func:`~spartan_py.sparsity.tile_gemm.fp32_schedule`; 0: ``tiles``). A
-    ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
-    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-
-    def dense(rows: int) -> TraceRecord:
-        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-        # geometry, so the model spreads the work over every SM with no partial last wave
-        return TraceRecord(
-            kernel=dense_gemm(precision),
-            rows_in=rows,
-            rows_out=rows,
-            executed_macs=rows * k * n,
-            bytes_read=4 * (rows * k + k * n),
-            bytes_written=4 * rows * n,
-            **gemm,
-        )
-
-    if kernel == "dense":
-        return [dense(m)]
-    if kernel == "tile_sparse":
-        tm, tn = tile.grid((m, k))
-        bn = block_width(n)
-        col_blocks = -(-n // bn)
-        steps = tiles_active * (tile.cols // F32_BLOCK_K) * col_blocks  # BK-steps of all listed tiles
-        balanced = (
-            precision == "fp32"
-            and resident_blocks > 0
-            and fp32_schedule(tm, col_blocks, resident_blocks, steps) == "balanced"
-        )
-        blocks = steps if balanced else tm * col_blocks
-        tiles = tm * tn
-        schedule = "balanced" if balanced else "tiles"
-        own_list = lists_own_tiles(precision, schedule, tm, tn)
-        # listing in the GEMM: the counts read by every column block (tiles) or once, with
-        # the padded list written and read again (balanced)
-        listing_bytes = (4 * tiles * col_blocks if not balanced else 12 * tiles + 8 * tm) if own_list else 0
-        launch: dict[str, Any]
-        if precision == "fp32":
-            launch = dict(
-                block_threads=f32_block_threads(tile.rows, bn),
-                block_shared_bytes=f32_shared_bytes(tile.rows, bn),
-                resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn),
-            )
-        else:
-            launch = dict(
-                block_threads=tf32_block_threads(tile.rows),
-                block_shared_bytes=tf32_shared_bytes(tile.rows, bn),
-                resident_blocks_per_sm=tf32_blocks_per_sm(tile.rows, bn),
-            )
-        gemm_record = TraceRecord(
-            kernel=tile_gemm(precision),
-            variant="-".join(part for part, on in (("balanced", balanced), ("counts", own_list)) if on),
-            rows_in=m,
-            rows_out=m,
-            tiles_total=tm * tn,
-            tiles_active=tiles_active,
-            tile_rows=tile.rows,
-            tile_cols=tile.cols,
-            executed_macs=tiles_active * tile.size * n,
-            bytes_read=4 * (tiles_active * tile.size + k * n) + listing_bytes,
-            bytes_written=4 * m * n,
-            blocks=blocks,
-            block_rows=tile.rows,
-            **launch,
-            **gemm,
-        )
-        if own_list:
-            return [gemm_record]
-        return [  # counts read twice (per-row counts, then the list), the list written
-            TraceRecord(
-                kernel=LIST_TILES,
-                variant="row-scan",
-                bytes_read=8 * tiles + 4 * tm,
-                bytes_written=12 * tiles_active + 8 * (tm + 1),
-                tiles_total=tm * tn,
-                tiles_active=tiles_active,
-                **common,
-            ),
-            gemm_record,
-        ]
-    if kernel == "row_compact":
-
-        def compact(variant: str, rows_in: int, rows_out: int, moved: tuple[int, int]) -> TraceRecord:
-            read, written = moved
-            return TraceRecord(
-                kernel=COMPACT,
-                variant=variant,
-                rows_in=rows_in,
-                rows_out=rows_out,
-                bytes_read=read,
-                bytes_written=written,
-                **common,
-            )
-
-        return [
-            compact("rows", m, live_rows, (4 * live_rows * k, 4 * live_rows * k)),
-            dense(live_rows),
-            compact("expand_rows", live_rows, m, (4 * live_rows * n, 4 * m * n)),
-        ]
-    if kernel == "csr":
-        return [
-            TraceRecord(
-                kernel=CSR_CONVERT, rows_in=m, bytes_read=4 * m * k, bytes_written=8 * nnz + 4 * (m + 1), **common
-            ),
-            TraceRecord(
-                kernel=CSR_GEMM_FP32,
-                rows_in=m,
-                rows_out=m,
-                nnz_in=nnz,
-                executed_macs=nnz * n,
-                bytes_read=8 * nnz + 4 * k * n,
-                bytes_written=4 * m * n,
-                **gemm,
-            ),
-        ]
-    raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
-
-
-def tile_gemm_schedule(record: TraceRecord) -> str:
-    """The schedule (``tiles`` or ``balanced``) a tile-GEMM record of
-    :func:`candidate_records` describes."""
-    return "balanced" if record.variant.startswith("balanced") else "tiles"
 
 
 def _profile_scalars(profile: LayerProfile, counts) -> tuple[int, int, int]:
@@ -280,8 +119,7 @@ class KernelPolicy:
             raise InputError(
                 f"kernels must include 'dense' and come from {', '.join(KERNEL_CHOICES)}; got {list(kernels)}"
             )
-        if precision == "tf32" and "csr" in kernels:
-            kernels = tuple(k for k in kernels if k != "csr")  # cuSPARSE has no TF32 SpMM
+        kernels = tuple(k for k in kernels if precision in candidate(k).precisions)
         if not 0 <= margin < 1:
             raise InputError(f"margin must be in [0, 1), got {margin}")
         self.machine, self.variant = resolve_machine(machine)
@@ -327,7 +165,11 @@ class KernelPolicy:
     def _predict_cached(self, m: int, k: int, n: int, nnz: int, tiles_active: int, live_rows: int) -> tuple:
         return tuple(self.predict(m, k, n, nnz=nnz, tiles_active=tiles_active, live_rows=live_rows).items())
 
-    def _policy_counts(self, profile: LayerProfile):
+    def clear_prediction_cache(self) -> None:
+        """Forget the predictions made so far (a benchmark timing an uncached decision)."""
+        self._predict_cached.cache_clear()
+
+    def counts_at_tile(self, profile: LayerProfile):
         """The profile's tile counts at the policy's tile, or None when they cannot be had."""
         if profile.tile == self.tile:
             return profile.tile_nnz
@@ -338,7 +180,7 @@ class KernelPolicy:
     def profile_counts(self, profile: LayerProfile) -> tuple[int, int, int]:
         """(non-zeros, active tiles at the policy's tile, live rows) of a profile (one host
         read); the active tiles are all tiles when the profile's tile cannot give them."""
-        counts = self._policy_counts(profile)
+        counts = self.counts_at_tile(profile)
         nnz, tiles_active, live = _profile_scalars(profile, counts)
         return nnz, tiles_active if counts is not None else math.prod(self.tile.grid(profile.shape)), live
 
@@ -363,7 +205,7 @@ class KernelPolicy:
         m = m_seen if m is None else int(m)
         if m < 1:
             raise InputError(f"m must be a positive row count, got {m}")
-        counts = self._policy_counts(profile)
+        counts = self.counts_at_tile(profile)
         nnz, tiles_active, live = _profile_scalars(profile, counts)
         stale = " (stale profile)" if profile.stale else ""
         if m != m_seen:
@@ -398,46 +240,5 @@ class KernelPolicy:
     def run(self, decision: Decision, a, w, profile: LayerProfile | None = None, *, out=None):
         """Run the decided kernel for ``a @ w`` (counts recomputed when the profile is stale
         or absent)."""
-        xp = array_module(a)
-        kernel = decision.kernel
-        if kernel == "dense":
-            return dense_matmul(a, w, precision=self.precision, out=out)
         fresh = profile is not None and not profile.stale and profile.shape == tuple(a.shape)
-        if kernel == "tile_sparse":
-            counts = self._policy_counts(profile) if fresh and profile is not None else None
-            schedule = None  # without the profile's tile count: by the grid alone
-            if counts is None:
-                counts = tile_counts(a, self.tile)
-            elif profile is not None and counts is profile.tile_nnz and self.precision == "fp32":
-                # the schedule the records describe, from the counts the choice read
-                nnz, active, live = self.profile_counts(profile)
-                m, k = a.shape
-                gemm = self.records(kernel, m, k, w.shape[1], nnz=nnz, tiles_active=active, live_rows=live)[-1]
-                schedule = tile_gemm_schedule(gemm)
-            return tile_sparse_matmul(
-                a, w, TileCounts(a.shape, self.tile, counts), precision=self.precision, schedule=schedule, out=out
-            )
-        if kernel == "row_compact":
-            from spartan_py.sparsity.compaction import compact_rows, expand_rows
-
-            if fresh and profile is not None:
-                rows = compact_rows(a, profile.row_nnz, live=profile.live_rows)
-            else:
-                rows = compact_rows(a)
-            if rows.live:
-                product = dense_matmul(rows.values, w, precision=self.precision)
-            else:
-                product = xp.zeros((0, w.shape[1]), dtype=xp.float32)
-            return expand_rows(replace(rows, values=product), out=out)
-        if kernel == "csr":
-            if is_gpu_array(a):
-                import cupyx.scipy.sparse as sparse
-            else:
-                import scipy.sparse as sparse
-            c = sparse.csr_matrix(a) @ w
-            c = xp.ascontiguousarray(c, dtype=xp.float32)
-            if out is not None:
-                out[...] = c
-                return out
-            return c
-        raise InputError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNEL_CHOICES)}")
+        return candidate(decision.kernel).run(self, a, w, profile if fresh else None, out)

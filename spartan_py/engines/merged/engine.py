@@ -89,9 +89,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
 
     name = "gpu-merged"
     cpu_twin = "gpu-merged-twin"
-    takes_kernel_options = True
-    takes_merged_options = True
-    takes_input_counts = True
+    takes_options = ("monitor", "compact_every", "rows_per_tile", "chain_rows", "input_counts")
     uses_gpu = True
     trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
 

@@ -60,9 +60,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
 
     name = "gpu-merged-twin"
     cpu_twin = "gpu-merged-twin"
-    takes_kernel_options = True
-    takes_merged_options = True
-    takes_input_counts = True
+    takes_options = MergedEngine.takes_options
     trace_families = MergedEngine.trace_families
 
     def __init__(

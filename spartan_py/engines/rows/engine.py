@@ -62,8 +62,7 @@ class RowsEngine(RowsKernelTrace, GpuEngineBase):
 
     name = "gpu"
     cpu_twin = "gpu-twin"
-    takes_kernel_options = True
-    takes_input_counts = True
+    takes_options = ("monitor", "compact_every", "rows_per_tile", "input_counts")
     uses_gpu = True
     trace_families = (GC_LAYER, MONITOR_PASS, COPY_H2D, COPY_D2H, SYNC)
     supported_neurons = tuple(ROWS_PER_TILE)  # an activation row tile must fit shared memory
@@ -167,7 +166,7 @@ class RowsEngine(RowsKernelTrace, GpuEngineBase):
         """Put a batch of input rows and its work buffers on the device (not timed)."""
         return DeviceBatch(self, self.kernel_inputs(sp.csr_matrix(inputs, dtype=np.float32)), self.network.neurons)
 
-    def _grid(self) -> int:
+    def grid_blocks(self) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
         regs = max(int(self.kernel.num_regs), 1)
         by_regs = self._sm_registers // (regs * self.threads)
@@ -177,7 +176,7 @@ class RowsEngine(RowsKernelTrace, GpuEngineBase):
         return self.sm_count * max(1, min(by_regs, by_smem, by_threads))
 
     def _launch_layers(self, batch: DeviceBatch, events=None) -> None:
-        grid = self._grid()
+        grid = self.grid_blocks()
         batch.counts[1:].fill(0)
         batch.nnz_counts[1:].fill(0)
         batch.row_layers.fill(0)
@@ -258,7 +257,7 @@ class RowsEngine(RowsKernelTrace, GpuEngineBase):
         return 2 * (self.network.neurons * 4 + 8) + self.network.neurons // 32 + 4
 
     def _trace_options(self, batch: DeviceBatch) -> dict:
-        grid = self._grid()
+        grid = self.grid_blocks()
         return {
             "resident_blocks_per_sm": grid // self.sm_count,
             "grid_blocks": grid,

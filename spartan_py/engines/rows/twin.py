@@ -74,8 +74,7 @@ class RowsTwinEngine(RowsKernelTrace, TwinEngine):
 
     name = "gpu-twin"
     cpu_twin = "gpu-twin"
-    takes_kernel_options = True
-    takes_input_counts = True
+    takes_options = RowsEngine.takes_options
     trace_families = RowsEngine.trace_families
     supported_neurons = RowsEngine.supported_neurons
 

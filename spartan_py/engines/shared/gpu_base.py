@@ -59,7 +59,7 @@ class GpuEngineBase(Engine):
         """Device bytes a batch's buffers take per input row."""
         raise NotImplementedError
 
-    def _batch_rows(self, rows: int) -> int:
+    def batch_rows(self, rows: int) -> int:
         """Rows per batch: what the batch's buffers can hold in half the free memory."""
         free, _ = self.cp.cuda.runtime.memGetInfo()
         fit = max(self.rows_per_tile, int(0.5 * free) // self._bytes_per_row())
@@ -103,11 +103,47 @@ class GpuEngineBase(Engine):
         stop.synchronize()
         return cp.cuda.get_elapsed_time(start, stop) / 1e3
 
+    def batch_trace(
+        self,
+        batch,
+        counts: np.ndarray,
+        nnz: np.ndarray,
+        input_nnz: int,
+        *,
+        run_id: str = "",
+        launch_seconds: list[float] | None = None,
+    ) -> list:
+        """The trace records of the launches of ``batch``'s last run (``counts`` and ``nnz``: its
+        per-layer counters, as downloaded), with the per-launch times that run measured (or
+        ``launch_seconds``, e.g. medians over several runs)."""
+        return self.launch_trace(
+            counts,
+            nnz,
+            input_nnz,
+            run_id=run_id,
+            **batch.layer_work(),
+            launch_seconds=batch.layer_seconds if launch_seconds is None else launch_seconds,
+            **self._trace_options(batch),
+        )
+
+    def time(self, inputs, *, repeats: int = 20, warmup: int = 2) -> list[float]:
+        """Inference seconds of ``repeats`` runs after ``warmup`` (CUDA events around the
+        launches). ``inputs``: rows (uploaded once when they fit one batch, the runs replaying
+        on the device; otherwise whole :meth:`run` calls) or a batch from :meth:`upload`, kept
+        for the caller's checks afterwards."""
+        if not isinstance(inputs, DeviceBatch):
+            if self.batch_rows(inputs.shape[0]) < inputs.shape[0]:
+                return super().time(inputs, repeats=repeats, warmup=warmup)
+            inputs = self.upload(sp.csr_matrix(inputs, dtype=np.float32))
+        for _ in range(warmup):
+            self.run_device(inputs)
+        return [self.run_device(inputs) for _ in range(repeats)]
+
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
         network = self.network
         inputs = sp.csr_matrix(inputs, dtype=np.float32)
         rows = inputs.shape[0]
-        batch_rows = self._batch_rows(rows)
+        batch_rows = self.batch_rows(rows)
         live_total = np.zeros(network.layers, dtype=np.int64)
         nnz_total = np.zeros(network.layers, dtype=np.int64)
         trace: list[TraceRecord] = []
@@ -124,15 +160,7 @@ class GpuEngineBase(Engine):
             nnz_total += nnz[1:].astype(np.int64)
             live_parts.append(ids + first)
             value_parts.append(values)
-            trace += self.launch_trace(
-                counts,
-                nnz,
-                part.nnz,
-                run_id=run_id,
-                **batch.layer_work(),
-                launch_seconds=batch.layer_seconds,
-                **self._trace_options(batch),
-            )
+            trace += self.batch_trace(batch, counts, nnz, part.nnz, run_id=run_id)
             trace += transfer_records(
                 part.shape[0],
                 part.nnz,
