@@ -174,7 +174,8 @@ def test_gpu_tile_heights(rows_per_tile, threads):
     assert launches[0].layer == 1 and all(r.measured_us > 0 for r in launches)
     # the twin records one resident block per SM: true of every 1024-thread instance
     assert all(
-        r.resident_blocks_per_sm == (1 if threads == 1024 else engine._grid() // engine.sm_count) for r in launches
+        r.resident_blocks_per_sm == (1 if threads == 1024 else engine.grid_blocks() // engine.sm_count)
+        for r in launches
     )
     assert len(launches) == 3 * len(engine.chunks)  # 1000 rows in batches of 352
     copies = [r for r in got.trace if r.kernel in ("gpu.copy_h2d", "gpu.copy_d2h")]
@@ -301,7 +302,7 @@ def test_gpu_twin_matches_gpu_exactly(compact_every, input_counts, unmergeable):
     options = {"max_batch_rows": 500, "compact_every": compact_every, "input_counts": input_counts}
     engine = make_engine("gpu", network, **options)
     gpu = engine.run(inputs)
-    twin = make_engine("gpu-twin", network, grid_blocks=engine._grid(), **options).run(inputs)
+    twin = make_engine("gpu-twin", network, grid_blocks=engine.grid_blocks(), **options).run(inputs)
     assert np.array_equal(gpu.live_rows, twin.live_rows)
     assert gpu.live_rows_by_layer == twin.live_rows_by_layer
     assert gpu.nonzeros_by_layer == twin.nonzeros_by_layer

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
-from spartan_py.engines.cpu import kernels as cpu_kernels
+from spartan_py.engines.cpu import kernels
 from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network, worth_merging
 from spartan_py.graph_challenge.network import Network
 from spartan_py.trace import TraceRecord, pass_through
@@ -32,7 +32,7 @@ class _GatherWeights:
         csc = sp.csc_matrix(matrix, dtype=np.float32)
         csc.sort_indices()
         outputs = matrix.shape[1]
-        self.index, self.weight = cpu_kernels.padded_ell(csc.indptr, csc.indices, csc.data, outputs)
+        self.index, self.weight = kernels.padded_ell(csc.indptr, csc.indices, csc.data, outputs)
         self.degree = np.asarray(matrix.getnnz(axis=1) if degree is None else degree, dtype=np.int64)
         self.sizes = np.ones(outputs, np.int64) if sizes is None else np.asarray(sizes, dtype=np.int64)
         self.nnz = int(csc.nnz)
@@ -97,7 +97,7 @@ class CpuEngine(Engine):
         #: rows of the lane-major buffers: the widest layer's outputs (``neurons`` unmerged)
         self.width = max((layer.outputs for layer in self._layers), default=network.neurons)
         # two lane-major buffers of batch_rows x width float32 each
-        self.batch_rows = max(cpu_kernels.TILE_ROWS, batch_bytes // (8 * self.width))
+        self.batch_rows = max(kernels.TILE_ROWS, batch_bytes // (8 * self.width))
         self._bias = np.float32(network.bias)
         self._clamp = np.float32(network.clamp)
         self._warm_up()
@@ -131,7 +131,7 @@ class CpuEngine(Engine):
         per layer, non-zeros per layer).
         """
         width = self.width
-        lanes = cpu_kernels.TILE_ROWS
+        lanes = kernels.TILE_ROWS
         tiles = -(-rows.size // lanes)
         current = np.empty((tiles, width, lanes), dtype=np.float32)
         spare = np.empty_like(current)
@@ -150,7 +150,7 @@ class CpuEngine(Engine):
             lane_nnz[:tiles] = 0
             start = time.perf_counter()
             if index == 0:
-                cpu_kernels.layer_from_csr(
+                kernels.layer_from_csr(
                     inputs.indptr,
                     inputs.indices,
                     inputs.data,
@@ -164,7 +164,7 @@ class CpuEngine(Engine):
                     useful,
                 )
             else:
-                cpu_kernels.layer_tiles(
+                kernels.layer_tiles(
                     current[:tiles], fill, spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful
                 )
             current, spare = spare, current
@@ -175,7 +175,7 @@ class CpuEngine(Engine):
             repacked = live < REPACK_OCCUPANCY * filled
             if repacked:
                 src_tile, src_lane = np.divmod(np.flatnonzero(alive), lanes)  # C-contiguous, one kernel signature
-                cpu_kernels.repack(current, src_tile, src_lane, spare)
+                kernels.repack(current, src_tile, src_lane, spare)
                 current, spare = spare, current
                 lane_rows[:live] = lane_rows.reshape(-1, lanes)[src_tile, src_lane]
                 filled = live
