@@ -4,9 +4,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 python="${PYTHON:-python3}"
+pip_job=""
 if [ ! -x "$venv/bin/python" ]; then
     echo "creating $venv" >&2
-    "$python" -m venv "$venv"
+    # the venv's own pip (5 s) is installed beside the packages, which this Python's pip
+    # installs meanwhile (--python); the two share no file
+    "$python" -m venv --without-pip "$venv"
+    "$venv/bin/python" -m ensurepip --default-pip >/dev/null 2>&1 &
+    pip_job=$!
 fi
 extras="${SPARTAN_EXTRAS:-}"
 stamp="$venv/.installed-$(sha1sum "$root/pyproject.toml" | cut -c1-12)-${extras:-base}"
@@ -14,8 +19,13 @@ if [ ! -f "$stamp" ]; then
     echo "installing spartan-py${extras:+[$extras]} into $venv (first run only)" >&2
     # --no-compile: byte-compiling every installed module took half the install (37 s against 74 s
     # on the 2-core machine); a module is compiled when first imported instead, and kept
-    "$venv/bin/python" -m pip install --quiet --no-compile -e "$root${extras:+[$extras]}"
+    "$python" -m pip --python "$venv/bin/python" install --quiet --no-compile -e "$root${extras:+[$extras]}"
+    # Numba's kernels compiled now, one group per process, the groups at once
+    echo "compiling the CPU kernels (first run only)" >&2
+    for group in cpu generated; do "$venv/bin/python" -m spartan_py.compile_cache "$group" & done
+    wait
     touch "$stamp"
 fi
+if [ -n "$pip_job" ]; then wait "$pip_job" || echo "note: $venv has no pip of its own ($python -m ensurepip failed)" >&2; fi
 export PATH="$venv/bin:$PATH"
 unset PYTHONDONTWRITEBYTECODE  # keep what the first import compiles (see --no-compile above)
