@@ -22,8 +22,12 @@ if [ ! -f "$stamp" ]; then
     "$python" -m pip --python "$venv/bin/python" install --quiet --no-compile -e "$root${extras:+[$extras]}"
     # Numba's kernels compiled now, one group per process, the groups at once
     echo "compiling the CPU kernels (first run only)" >&2
-    for group in cpu generated; do "$venv/bin/python" -m spartan_py.compile_cache "$group" & done
-    wait
+    compile_jobs=()
+    for group in cpu generated; do
+        "$venv/bin/python" -m spartan_py.compile_cache "$group" &
+        compile_jobs+=($!)
+    done
+    wait "${compile_jobs[@]}"
     touch "$stamp"
 fi
 if [ -n "$pip_job" ]; then wait "$pip_job" || echo "note: $venv has no pip of its own ($python -m ensurepip failed)" >&2; fi
