@@ -1,6 +1,7 @@
 # Sourced by the other scripts: make .venv (once) and install spartan-py into it with the
 # extras named in $SPARTAN_EXTRAS. Reinstalls only when pyproject.toml changes.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # keep what the first import compiles (see --no-compile below)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 python="${PYTHON:-python3}"
@@ -32,4 +33,3 @@ if [ ! -f "$stamp" ]; then
 fi
 if [ -n "$pip_job" ]; then wait "$pip_job" || echo "note: $venv has no pip of its own ($python -m ensurepip failed)" >&2; fi
 export PATH="$venv/bin:$PATH"
-unset PYTHONDONTWRITEBYTECODE  # keep what the first import compiles (see --no-compile above)
