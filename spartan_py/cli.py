@@ -16,6 +16,7 @@ from pathlib import Path
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError, SpartanError
+from spartan_py.files import json_ready
 
 
 def _log(args, message: str) -> None:
@@ -47,7 +48,7 @@ def _cmd_infer_sharded(args) -> int:
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
     if args.json:
-        print(json.dumps(result.summary()))
+        print(json.dumps(json_ready(result.summary())))
     else:
         verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
         print(
@@ -120,7 +121,7 @@ def _cmd_infer(args) -> int:
         write_trace(args.trace_out, result.predicted_trace if result.predicted_trace is not None else result.trace)
     summary = result.summary()
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(json_ready(summary)))
     else:
         verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
         timing = " (SIMULATED: predicted by the cost model, not measured)" if result.machine else ""
@@ -158,7 +159,7 @@ def _cmd_machines(args) -> int:
         )
     variants = {v.name: f"{v.description} ({v.status()})" for v in load_variants().values()}
     if args.json:
-        print(json.dumps({"machines": rows, "variants": variants}))
+        print(json.dumps(json_ready({"machines": rows, "variants": variants})))
         return 0
     for row in rows:
         calibration = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
@@ -175,29 +176,13 @@ def _cmd_machines(args) -> int:
 
 
 def _cmd_simulate(args) -> int:
-    from spartan_py.costmodel import kernel_error_table, run_totals
-    from spartan_py.costmodel.families import TIMED_FAMILIES
-    from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import read_replayable_trace, resolve_machine, trust
+    from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
     from spartan_py.trace import write_trace
 
     trace = read_replayable_trace(args.trace)
     results = []
     for name in args.machine:
-        machine, variant = resolve_machine(name)
-        predicted = predict(trace, machine, variant)
-        timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
-        per_run = timed.groupby("run", sort=False)["predicted_us"].sum(min_count=1)
-        entry = {
-            "machine": predicted["machine"].iloc[0] if len(predicted) else name,
-            "trust": trust(name),
-            "predicted_us_by_run": {str(k): (None if v != v else float(v)) for k, v in per_run.items()},
-            "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
-            "notes": sorted(n for n in predicted["note"].unique() if n),
-        }
-        if trace["measured_us"].notna().any():
-            entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
-            entry["error_by_run"] = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
+        entry, predicted = replay_summary(trace, name)
         results.append(entry)
         if args.out:
             out = (
@@ -207,16 +192,23 @@ def _cmd_simulate(args) -> int:
             )
             write_trace(out, predicted)
     if args.json:
-        print(json.dumps(results, default=float))
+        print(json.dumps(json_ready(results)))
         return 0
     for entry in results:
         print(f"{entry['machine']}: {entry['trust']}")
         for run, us in entry["predicted_us_by_run"].items():
-            print(
-                f"  run {run or '(unnamed)'}: {'cannot run' if us is None else f'{us / 1e3:.3f} ms'} (kernel launches)"
-            )
+            label = run or "(unnamed)"
+            if us is None:
+                print(f"  run {label}: no total: {entry['unpriced_by_run'][run]}")
+            else:
+                print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
+        if entry["left_out"]:
+            families = ", ".join(f"{k} ({v})" for k, v in entry["left_out"].items())
+            print(f"  left out of every total (the model does not describe them): {families}")
         for note in entry["notes"]:
             print(f"  note: {note}")
+        if entry["measured_on"] and not entry["compared"]:
+            print(f"  measured on {', '.join(entry['measured_on'])}: not this machine, so no error against it")
         for row in entry.get("error_by_run", []):
             print(
                 f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%"

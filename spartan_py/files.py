@@ -42,3 +42,21 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`atomic_write_bytes`."""
     return atomic_write_bytes(path, text.encode())
+
+
+def json_ready(value):
+    """``value`` with every NaN or infinite float as None (JSON's null: bare ``NaN`` is not
+    JSON), NumPy scalars as Python numbers, tuples as lists; dicts and lists walked."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

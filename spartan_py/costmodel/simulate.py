@@ -90,3 +90,52 @@ def read_replayable_trace(path: str | Path) -> pd.DataFrame:
             path=path,
         )
     return trace
+
+
+def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
+    """What ``spartan simulate`` reports of ``trace`` replayed on machine ``name``
+    (``MACHINE[+VARIANT]``), and the predicted trace. Nothing is guessed silently:
+
+    - a run's total is None, with the reason in ``unpriced_by_run``, when a launch it times
+      has no price on this machine (a partial sum is never given);
+    - ``left_out`` counts the launches of families the model does not describe (stock
+      libraries, CPU engines), which no total includes;
+    - errors against measured times are given only when the trace was measured on a GPU this
+      machine describes (``measured_on`` names the GPU that measured it either way).
+    """
+    machine, variant = resolve_machine(name)
+    predicted = predict(trace, machine, variant)
+    timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
+    by_run: dict[str, float | None] = {}
+    unpriced: dict[str, str] = {}
+    for run, rows in timed.groupby("run", sort=False):
+        missing = rows["predicted_us"].isna()
+        if missing.any():
+            families = ", ".join(sorted(rows.loc[missing, "kernel"].unique()))
+            reason = next((n for n in rows.loc[missing, "note"] if n), "no price on this machine")
+            by_run[str(run)] = None
+            unpriced[str(run)] = f"{int(missing.sum())} launches cannot be priced ({families}): {reason}"
+        else:
+            by_run[str(run)] = float(rows["predicted_us"].sum())
+    outside = trace[~trace["kernel"].isin(list(FAMILIES))]
+    measured = trace[trace["measured_us"].notna() & trace["kernel"].isin(list(FAMILIES))]
+    devices = sorted(str(d) for d in measured["device"].unique())
+    entry: dict = {
+        "machine": predicted["machine"].iloc[0] if len(predicted) else name,
+        "trust": trust(name),
+        "predicted_us_by_run": by_run,
+        "unpriced_by_run": unpriced,
+        "left_out": {str(k): int(v) for k, v in outside["kernel"].value_counts().items()},
+        "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
+        "notes": sorted(n for n in predicted["note"].unique() if n),
+        "measured_on": devices,
+    }
+    same_gpu = bool(devices) and all(d in machine.device_names for d in devices)
+    entry["compared"] = same_gpu
+    if same_gpu:
+        from spartan_py.costmodel.model import run_totals
+        from spartan_py.costmodel.validation import kernel_error_table
+
+        entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
+        entry["error_by_run"] = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
+    return entry, predicted
