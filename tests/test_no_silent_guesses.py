@@ -1,0 +1,69 @@
+"""The cost model's answers say what they leave out (issue 49, item 5): no partial totals, no
+error line against a GPU that did not measure the trace, JSON without bare NaN."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from spartan_py import cli
+from tests.conftest import ROOT
+
+H200_TRACE = ROOT / "benchmarks" / "results" / "fidelity" / "validate-h200-231cc66.trace.csv.gz"
+
+
+def simulate(capsys, *args) -> tuple[int, str]:
+    status = cli.main(["simulate", str(H200_TRACE), *map(str, args)])
+    return status, capsys.readouterr().out
+
+
+def test_a_trace_measured_on_another_gpu_gets_no_error_line(capsys):
+    status, text = simulate(capsys, "--machine", "h100-sxm")
+    assert status == 0
+    assert "measured on NVIDIA H200: not this machine, so no error against it" in text
+    assert "model error" not in text
+    status, text = simulate(capsys, "--machine", "h200-sxm")  # the GPU that measured it: errors shown
+    assert status == 0 and "model error" in text and "not this machine" not in text
+
+
+def test_a_total_with_launches_it_cannot_price_is_not_given(capsys):
+    status, text = simulate(capsys, "--machine", "v100-sxm2")  # Volta: no TF32 unit
+    assert status == 0
+    tf32_runs = [line for line in text.splitlines() if "precision=tf32" in line]
+    assert tf32_runs and all("no total: 39 launches cannot be priced" in line for line in tf32_runs)
+    assert not any("precision=tf32" in line and " ms (kernel launches)" in line for line in text.splitlines())
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"bare {constant} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_has_null_never_nan(capsys):
+    status, text = simulate(capsys, "--machine", "v100-sxm2", "--json")
+    assert status == 0
+    (entry,) = _strict(text)
+    assert any(v is None for v in entry["predicted_us_by_run"].values())
+    assert entry["measured_on"] == ["NVIDIA H200"] and entry["compared"] is False
+
+
+def test_families_the_model_does_not_describe_are_counted_apart(tmp_path, capsys):
+    from spartan_py.trace import read_trace, write_trace
+
+    trace = read_trace(H200_TRACE).head(40).copy()
+    extra = trace.head(3).copy()
+    extra["kernel"] = "cusparse.spgemm"  # a stock-library launch: no family of the model
+    path = write_trace(tmp_path / "mixed.trace.csv", pd.concat([trace, extra]))
+    assert cli.main(["simulate", str(path), "--machine", "h200-sxm"]) == 0
+    assert "left out of every total (the model does not describe them): cusparse.spgemm (3)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, expected", [(float("nan"), None), (float("inf"), None), (1.5, 1.5)])
+def test_json_ready(value, expected):
+    from spartan_py.files import json_ready
+
+    assert json_ready({"a": [value, (value,)]}) == {"a": [expected, [expected]]}
