@@ -202,6 +202,8 @@ def _cmd_simulate(args) -> int:
                 print(f"  run {label}: no total: {entry['unpriced_by_run'][run]}")
             else:
                 print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
+        for kind, families in entry["guessed"].items():
+            print(f"  warning: totals include launches priced by {kind} parameters: {', '.join(families)}")
         if entry["left_out"]:
             families = ", ".join(f"{k} ({v})" for k, v in entry["left_out"].items())
             print(f"  left out of every total (the model does not describe them): {families}")

@@ -67,3 +67,18 @@ def test_json_ready(value, expected):
     from spartan_py.files import json_ready
 
     assert json_ready({"a": [value, (value,)]}) == {"a": [expected, [expected]]}
+
+
+def test_each_prediction_says_how_its_family_was_calibrated(capsys):
+    from spartan_py.costmodel import load_machine
+    from spartan_py.costmodel.model import calibration_kind
+
+    h100, h200 = load_machine("h100-sxm"), load_machine("h200-sxm")
+    assert calibration_kind(h100, "gpu.epilogue") == "fitted"
+    assert calibration_kind(h200, "gpu.epilogue") == "carried over"
+    assert calibration_kind(h100, "gpu.gc_layer", "no-such-instance") == "family-wide fallback"
+    assert calibration_kind(h100.model_copy(update={"calibration": {}}), "gpu.epilogue") == "default"
+    assert calibration_kind(h100, "cusparse.spgemm") == "none"
+    status, text = simulate(capsys, "--machine", "h100-sxm")
+    assert status == 0
+    assert "warning: totals include launches priced by family-wide fallback parameters: gpu.gc_layer" in text

@@ -79,6 +79,25 @@ def family_parameters(machine: Machine, kernel: str, instance: str = "") -> tupl
     return default, False
 
 
+CALIBRATION_KINDS = ("fitted", "carried over", "family-wide fallback", "default", "none")
+"""How a prediction's parameters were had: fitted on this machine's runs; carried over from
+another machine's fit; the family's fit standing in for a compiled instance that has none of
+its own; the uncalibrated defaults; none (a kernel the model does not describe)."""
+
+
+def calibration_kind(machine: Machine, kernel: str, instance: str = "") -> str:
+    """Which of :data:`CALIBRATION_KINDS` a prediction of ``kernel`` (``instance``) on ``machine`` uses."""
+    if family_of(kernel) is None:
+        return "none"
+    own = machine.calibration.get(calibration_key(kernel, instance)) if instance else None
+    params = own or machine.calibration.get(kernel)
+    if params is None:
+        return "default"
+    if instance and own is None and any(key.startswith(f"{kernel}/") for key in machine.calibration):
+        return "family-wide fallback"  # other instances have fits of their own; this one has not
+    return "fitted" if params.records > 0 else "carried over"
+
+
 def unit_rate_per_sm(machine: Machine, family: KernelFamily) -> float:
     """Peak multiply-adds per second of one SM on the family's unit (NaN if the machine lacks it)."""
     specs = machine.specs
@@ -252,6 +271,7 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
     machine = apply_variant(machine, variant)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
+    kinds = np.full(len(frame), "none", dtype=object)
     instances = [instance_of(k, v) for k, v in zip(frame["kernel"], frame["variant"])]
     for (kernel, instance), rows in frame.groupby(
         [frame["kernel"], pd.Series(instances, index=frame.index)], sort=False
@@ -259,7 +279,9 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
         values = _predict_family(rows, machine, kernel, variant, instance)
         for name in PREDICTION_COLUMNS:
             columns[name][rows.index.to_numpy()] = values[name]
+        kinds[rows.index.to_numpy()] = calibration_kind(machine, kernel, instance)
     out = frame.copy()
+    out["calibration"] = kinds.astype(str)
     for name in PREDICTION_COLUMNS:
         out[name] = columns[name]
     numeric = ["predicted_us", "launch_us", "compute_us", "memory_us", "waves", "blocks_per_sm"]

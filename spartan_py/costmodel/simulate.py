@@ -117,6 +117,8 @@ def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
             unpriced[str(run)] = f"{int(missing.sum())} launches cannot be priced ({families}): {reason}"
         else:
             by_run[str(run)] = float(rows["predicted_us"].sum())
+    kinds = timed.groupby("calibration")["kernel"].agg(lambda k: sorted(set(k)))
+    guessed = {kind: families for kind, families in kinds.items() if kind in ("family-wide fallback", "default")}
     outside = trace[~trace["kernel"].isin(list(FAMILIES))]
     measured = trace[trace["measured_us"].notna() & trace["kernel"].isin(list(FAMILIES))]
     devices = sorted(str(d) for d in measured["device"].unique())
@@ -128,6 +130,8 @@ def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
         "left_out": {str(k): int(v) for k, v in outside["kernel"].value_counts().items()},
         "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
         "notes": sorted(n for n in predicted["note"].unique() if n),
+        "calibration_by_kernel": dict(zip(predicted["kernel"], predicted["calibration"])),
+        "guessed": guessed,
         "measured_on": devices,
     }
     same_gpu = bool(devices) and all(d in machine.device_names for d in devices)
