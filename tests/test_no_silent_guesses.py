@@ -82,3 +82,26 @@ def test_each_prediction_says_how_its_family_was_calibrated(capsys):
     status, text = simulate(capsys, "--machine", "h100-sxm")
     assert status == 0
     assert "warning: totals include launches priced by family-wide fallback parameters: gpu.gc_layer" in text
+
+
+def test_what_if_machines_derive_their_calibration_when_loaded(tmp_path):
+    from spartan_py.costmodel import carry_over, load_machine, machine_names
+    from spartan_py.errors import InputError
+
+    h100 = load_machine("h100-sxm")
+    for name in machine_names():
+        machine = load_machine(name)
+        if machine.calibration_from is None:
+            continue
+        assert machine.calibration_from == "h100-sxm" and not machine.validation
+        assert "calibration:" not in (ROOT / "sim" / f"{name}.yaml").read_text()  # no copy to go stale
+        assert set(machine.calibration) == set(h100.calibration)
+        assert all(v.source.startswith("carried over from h100-sxm") for v in machine.calibration.values())
+        assert "carried over from h100-sxm when loaded" in machine.validation_summary()
+    t4 = load_machine("t4")
+    assert t4.calibration == carry_over(h100, t4.model_copy(update={"calibration": {}})).calibration
+    entry = "{launch_us: 3.0, compute_efficiency: 0.5, memory_efficiency: 0.5, source: copied}"
+    text = (ROOT / "sim" / "t4.yaml").read_text() + f"calibration:\n  gpu.epilogue: {entry}\n"
+    (tmp_path / "t4-copy.yaml").write_text(text.replace("name: t4", "name: t4-copy"))
+    with pytest.raises(InputError, match="remove the file's `calibration:` block"):
+        load_machine(tmp_path / "t4-copy.yaml")

@@ -118,6 +118,11 @@ class Machine(_Frozen):
     validation: list[Validation] = Field(
         [], description="one entry per set of runs measured here and compared with the model's predictions"
     )
+    calibration_from: str | None = Field(
+        None,
+        description="the machine whose fit this one carries over, derived when the file is loaded "
+        "(spartan_py.costmodel.carry_over): a what-if machine holds no copy of a calibration to go stale",
+    )
     specs: Specs
     sources: dict[str, str]
     calibration: dict[str, FamilyCalibration] = {}
@@ -130,9 +135,13 @@ class Machine(_Frozen):
     def validation_summary(self) -> str:
         """``validated (...)`` with each set of runs' error figures, or ``not validated (...)`` in words."""
         if not self.validation:
-            carried = any(family.records == 0 for family in self.calibration.values())  # carry_over fits none
-            why = "calibration carried over from another GPU" if carried else "no measurement on it"
-            return f"not validated ({why}): what-if estimates"
+            if self.calibration_from is not None:
+                why = f"calibration carried over from {self.calibration_from} when loaded"
+            elif any(family.records == 0 for family in self.calibration.values()):  # carry_over fits none
+                why = "calibration carried over from another GPU"
+            else:
+                why = "no measurement on it"
+            return f"not validated ({why}): what-if estimates, their error unmeasured"
         parts = [
             f"{v.scope} ({'blind' if v.blind else 'fitted here'}, {v.device}): whole runs within "
             f"{v.whole_run_error_pct:.1f}%, per-launch median error at most {v.per_launch_median_error_pct:.1f}% "
@@ -214,7 +223,8 @@ def machine_path(name: str | Path) -> Path:
 
 
 def load_machine(name: str | Path) -> Machine:
-    """A machine by name or path, validated (errors name the file, line and field)."""
+    """A machine by name or path, validated (errors name the file, line and field); one whose
+    file names ``calibration_from`` gets that machine's fit carried over, as it is today."""
     path = machine_path(name)
     machine = load_model(Machine, path)
     by_name = Path(name).suffix not in (".yaml", ".yml")
@@ -222,7 +232,20 @@ def load_machine(name: str | Path) -> Machine:
         raise InputError(
             f"the file describes {machine.name!r}, not {name!r}; its `name` must match the file name", path=path
         )
-    return machine
+    if machine.calibration_from is None:
+        return machine
+    if machine.calibration:
+        raise InputError(
+            f"calibration_from: {machine.calibration_from} derives this machine's calibration when it is loaded; "
+            "remove the file's `calibration:` block",
+            path=path,
+        )
+    source = load_machine(machine.calibration_from)
+    if source.calibration_from is not None:
+        raise InputError(f"calibration_from names {source.name}, which carries its own over; name a fitted machine")
+    from spartan_py.costmodel.calibrate import carry_over
+
+    return carry_over(source, machine)
 
 
 def load_variants(path: str | Path | None = None) -> dict[str, Variant]:
