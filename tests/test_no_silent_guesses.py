@@ -4,6 +4,7 @@ error line against a GPU that did not measure the trace, JSON without bare NaN."
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -105,3 +106,23 @@ def test_what_if_machines_derive_their_calibration_when_loaded(tmp_path):
     (tmp_path / "t4-copy.yaml").write_text(text.replace("name: t4", "name: t4-copy"))
     with pytest.raises(InputError, match="remove the file's `calibration:` block"):
         load_machine(tmp_path / "t4-copy.yaml")
+
+
+def test_runs_record_what_tells_gpus_of_one_name_apart(tmp_path, monkeypatch):
+    from spartan_py.runner import gpu_facts, store
+
+    sample = (
+        "0, NVIDIA H200, 1980, 3201, 1755, 3201, 700.00, 700.00, 00000000:19:00.0\n"
+        "1, NVIDIA H200, 1980, 3201, [N/A], 3201, 600.00, 700.00, 00000000:3B:00.0\n"
+    )
+    (first, second) = gpu_facts.parse_gpu_query(sample)
+    assert first["name"] == "NVIDIA H200" and first["sm_clock_max_mhz"] == 1980 and first["power_limit_w"] == 700
+    assert second["sm_clock_mhz"] is None and second["power_limit_w"] == 600
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\nprintf '{sample}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    info = store.environment()
+    assert info["gpus_in_node"] == 2 and info["gpus"][1]["power_limit_w"] == 600
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert gpu_facts.gpu_facts() == {"gpus": [], "gpus_in_node": 0}

@@ -84,6 +84,9 @@ def environment() -> dict:
     info["commit"] = os.environ.get("SPARTAN_COMMIT")  # a copy of the tree without its history says which
     if not info["commit"]:
         info["commit"] = package_commit()
+    from spartan_py.runner.gpu_facts import gpu_facts
+
+    info |= gpu_facts()  # clocks and power limit: what tells GPUs of one name apart
     return info
 
 
