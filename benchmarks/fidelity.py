@@ -27,6 +27,7 @@ import pandas as pd
 
 from benchmarks._results import RESULTS, ROOT, commit, write_result
 from spartan_py.costmodel import calibrate, carry_over, load_machine, predict, write_calibration
+from spartan_py.costmodel.calibrate import check_may_calibrate
 from spartan_py.costmodel.fidelity import (
     HOLDOUT_POINTS,
     compare,
@@ -93,20 +94,23 @@ def cmd_calibrate(args) -> dict:
     fit_points, held_points = sorted(trace.loc[~held, "point"].unique()), sorted(trace.loc[held, "point"].unique())
     source = f"fit on {' + '.join(kept)} ({len(fit_points)} points; {device}; commit {args.measured_commit})"
     families = tuple(args.families.split(",")) if args.families else None
-    h100 = calibrate(trace[~held], load_machine("h100-sxm"), source=source, families=families)
+    target = load_machine(args.machine)
+    check_may_calibrate(target, device)  # not a machine validated blind, nor another GPU's runs
+    h100 = calibrate(trace[~held], target, source=source, families=families)
     sim = ROOT / "sim"
-    write_calibration(sim / "h100-sxm.yaml", h100.calibration)
+    write_calibration(sim / f"{args.machine}.yaml", h100.calibration)
     head = commit().removesuffix("+dirty")
     refitted = f"{', '.join(families)} refitted" if families else "every family"
     others = "; the other families as their own source says" if families else ""
     _set_header(
-        sim / "h100-sxm.yaml",
+        sim / f"{args.machine}.yaml",
         "calibration_frozen",
         f"{refitted}: {source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}{others}; "
         "not refitted since",
     )
-    h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
-    write_calibration(sim / "h200-sxm.yaml", h200.calibration)
+    if args.machine == "h100-sxm":  # the blind machine's predictions carry the H100's fit
+        h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
+        write_calibration(sim / "h200-sxm.yaml", h200.calibration)
     return {
         "device": device,
         "fit_points": fit_points,
@@ -259,6 +263,7 @@ def main() -> int:
         "--also", type=Path, action="append", default=[], help="further H100 runs (folders or kept traces)"
     )
     cal.add_argument("--families", help="refit only these kernel families (comma-separated); the rest keep their fit")
+    cal.add_argument("--machine", default="h100-sxm", help="the machine file to fit (refused for one validated blind)")
     cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
     scope_help = "the runs the figures cover, as the machine file's validation entry names them (one entry each)"

@@ -126,3 +126,17 @@ def test_runs_record_what_tells_gpus_of_one_name_apart(tmp_path, monkeypatch):
     assert info["gpus_in_node"] == 2 and info["gpus"][1]["power_limit_w"] == 600
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert gpu_facts.gpu_facts() == {"gpus": [], "gpus_in_node": 0}
+
+
+def test_a_machine_validated_blind_is_not_calibrated():
+    from spartan_py.costmodel import load_machine
+    from spartan_py.costmodel.calibrate import check_may_calibrate
+    from spartan_py.errors import InputError
+
+    check_may_calibrate(load_machine("h100-sxm"), "NVIDIA H100 80GB HBM3")  # its own runs: allowed
+    with pytest.raises(InputError, match="validated blind"):
+        check_may_calibrate(load_machine("h200-sxm"), "NVIDIA H200")
+    with pytest.raises(InputError, match="derives its calibration from h100-sxm"):
+        check_may_calibrate(load_machine("a100-sxm"), "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(InputError, match="does not describe"):
+        check_may_calibrate(load_machine("h100-sxm"), "NVIDIA H200")

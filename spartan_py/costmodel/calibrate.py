@@ -145,6 +145,26 @@ def calibrate(
     return machine.model_copy(update={"calibration": calibration})
 
 
+def check_may_calibrate(machine: Machine, measured_on: str) -> None:
+    """Refuse to fit ``machine`` on runs measured on ``measured_on`` where that would spoil
+    what its file claims: a machine whose predictions were checked blind (fitting it on its
+    own runs would turn its validation set into a development set), one that derives its
+    calibration (``calibration_from``), or runs of a GPU the machine does not describe."""
+    blind = [v.scope for v in machine.validation if v.blind]
+    if blind:
+        raise InputError(
+            f"{machine.name}'s predictions are validated blind ({'; '.join(blind)}): a fit on its own runs "
+            "would make that set a development set; calibrate the machine its fit is carried over from"
+        )
+    if machine.calibration_from is not None:
+        raise InputError(f"{machine.name} derives its calibration from {machine.calibration_from} when loaded")
+    if measured_on not in machine.device_names:
+        raise InputError(
+            f"the runs were measured on {measured_on!r}, which {machine.name} does not describe "
+            f"(its device_names: {', '.join(machine.device_names) or 'none'})"
+        )
+
+
 def carry_over(calibrated: Machine, target: Machine) -> Machine:
     """``target`` with ``calibrated``'s efficiencies and per-step overheads (scaled by clock),
     for machines we could not measure; each family's source says where it came from."""
