@@ -140,3 +140,21 @@ def test_a_machine_validated_blind_is_not_calibrated():
         check_may_calibrate(load_machine("a100-sxm"), "NVIDIA A100-SXM4-80GB")
     with pytest.raises(InputError, match="does not describe"):
         check_may_calibrate(load_machine("h100-sxm"), "NVIDIA H200")
+
+
+@pytest.mark.parametrize("backend, kernel", [("gpu-twin", "gpu.gc_layer"), ("gpu-merged-twin", "gpu.gc_merged")])
+def test_hw_monitor_removes_the_fused_monitors_measured_share(backend, kernel):
+    import spartan_py as sp
+    from spartan_py.costmodel.families import FUSED_MONITOR_SHARE
+    from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
+    from spartan_py.trace import to_frame
+
+    network = sp.generate_network(1024, layers=12, seed=0)
+    trace = to_frame(sp.infer(network, sp.generate_inputs(2000, 1024, seed=1), backend=backend).trace)
+    plain = predict(trace, *resolve_machine("h100-sxm"))
+    hardware = predict(trace, *resolve_machine("h100-sxm+hw-monitor"))
+    fused = (plain["kernel"] == kernel) & (plain["monitor_mode"] == "fused")
+    assert fused.any()
+    saved = 1 - hardware.loc[fused, "predicted_us"].sum() / plain.loc[fused, "predicted_us"].sum()
+    assert saved >= FUSED_MONITOR_SHARE[kernel] > 0.015  # the measured share, not the bytes alone (<1%)

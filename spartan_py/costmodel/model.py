@@ -40,7 +40,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import FAMILIES, GC_LAYER, KernelFamily, calibration_key, instance_of
+from spartan_py.costmodel.families import (
+    FAMILIES,
+    FUSED_MONITOR_SHARE,
+    GC_LAYER,
+    KernelFamily,
+    calibration_key,
+    instance_of,
+)
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
@@ -280,6 +287,10 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
         for name in PREDICTION_COLUMNS:
             columns[name][rows.index.to_numpy()] = values[name]
         kinds[rows.index.to_numpy()] = calibration_kind(machine, kernel, instance)
+        if variant is not None and variant.hardware_monitor and kernel in FUSED_MONITOR_SHARE:
+            fused = rows.index[(rows["monitor_mode"] == "fused").to_numpy()].to_numpy()
+            columns["predicted_us"][fused] = columns["predicted_us"][fused] * (1 - FUSED_MONITOR_SHARE[kernel])
+            columns["note"][fused] = "hardware monitor: the fused monitor's measured share removed"
     out = frame.copy()
     out["calibration"] = kinds.astype(str)
     for name in PREDICTION_COLUMNS:
