@@ -21,10 +21,12 @@ if [ ! -f "$stamp" ]; then
     # --no-compile: byte-compiling every installed module took half the install (37 s against 74 s
     # on the 2-core machine); a module is compiled when first imported instead, and kept
     "$python" -m pip --python "$venv/bin/python" install --quiet --no-compile -e "$root${extras:+[$extras]}"
-    # Numba's kernels compiled now, one group per process, the groups at once
+    # Numba's kernels compiled now, one group per process, the groups at once: the quickstart's,
+    # and with the test extras every other kernel (else each test worker compiles its own)
     echo "compiling the CPU kernels (first run only)" >&2
+    groups="cpu generated${extras:+ rest}"
     compile_jobs=()
-    for group in cpu generated; do
+    for group in $groups; do
         "$venv/bin/python" -m spartan_py.compile_cache "$group" &
         compile_jobs+=($!)
     done

@@ -4,8 +4,8 @@ A fresh checkout compiles each kernel the first time it runs, one after another:
 the quickstart's first run on a 2-core machine. The set-up script runs
 ``python -m spartan_py.compile_cache GROUP`` for each group in a process of its own, so that
 the groups compile at once, one per core; each group runs its kernels on a few rows, with the
-argument types real runs give them. The groups are what the quickstart runs; the other
-kernels compile on first use.
+argument types real runs give them. ``cpu`` and ``generated`` are what the quickstart runs;
+``rest`` is every other kernel (the test suite's).
 """
 
 from __future__ import annotations
@@ -44,6 +44,36 @@ def _generated() -> None:
     from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 
     RowsTwinEngine(generate_network(1024, layers=3, seed=0)).run(generate_inputs(64, 1024, seed=0))
+
+
+@_group
+def _rest() -> None:
+    """Every other kernel: the merged kernel's twin, the cpu engine's row path, the Spartan
+    epilogues and the TSV scanner and writer (the test suite's; the quickstart needs none)."""
+    import tempfile
+
+    import numpy as np
+
+    from spartan_py.engines.cpu.engine import CpuEngine
+    from spartan_py.engines.merged.twin import MergedTwinEngine
+    from spartan_py.graph_challenge.formats import read_triples_matrix
+    from spartan_py.graph_challenge.generate import generate_inputs, generate_network
+    from spartan_py.graph_challenge.writers import write_triples, write_truth
+    from spartan_py.sparsity.monitor import SparsityMonitor
+
+    network = generate_network(1024, layers=3, seed=0)
+    inputs = generate_inputs(64, 1024, seed=0)
+    MergedTwinEngine(network).run(inputs)
+    CpuEngine(network, merged=False)
+    z = np.random.default_rng(0).standard_normal((128, 64), dtype=np.float32)
+    SparsityMonitor(tile=(32, 32)).epilogue(z)
+    SparsityMonitor(tile=(32, 32), mode="off").epilogue(z)
+    with tempfile.TemporaryDirectory() as folder:
+        for name in ("inputs.tsv", "inputs.tsv.gz"):
+            path = write_triples(f"{folder}/{name}", inputs)
+            read_triples_matrix(path, (64, 1024))
+            read_triples_matrix(path, (None, None))
+        write_truth(f"{folder}/truth.tsv", np.arange(1, 5))
 
 
 def main(argv: list[str]) -> int:

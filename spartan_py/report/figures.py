@@ -65,7 +65,7 @@ def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
             rates.append(row["edges_per_second"])
             kinds.append("published")
     colour = {"measured": "tab:blue", "simulated": "tab:orange", "published": "tab:grey"}
-    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.32 * len(names)), layout="constrained")
+    figure, axes = plt.subplots(figsize=(9, max(2.8, 1.2 + 0.32 * len(names))), layout="constrained")
     positions = np.arange(len(names))[::-1]  # the first point on top
     axes.barh(positions, rates, color=[colour[k] for k in kinds])
     axes.set_yticks(positions, names, fontsize=7)
