@@ -11,8 +11,8 @@ import pytest
 
 from spartan_py.resources import data_folder
 
-# nvcc builds: minutes on two cores; one xdist worker takes them all (the builds are a module fixture)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nvcc")]
+# nvcc builds: minutes on two cores (.ci/run runs this file in one process: the builds are a module fixture)
+pytestmark = pytest.mark.slow
 
 SOURCES = sorted(data_folder("kernels").glob("*.cu"))
 # Kernel instances allowed to spill, with why. Anything else that spills fails the build test.
