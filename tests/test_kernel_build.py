@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -11,8 +13,7 @@ import pytest
 
 from spartan_py.resources import data_folder
 
-# nvcc builds: minutes on two cores (.ci/run runs this file in one process: the builds are a module fixture)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # nvcc builds: minutes on two cores
 
 SOURCES = sorted(data_folder("kernels").glob("*.cu"))
 # Kernel instances allowed to spill, with why. Anything else that spills fails the build test.
@@ -65,8 +66,21 @@ def builds(tmp_path_factory) -> dict:
             timeout=600,
         )
 
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        return dict(zip(BUILDS, pool.map(build, BUILDS), strict=True))
+    # pytest-xdist workers share the builds: the first to take the lock builds, the others read
+    # what it wrote (the parent of a worker's base temp folder is the run's, shared by all)
+    shared = tmp_path_factory.getbasetemp().parent
+    results = shared / "nvcc-builds.json"
+    with open(shared / "nvcc-builds.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not results.is_file():
+            with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+                done = list(pool.map(build, BUILDS))
+            results.write_text(json.dumps([[r.returncode, r.stdout, r.stderr] for r in done]))
+        stored = json.loads(results.read_text())
+    return {
+        key: subprocess.CompletedProcess([], code, out, err)
+        for key, (code, out, err) in zip(BUILDS, stored, strict=True)
+    }
 
 
 @pytest.mark.parametrize("threads", THREADS)
