@@ -349,3 +349,12 @@ def test_quickstart_checks_every_row_by_that_rule():
 
     experiment, _ = load_experiment(ROOT / "experiments" / "quickstart.yaml")
     assert experiment.workload.check_rows == 60000
+
+
+def test_compile_cache_groups_run_the_kernels_they_name():
+    from spartan_py import compile_cache
+
+    assert set(compile_cache.GROUPS) == {"cpu", "generated", "rest"}
+    assert compile_cache.main(["cpu"]) == 0  # compiled or loaded from Numba's cache
+    with pytest.raises(SystemExit, match="unknown group 'gpu'"):
+        compile_cache.main(["gpu"])
