@@ -59,114 +59,99 @@ class PolicyView(Protocol):
     def records(self, kernel: str, m: int, k: int, n: int, *, nnz: int, tiles_active: int, live_rows: int): ...
 
 
-def _dense_records(
-    m: int,
-    k: int,
-    n: int,
-    *,
-    nnz: int,
-    tiles_active: int,
-    live_rows: int,
-    tile: TileShape,
-    precision: str = "fp32",
-    layer=0,
-    resident_blocks: int = 0,
-) -> list[TraceRecord]:
+@dataclass(frozen=True)
+class _Product:
+    """One ``[m x k] @ [k x n]`` as the candidates' records describe it (see :func:`candidate_records`)."""
+
+    m: int
+    k: int
+    n: int
+    nnz: int
+    tiles_active: int
+    live_rows: int
+    tile: TileShape
+    precision: str = "fp32"
+    layer: Any = 0
+    resident_blocks: int = 0
+
+    @property
+    def common(self) -> dict[str, Any]:
+        """The fields every record of the product shares."""
+        return dict(run="", layer=self.layer if isinstance(self.layer, int) else 0, device="policy")
+
+    @property
+    def gemm(self) -> dict[str, Any]:
+        """The fields every GEMM record of the product shares."""
+        return dict(self.common, cols=self.n, useful_macs=self.nnz * self.n)
+
+    def dense(self, rows: int) -> TraceRecord:
+        """cuBLAS on ``rows`` rows of the input."""
+        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
+        # geometry, so the model spreads the work over every SM with no partial last wave
+        k, n = self.k, self.n
+        return TraceRecord(
+            kernel=dense_gemm(self.precision),
+            rows_in=rows,
+            rows_out=rows,
+            executed_macs=rows * k * n,
+            bytes_read=4 * (rows * k + k * n),
+            bytes_written=4 * rows * n,
+            **self.gemm,
+        )
+
+
+def _dense_records(p: _Product) -> list[TraceRecord]:
     """cuBLAS on the whole input: one GEMM."""
-    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-
-    def dense(rows: int) -> TraceRecord:
-        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-        # geometry, so the model spreads the work over every SM with no partial last wave
-        return TraceRecord(
-            kernel=dense_gemm(precision),
-            rows_in=rows,
-            rows_out=rows,
-            executed_macs=rows * k * n,
-            bytes_read=4 * (rows * k + k * n),
-            bytes_written=4 * rows * n,
-            **gemm,
-        )
-
-    return [dense(m)]
+    return [p.dense(p.m)]
 
 
-def _tile_sparse_records(
-    m: int,
-    k: int,
-    n: int,
-    *,
-    nnz: int,
-    tiles_active: int,
-    live_rows: int,
-    tile: TileShape,
-    precision: str = "fp32",
-    layer=0,
-    resident_blocks: int = 0,
-) -> list[TraceRecord]:
+def _tile_sparse_records(p: _Product) -> list[TraceRecord]:
     """The tile-sparse GEMM over the active tiles (FP32: listed in its own launch; TF32: a list launch first)."""
-    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-
-    def dense(rows: int) -> TraceRecord:
-        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-        # geometry, so the model spreads the work over every SM with no partial last wave
-        return TraceRecord(
-            kernel=dense_gemm(precision),
-            rows_in=rows,
-            rows_out=rows,
-            executed_macs=rows * k * n,
-            bytes_read=4 * (rows * k + k * n),
-            bytes_written=4 * rows * n,
-            **gemm,
-        )
-
-    tm, tn = tile.grid((m, k))
-    bn = block_width(n)
-    col_blocks = -(-n // bn)
-    steps = tiles_active * (tile.cols // F32_BLOCK_K) * col_blocks  # BK-steps of all listed tiles
+    tm, tn = p.tile.grid((p.m, p.k))
+    bn = block_width(p.n)
+    col_blocks = -(-p.n // bn)
+    steps = p.tiles_active * (p.tile.cols // F32_BLOCK_K) * col_blocks  # BK-steps of all listed tiles
     balanced = (
-        precision == "fp32"
-        and resident_blocks > 0
-        and fp32_schedule(tm, col_blocks, resident_blocks, steps) == "balanced"
+        p.precision == "fp32"
+        and p.resident_blocks > 0
+        and fp32_schedule(tm, col_blocks, p.resident_blocks, steps) == "balanced"
     )
     blocks = steps if balanced else tm * col_blocks
     tiles = tm * tn
     schedule = "balanced" if balanced else "tiles"
-    own_list = lists_own_tiles(precision, schedule, tm, tn)
+    own_list = lists_own_tiles(p.precision, schedule, tm, tn)
     # listing in the GEMM: the counts read by every column block (tiles) or once, with
     # the padded list written and read again (balanced)
     listing_bytes = (4 * tiles * col_blocks if not balanced else 12 * tiles + 8 * tm) if own_list else 0
     launch: dict[str, Any]
-    if precision == "fp32":
+    if p.precision == "fp32":
         launch = dict(
-            block_threads=f32_block_threads(tile.rows, bn),
-            block_shared_bytes=f32_shared_bytes(tile.rows, bn),
-            resident_blocks_per_sm=f32_blocks_per_sm(tile.rows, bn),
+            block_threads=f32_block_threads(p.tile.rows, bn),
+            block_shared_bytes=f32_shared_bytes(p.tile.rows, bn),
+            resident_blocks_per_sm=f32_blocks_per_sm(p.tile.rows, bn),
         )
     else:
         launch = dict(
-            block_threads=tf32_block_threads(tile.rows),
-            block_shared_bytes=tf32_shared_bytes(tile.rows, bn),
-            resident_blocks_per_sm=tf32_blocks_per_sm(tile.rows, bn),
+            block_threads=tf32_block_threads(p.tile.rows),
+            block_shared_bytes=tf32_shared_bytes(p.tile.rows, bn),
+            resident_blocks_per_sm=tf32_blocks_per_sm(p.tile.rows, bn),
         )
     gemm_record = TraceRecord(
-        kernel=tile_gemm(precision),
+        kernel=tile_gemm(p.precision),
         variant="-".join(part for part, on in (("balanced", balanced), ("counts", own_list)) if on),
-        rows_in=m,
-        rows_out=m,
+        rows_in=p.m,
+        rows_out=p.m,
         tiles_total=tm * tn,
-        tiles_active=tiles_active,
-        tile_rows=tile.rows,
-        tile_cols=tile.cols,
-        executed_macs=tiles_active * tile.size * n,
-        bytes_read=4 * (tiles_active * tile.size + k * n) + listing_bytes,
-        bytes_written=4 * m * n,
+        tiles_active=p.tiles_active,
+        tile_rows=p.tile.rows,
+        tile_cols=p.tile.cols,
+        executed_macs=p.tiles_active * p.tile.size * p.n,
+        bytes_read=4 * (p.tiles_active * p.tile.size + p.k * p.n) + listing_bytes,
+        bytes_written=4 * p.m * p.n,
         blocks=blocks,
-        block_rows=tile.rows,
+        block_rows=p.tile.rows,
         **launch,
-        **gemm,
+        **p.gemm,
     )
     if own_list:
         return [gemm_record]
@@ -175,44 +160,17 @@ def _tile_sparse_records(
             kernel=LIST_TILES,
             variant="row-scan",
             bytes_read=8 * tiles + 4 * tm,
-            bytes_written=12 * tiles_active + 8 * (tm + 1),
+            bytes_written=12 * p.tiles_active + 8 * (tm + 1),
             tiles_total=tm * tn,
-            tiles_active=tiles_active,
-            **common,
+            tiles_active=p.tiles_active,
+            **p.common,
         ),
         gemm_record,
     ]
 
 
-def _row_compact_records(
-    m: int,
-    k: int,
-    n: int,
-    *,
-    nnz: int,
-    tiles_active: int,
-    live_rows: int,
-    tile: TileShape,
-    precision: str = "fp32",
-    layer=0,
-    resident_blocks: int = 0,
-) -> list[TraceRecord]:
+def _row_compact_records(p: _Product) -> list[TraceRecord]:
     """Gather the live rows, cuBLAS on them, scatter the result back."""
-    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-
-    def dense(rows: int) -> TraceRecord:
-        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-        # geometry, so the model spreads the work over every SM with no partial last wave
-        return TraceRecord(
-            kernel=dense_gemm(precision),
-            rows_in=rows,
-            rows_out=rows,
-            executed_macs=rows * k * n,
-            bytes_read=4 * (rows * k + k * n),
-            bytes_written=4 * rows * n,
-            **gemm,
-        )
 
     def compact(variant: str, rows_in: int, rows_out: int, moved: tuple[int, int]) -> TraceRecord:
         read, written = moved
@@ -223,57 +181,35 @@ def _row_compact_records(
             rows_out=rows_out,
             bytes_read=read,
             bytes_written=written,
-            **common,
+            **p.common,
         )
 
     return [
-        compact("rows", m, live_rows, (4 * live_rows * k, 4 * live_rows * k)),
-        dense(live_rows),
-        compact("expand_rows", live_rows, m, (4 * live_rows * n, 4 * m * n)),
+        compact("rows", p.m, p.live_rows, (4 * p.live_rows * p.k, 4 * p.live_rows * p.k)),
+        p.dense(p.live_rows),
+        compact("expand_rows", p.live_rows, p.m, (4 * p.live_rows * p.n, 4 * p.m * p.n)),
     ]
 
 
-def _csr_records(
-    m: int,
-    k: int,
-    n: int,
-    *,
-    nnz: int,
-    tiles_active: int,
-    live_rows: int,
-    tile: TileShape,
-    precision: str = "fp32",
-    layer=0,
-    resident_blocks: int = 0,
-) -> list[TraceRecord]:
+def _csr_records(p: _Product) -> list[TraceRecord]:
     """Convert to CSR, then cuSPARSE's SpMM."""
-    common: dict[str, Any] = dict(run="", layer=layer if isinstance(layer, int) else 0, device="policy")
-    gemm: dict[str, Any] = dict(common, cols=n, useful_macs=nnz * n)
-
-    def dense(rows: int) -> TraceRecord:
-        # cuBLAS picks its tiling (and split-K) to fill the GPU: its records carry no launch
-        # geometry, so the model spreads the work over every SM with no partial last wave
-        return TraceRecord(
-            kernel=dense_gemm(precision),
-            rows_in=rows,
-            rows_out=rows,
-            executed_macs=rows * k * n,
-            bytes_read=4 * (rows * k + k * n),
-            bytes_written=4 * rows * n,
-            **gemm,
-        )
-
     return [
-        TraceRecord(kernel=CSR_CONVERT, rows_in=m, bytes_read=4 * m * k, bytes_written=8 * nnz + 4 * (m + 1), **common),
+        TraceRecord(
+            kernel=CSR_CONVERT,
+            rows_in=p.m,
+            bytes_read=4 * p.m * p.k,
+            bytes_written=8 * p.nnz + 4 * (p.m + 1),
+            **p.common,
+        ),
         TraceRecord(
             kernel=CSR_GEMM_FP32,
-            rows_in=m,
-            rows_out=m,
-            nnz_in=nnz,
-            executed_macs=nnz * n,
-            bytes_read=8 * nnz + 4 * k * n,
-            bytes_written=4 * m * n,
-            **gemm,
+            rows_in=p.m,
+            rows_out=p.m,
+            nnz_in=p.nnz,
+            executed_macs=p.nnz * p.n,
+            bytes_read=8 * p.nnz + 4 * p.k * p.n,
+            bytes_written=4 * p.m * p.n,
+            **p.gemm,
         ),
     ]
 
@@ -332,12 +268,12 @@ def _run_csr(policy: PolicyView, a, w, profile: LayerProfile | None, out):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One kernel the policy can pick: ``records(m, k, n, *, nnz, tiles_active, live_rows,
-    tile, precision, layer, resident_blocks)`` gives the launches the cost model times;
-    ``run(policy, a, w, profile, out)`` computes ``a @ w`` with it."""
+    """One kernel the policy can pick: ``records(product)`` gives the launches the cost model
+    times (:func:`candidate_records` describes the product); ``run(policy, a, w, profile, out)``
+    computes ``a @ w`` with it."""
 
     name: str
-    records: Callable[..., list[TraceRecord]]
+    records: Callable[[_Product], list[TraceRecord]]
     run: Callable[..., Any]
     precisions: tuple[str, ...] = PRECISIONS
 
@@ -368,4 +304,4 @@ def candidate_records(kernel: str, m: int, k: int, n: int, **counts) -> list[Tra
     and ``resident_blocks``, blocks the GPU holds at once, which decides the FP32 tile GEMM's
     schedule (:func:`~spartan_py.sparsity.tile_gemm.fp32_schedule`; 0: ``tiles``). A
     ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
-    return candidate(kernel).records(m, k, n, **counts)
+    return candidate(kernel).records(_Product(m, k, n, **counts))
