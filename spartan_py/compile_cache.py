@@ -28,6 +28,7 @@ def _cpu() -> None:
     import numpy as np
     import scipy.sparse as sp
 
+    from spartan_py.engines.base import live_rows_matrix
     from spartan_py.engines.cpu.engine import CpuEngine
     from spartan_py.graph_challenge.network import Network
 
@@ -35,15 +36,19 @@ def _cpu() -> None:
     rng = np.random.default_rng(0)
     weights = [sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(3)]
     CpuEngine(Network(1024, tuple(weights), bias=-0.3), merged=True)
+    live_rows_matrix(np.array([1]), np.ones((1, 32), np.float32), 3)  # every engine's final rows
 
 
 @_group
 def _generated() -> None:
-    """The generator of input rows and the rows kernel's CPU twin (``gpu-twin``)."""
+    """The generator of input rows and column merging's path for generated layers, and the rows kernel's CPU twin (``gpu-twin``)."""
     from spartan_py.engines.rows.twin import RowsTwinEngine
+    from spartan_py.engines.shared.column_merge import first_layer_merge_factor
     from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 
-    RowsTwinEngine(generate_network(1024, layers=3, seed=0)).run(generate_inputs(64, 1024, seed=0))
+    network = generate_network(1024, layers=3, seed=0)
+    RowsTwinEngine(network).run(generate_inputs(64, 1024, seed=0))
+    first_layer_merge_factor(network)  # column merging's path for generated layers
 
 
 @_group

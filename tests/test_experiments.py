@@ -80,6 +80,8 @@ def small_copy(data: dict, gpu: bool) -> dict:
             if key.startswith("workload."):
                 sweep[kind][key] = [_small_workload_value(key.split(".", 1)[1], v) for v in values]
     for case in sweep.get("cases", []):
+        if "repeats" in case:  # a case's own repeats (validate-h200's 20) would override the file's
+            case["repeats"] = 1
         case_workload = case.get("workload", workload)
         if "workload" in case:
             case["workload"] = {key: _small_workload_value(key, value) for key, value in case_workload.items()}

@@ -29,7 +29,7 @@ def test_duplicate_groups_split_a_hash_collision(monkeypatch):
     """Rows that share a bucket but differ are told apart by comparing them whole."""
     import spartan_py.engines.shared.column_merge as merge
 
-    monkeypatch.setattr(merge, "_row_hashes", lambda inputs, weights: np.zeros(inputs.shape[0], np.uint64))
+    monkeypatch.setattr(merge, "row_hashes", lambda inputs, bits: np.zeros(inputs.shape[0], np.uint64))
     inputs = np.array([[1, 2], [3, 4], [1, 2]])
     groups, _ = duplicate_groups(inputs, np.ones((3, 2), np.float32))
     assert groups.tolist() == [0, 1, 0]

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -91,8 +92,32 @@ def weight_bytes(matrix: sp.spmatrix) -> int:
 
 def live_rows_matrix(live_rows: np.ndarray, values: np.ndarray, total_rows: int) -> sp.csr_matrix:
     """A ``total_rows`` x N CSR matrix whose rows ``live_rows`` (sorted) are ``values`` (live x N)."""
-    dense = sp.csr_matrix(np.asarray(values, dtype=np.float32))
-    counts = np.zeros(total_rows, dtype=np.int64)
-    counts[live_rows] = np.diff(dense.indptr)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    return sp.csr_matrix((dense.data, dense.indices, indptr), shape=(total_rows, dense.shape[1]))
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if values.ndim != 2 or values.shape[0] != len(live_rows):
+        raise ValueError(f"expected one row of values per live row ({len(live_rows)}), got shape {values.shape}")
+    indptr, indices, data = _rows_to_csr(values, np.asarray(live_rows, dtype=np.int64), total_rows)
+    return sp.csr_matrix((data, indices, indptr), shape=(total_rows, values.shape[1]))
+
+
+@numba.njit(parallel=True, cache=True)
+def _rows_to_csr(values, live_rows, total_rows):  # pragma: no cover - compiled
+    """The CSR arrays of :func:`live_rows_matrix`: a row's non-zeros (NaN included, as SciPy
+    keeps them) in column order, counted then written, rows on every core."""
+    live, n = values.shape
+    counts = np.zeros(total_rows + 1, dtype=np.int64)
+    for r in numba.prange(live):
+        count = 0
+        for j in range(n):
+            count += values[r, j] != 0
+        counts[live_rows[r] + 1] = count
+    indptr = np.cumsum(counts)
+    indices = np.empty(indptr[-1], dtype=np.int32)
+    data = np.empty(indptr[-1], dtype=np.float32)
+    for r in numba.prange(live):
+        at = indptr[live_rows[r]]
+        for j in range(n):
+            if values[r, j] != 0:
+                indices[at] = j
+                data[at] = values[r, j]
+                at += 1
+    return indptr, indices, data

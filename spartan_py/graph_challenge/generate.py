@@ -98,6 +98,44 @@ class GeneratedLayers(Sequence):
         """Weights over all layers (every row holds ``2 * BLOCKS``), known without building any."""
         return self.layer_count * self.neurons * 2 * BLOCKS
 
+    def lane_lists(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``index``'s wiring by lane (RadiX-Net variant only): ``(lists, lane)``, where
+        ``lists[a]`` (int64, ``M`` x 32) are the sorted input rows that every output of in-block
+        lane ``a`` reads (one output per block, 16 in all, read the same) and ``lane[j]`` is
+        output ``j``'s lane; every weight is :data:`WEIGHT`. Worked out from the relabelling,
+        without building or transposing the matrix."""
+        if self.unmergeable:
+            raise InputError("the unmergeable variant has no lanes of equal columns")
+        shift, inverse_inputs, relabel_outputs = self._relabelling(index)
+        block = self.neurons // BLOCKS
+        return _lane_inputs(inverse_inputs, block, shift), relabel_outputs % block
+
+    def column_lists(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``index``'s (inputs, weights) of each output, sorted by input ((neurons x 32)
+        int64 and float32), as :func:`~spartan_py.engines.shared.column_merge.column_lists`
+        finds them in ``self[index]`` (the RadiX-Net variant's from :meth:`lane_lists`)."""
+        if self.unmergeable:
+            from spartan_py.engines.shared.column_merge import column_lists
+
+            return column_lists(self[index])
+        lists, lane = self.lane_lists(index)
+        inputs = lists[lane]
+        return inputs, np.full(inputs.shape, WEIGHT, dtype=np.float32)
+
+    def _relabelling(self, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """(in-block shift, new row of each old input, old output of each new column) of a
+        RadiX-Net layer (identities for the un-relabelled first layers)."""
+        shift = 1 << (index % self._period)
+        if index < self._period:
+            identity = np.arange(self.neurons)
+            return shift, identity, identity
+        rng = np.random.default_rng([self.seed, index])
+        relabel_inputs = rng.permutation(self.neurons)
+        relabel_outputs = rng.permutation(self.neurons)
+        inverse_inputs = np.empty(self.neurons, dtype=np.int64)
+        inverse_inputs[relabel_inputs] = np.arange(self.neurons)
+        return shift, inverse_inputs, relabel_outputs
+
     def _make(self, index: int) -> sp.csr_matrix:
         # the unmergeable layers shift classes of M/2 lanes, one period shorter
         period = self._period - 1 if self.unmergeable else self._period
@@ -136,6 +174,21 @@ def _relabelled_columns(relabel_inputs, new_label, block, shift):  # pragma: no 
         for k in range(2 * blocks):
             _insert(row, k, new_label[(k % blocks) * block + (lane if k < blocks else back)])
     return columns
+
+
+@numba.njit(cache=True, nogil=True)
+def _lane_inputs(inverse_inputs, block, shift):  # pragma: no cover - compiled
+    """The sorted input rows (M x 32, int64) read by the outputs of each in-block lane of a
+    relabelled butterfly layer: old output lane ``a`` reads the old inputs of lanes ``a`` and
+    ``(a + shift) mod M`` in every block; old input ``i`` is new row ``inverse_inputs[i]``."""
+    blocks = inverse_inputs.size // block
+    lists = np.empty((block, 2 * blocks), dtype=np.int64)
+    for lane in range(block):
+        ahead = (lane + shift) % block
+        column = lists[lane]
+        for k in range(2 * blocks):
+            _insert(column, k, inverse_inputs[(k % blocks) * block + (lane if k < blocks else ahead)])
+    return lists
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -236,53 +289,55 @@ def _glyph_segments(digit: int) -> np.ndarray:
 
 _SEGMENTS = [_glyph_segments(d) for d in range(10)]
 _MAX_SEGMENTS = max(s.shape[0] for s in _SEGMENTS)
+#: Every digit's segments, padded to the longest (10 x S x 4), and which of them are real.
+_TEMPLATES = np.stack([np.vstack([s, np.zeros((_MAX_SEGMENTS - s.shape[0], 4))]) for s in _SEGMENTS])
+_TEMPLATE_VALID = np.array([[k < s.shape[0] for k in range(_MAX_SEGMENTS)] for s in _SEGMENTS])
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw(mask, segments, valid, r, side):  # pragma: no cover - compiled
+    """Light the pixels of ``mask`` (side * side) whose centres lie within ``r`` of a valid segment."""
+    r2 = r * r
+    for s in range(segments.shape[0]):
+        if not valid[s]:
+            continue
+        x0, y0, x1, y1 = segments[s, 0], segments[s, 1], segments[s, 2], segments[s, 3]
+        dx, dy = x1 - x0, y1 - y0
+        length2 = max(dx * dx + dy * dy, 1e-9)
+        lo_x = max(int(min(x0, x1) - r - 1.0), 0)
+        hi_x = min(int(max(x0, x1) + r + 1.0), side - 1)
+        lo_y = max(int(min(y0, y1) - r - 1.0), 0)
+        hi_y = min(int(max(y0, y1) + r + 1.0), side - 1)
+        for py in range(lo_y, hi_y + 1):
+            cy = py + 0.5
+            for px in range(lo_x, hi_x + 1):
+                cx = px + 0.5
+                t = ((cx - x0) * dx + (cy - y0) * dy) / length2
+                t = min(max(t, 0.0), 1.0)
+                ex = cx - x0 - t * dx
+                ey = cy - y0 - t * dy
+                if ex * ex + ey * ey <= r2:
+                    mask[py * side + px] = True
 
 
 @numba.njit(parallel=True, cache=True)
-def _rasterize(segments, valid, radius, side):  # pragma: no cover - compiled
-    """Lit-pixel masks (B, side*side) of B images: pixel centres within ``radius`` of a segment."""
+def _lit_pixels(segments, valid, radius, side):  # pragma: no cover - compiled
+    """The CSR (indptr, indices) of the lit pixels of B images (segments B x S x 4), each
+    drawn into a mask of its own (cache-sized), counted, then drawn again and listed."""
     count = segments.shape[0]
-    masks = np.zeros((count, side * side), dtype=np.bool_)
+    lit = np.zeros(count + 1, dtype=np.int64)
     for image in numba.prange(count):
-        r = radius[image]
-        r2 = r * r
-        for s in range(segments.shape[1]):
-            if not valid[image, s]:
-                continue
-            x0, y0, x1, y1 = segments[image, s, 0], segments[image, s, 1], segments[image, s, 2], segments[image, s, 3]
-            dx, dy = x1 - x0, y1 - y0
-            length2 = max(dx * dx + dy * dy, 1e-9)
-            lo_x = max(int(min(x0, x1) - r - 1.0), 0)
-            hi_x = min(int(max(x0, x1) + r + 1.0), side - 1)
-            lo_y = max(int(min(y0, y1) - r - 1.0), 0)
-            hi_y = min(int(max(y0, y1) + r + 1.0), side - 1)
-            for py in range(lo_y, hi_y + 1):
-                cy = py + 0.5
-                for px in range(lo_x, hi_x + 1):
-                    cx = px + 0.5
-                    t = ((cx - x0) * dx + (cy - y0) * dy) / length2
-                    t = min(max(t, 0.0), 1.0)
-                    ex = cx - x0 - t * dx
-                    ey = cy - y0 - t * dy
-                    if ex * ex + ey * ey <= r2:
-                        masks[image, py * side + px] = True
-    return masks
-
-
-@numba.njit(parallel=True, cache=True)
-def _lit_pixels(masks):  # pragma: no cover - compiled
-    """The CSR (indptr, indices) of the ``True`` entries of a boolean (rows x pixels) mask,
-    without the pixels x 4-byte float copy a SciPy conversion makes."""
-    rows, pixels = masks.shape
-    counts = np.zeros(rows + 1, dtype=np.int64)
-    for r in numba.prange(rows):
-        counts[r + 1] = np.count_nonzero(masks[r])
-    indptr = np.cumsum(counts)
+        mask = np.zeros(side * side, dtype=np.bool_)
+        _draw(mask, segments[image], valid[image], radius[image], side)
+        lit[image + 1] = np.count_nonzero(mask)
+    indptr = np.cumsum(lit)
     indices = np.empty(indptr[-1], dtype=np.int32)
-    for r in numba.prange(rows):
-        at = indptr[r]
-        for p in range(pixels):
-            if masks[r, p]:
+    for image in numba.prange(count):
+        mask = np.zeros(side * side, dtype=np.bool_)
+        _draw(mask, segments[image], valid[image], radius[image], side)
+        at = indptr[image]
+        for p in range(side * side):
+            if mask[p]:
                 indices[at] = p
                 at += 1
     return indptr, indices
@@ -293,7 +348,8 @@ def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 
 
     Each image is a random digit template under a random affine jitter (scale, shear,
     rotation, translation) and stroke thickness, drawn inside the central 28/32 of the frame
-    as MNIST digits are; about 100 pixels per 1024 are lit.
+    as MNIST digits are; about 100 pixels per 1024 are lit. The random draws are made
+    ``chunk`` images at a time (the stream depends on it), then every image is drawn at once.
     """
     side = math.isqrt(neurons)
     if side * side != neurons:
@@ -306,12 +362,7 @@ def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 
     for start in range(0, rows, chunk):
         count = min(chunk, rows - start)
         digits = rng.integers(0, 10, size=count)
-        segments = np.zeros((count, _MAX_SEGMENTS, 4))
-        valid = np.zeros((count, _MAX_SEGMENTS), dtype=bool)
-        for i, digit in enumerate(digits):
-            segs = _SEGMENTS[digit]
-            segments[i, : len(segs)] = segs
-            valid[i, : len(segs)] = True
+        segments = _TEMPLATES[digits]  # a copy: fancy indexing
         # Map the unit box to a ~20x20-pixel (at 32x32) box around the centre, jittered.
         height = rng.uniform(17.0, 22.0, count) * scale_px
         width = height * rng.uniform(0.55, 0.95, count)
@@ -328,7 +379,8 @@ def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 
             segments[..., k] = centre_x[:, None] + cos[:, None] * x - sin[:, None] * y
             segments[..., k + 1] = centre_y[:, None] + sin[:, None] * x + cos[:, None] * y
         radius = rng.uniform(1.0, 1.6, count) * scale_px
-        indptr, indices = _lit_pixels(_rasterize(segments, valid, radius, side))
-        data = np.ones(indices.size, dtype=np.float32)
-        pieces.append(sp.csr_matrix((data, indices, indptr), shape=(count, neurons)))
-    return sp.vstack(pieces, format="csr", dtype=np.float32)
+        pieces.append((segments, _TEMPLATE_VALID[digits], radius))
+    segments, valid, radius = (np.concatenate(part) for part in zip(*pieces))
+    indptr, indices = _lit_pixels(segments, valid, radius, side)
+    data = np.ones(indices.size, dtype=np.float32)
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, neurons))

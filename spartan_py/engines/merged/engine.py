@@ -158,7 +158,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         ]
         layers = [
             {
-                "index": m.plan.index.astype(np.int32),
+                "index": np.asarray(m.plan.index, dtype=np.int32),  # int32 already: no copy
                 "weight": None if m.plan.uniform is not None else m.plan.weight,
                 "sizes": m.sizes,
                 "groups": m.groups,

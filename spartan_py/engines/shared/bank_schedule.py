@@ -118,20 +118,31 @@ def conflict_free_ell(
     degree = np.diff(col_ptr).astype(np.int64)
     width = max(int(degree.max(initial=0)), 1)
     dense_inputs, dense_values = ell_from_csc(col_ptr, row_index, values, neurons, width)
-    slots = []
-    steps_needed = []
-    for start in range(0, neurons, BANKS):
-        inputs = dense_inputs[start : start + BANKS]
-        deg = degree[start : start + BANKS]
-        bank_load = np.bincount((inputs % BANKS)[np.arange(width)[None, :] < deg[:, None]], minlength=BANKS)
-        steps = max(width, int(bank_load.max(initial=0)))
-        steps_needed.append(steps)
-        slots.append(_colour_group(inputs, deg, steps))
-    total = max(steps_needed)
+    return _conflict_free(dense_inputs, dense_values, degree, input_count)
+
+
+@numba.njit(cache=True, nogil=True)
+def _conflict_free(inputs, values, degree, input_count):  # pragma: no cover - compiled
+    """Each group of 32 outputs coloured with as many steps as its largest degree or bank
+    load (at least the layer's widest column), then assembled over the most steps any
+    group needs."""
+    neurons, width = inputs.shape
+    groups = neurons // BANKS
+    steps_needed = np.empty(groups, np.int64)
+    bank_load = np.zeros(BANKS, np.int64)
+    for g in range(groups):
+        bank_load[:] = 0
+        for u in range(g * BANKS, (g + 1) * BANKS):
+            for p in range(degree[u]):
+                bank_load[inputs[u, p] % BANKS] += 1
+        steps_needed[g] = max(width, bank_load.max())
+    total = steps_needed.max() if groups else width
     padded = np.full((neurons, total), -1, np.int64)
-    for group, (found, steps) in enumerate(zip(slots, steps_needed)):
-        padded[group * BANKS : (group + 1) * BANKS, :steps] = found
-    return _assemble(padded, dense_inputs, dense_values, neurons, input_count)
+    for g in range(groups):
+        start = g * BANKS
+        found = _colour_group(inputs[start : start + BANKS], degree[start : start + BANKS], steps_needed[g])
+        padded[start : start + BANKS, : steps_needed[g]] = found
+    return _assemble(padded, inputs, values, neurons, input_count)
 
 
 @numba.njit(cache=True, nogil=True)

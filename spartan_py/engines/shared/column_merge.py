@@ -30,6 +30,15 @@ import scipy.sparse as sp
 
 from spartan_py.engines.shared.bank_schedule import BANKS, conflict_free_ell
 from spartan_py.engines.shared.layer_plan import LayerPlan
+from spartan_py.engines.shared.merge_kernels import (
+    column_lists_from_csr,
+    first_appearance,
+    group_equal_rows,
+    merged_columns,
+    row_hashes,
+    valid_entries,
+)
+from spartan_py.graph_challenge.generate import WEIGHT, GeneratedLayers
 from spartan_py.graph_challenge.network import Network
 
 
@@ -79,6 +88,8 @@ class MergedNetwork:
 def column_lists(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray]:
     """Each output's (inputs, weights) sorted by input, as (outputs x max degree) arrays;
     slots past a column's degree hold input -1 and weight 0."""
+    if sp.isspmatrix_csr(matrix) and matrix.has_canonical_format:  # compiled, without the GIL
+        return column_lists_from_csr(matrix.indptr, matrix.indices, matrix.data.astype(np.float32), matrix.shape[1])
     csc = sp.csc_matrix(matrix, dtype=np.float32)
     csc.sum_duplicates()
     csc.sort_indices()
@@ -96,39 +107,27 @@ def column_lists(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray]:
     return inputs, weights
 
 
-def _row_hashes(inputs: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row of (inputs, weights)."""
-    salt = np.random.default_rng(12345).integers(1, 2**63, size=inputs.shape[1] * 2, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        keys = (inputs.astype(np.uint64) + np.uint64(1)) * salt[: inputs.shape[1]]
-        keys ^= weights.view(np.uint32).astype(np.uint64) * salt[inputs.shape[1] :]
-        return keys.sum(axis=1)
-
-
 def duplicate_groups(inputs: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group equal rows of (``inputs``, ``weights``) (as from :func:`column_lists`).
 
     Returns ``(groups, representatives)``: ``groups[j]`` numbers row ``j``'s group (in order of
     first appearance) and ``representatives[g]`` is the first row of group ``g``. Rows are
-    bucketed by a 64-bit hash, then every row is compared with its bucket's first row; the
-    rare bucket that holds unequal rows is split exactly.
+    bucketed by a 64-bit hash, then every row is compared with its bucket's first row; when a
+    bucket holds unequal rows (a hash collision), rows are grouped by comparing them whole.
     """
-    rows = inputs.shape[0]
-    if rows == 0:
+    if inputs.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    _, first, bucket = np.unique(_row_hashes(inputs, weights), return_index=True, return_inverse=True)
-    head = first[bucket]
-    equal = (inputs == inputs[head]).all(axis=1) & (weights.view(np.uint32) == weights.view(np.uint32)[head]).all(
-        axis=1
-    )
-    if not equal.all():  # a hash collision: compare whole rows
-        packed = np.concatenate([inputs, weights.view(np.uint32).astype(np.int64)], axis=1)
-        _, first, bucket = np.unique(packed, axis=0, return_index=True, return_inverse=True)
-        bucket = bucket.ravel()
+    inputs = np.ascontiguousarray(inputs, dtype=np.int64)
+    bits = np.ascontiguousarray(weights, dtype=np.float32).view(np.uint32)
+    groups, representatives, exact = group_equal_rows(inputs, bits, row_hashes(inputs, bits))
+    if exact:
+        return groups, representatives
+    packed = np.concatenate([inputs, bits.astype(np.int64)], axis=1)
+    _, first, bucket = np.unique(packed, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # number groups by first appearance
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return rank[bucket], np.sort(first)
+    return rank[bucket.ravel()], np.sort(first)
 
 
 def _padded(width: int) -> int:
@@ -145,34 +144,40 @@ class _ColumnGroups:
     original_nnz: int
 
 
-def _column_groups(matrix: sp.spmatrix) -> _ColumnGroups:
-    inputs, weights = column_lists(matrix)
-    groups, representatives = duplicate_groups(inputs, weights)
+def _column_groups(network: Network, layer: int) -> _ColumnGroups:
+    weights = network.weights
+    if isinstance(weights, GeneratedLayers) and not weights.unmergeable:
+        # the 16 outputs of a lane read the same inputs: group the lanes' lists, not every output's
+        lists, lane = weights.lane_lists(layer)
+        lane_groups, _ = duplicate_groups(lists, np.full(lists.shape, WEIGHT, dtype=np.float32))
+        groups, representatives = first_appearance(lane_groups[lane])
+        inputs = lists[lane[representatives]]
+        return _ColumnGroups(
+            groups.astype(np.int32), inputs, np.full(inputs.shape, WEIGHT, dtype=np.float32), lane.size * lists.shape[1]
+        )
+    inputs, values = column_lists(weights[layer])
+    groups, representatives = duplicate_groups(inputs, values)
     return _ColumnGroups(
-        groups.astype(np.int32), inputs[representatives], weights[representatives], int((inputs >= 0).sum())
+        groups.astype(np.int32), inputs[representatives], values[representatives], valid_entries(inputs)
     )
 
 
 def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
     width = _padded(found.inputs.shape[0])
-    sizes = np.zeros(width, dtype=np.int32)
-    np.add.at(sizes, found.groups, 1)
-    valid = found.inputs >= 0
-    sources = found.inputs[valid] if input_groups is None else input_groups[found.inputs[valid]]
-    columns = np.broadcast_to(np.arange(found.inputs.shape[0])[:, None], found.inputs.shape)[valid]
-    merged = sp.csc_matrix((found.weights[valid], (sources, columns)), shape=(width_in, width), dtype=np.float32)
-    merged.sum_duplicates()  # inputs that fell in one group: one weight, their sum
-    merged.sort_indices()
-    index, weight = conflict_free_ell(merged.indptr, merged.indices, merged.data, width, width_in)
-    values = merged.data
+    sizes = np.bincount(found.groups, minlength=width).astype(np.int32)
+    # inputs that fell in one group: one weight, their sum
+    indptr, indices, values = merged_columns(
+        found.inputs, found.weights, np.zeros(0, np.int32) if input_groups is None else input_groups, width
+    )
+    index, weight = conflict_free_ell(indptr, indices, values, width, width_in)
     uniform = float(values[0]) if values.size and np.all(values == values[0]) else None
-    plan = LayerPlan(index.astype(np.int32), weight, uniform, int(merged.nnz))
+    plan = LayerPlan(index.astype(np.int32), weight, uniform, int(values.size))
     return MergedLayer(plan, found.groups, sizes, width_in, found.original_nnz)
 
 
 def first_layer_merge_factor(network: Network) -> float:
     """Outputs of the first layer per distinct weight column (1.0: nothing to merge)."""
-    found = _column_groups(network.weights[0])
+    found = _column_groups(network, 0)
     return network.neurons / max(found.inputs.shape[0], 1)
 
 
@@ -193,7 +198,7 @@ def merge_network(network: Network, workers: int | None = None) -> MergedNetwork
     found in parallel first; then each layer is rewritten over its input groups."""
     count = network.layers
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        found = list(pool.map(lambda layer: _column_groups(network.weights[layer]), range(count)))
+        found = list(pool.map(lambda layer: _column_groups(network, layer), range(count)))
         widths_in = [network.neurons] + [_padded(f.inputs.shape[0]) for f in found[:-1]]
         layers = list(
             pool.map(

@@ -150,7 +150,7 @@ class GpuEngineBase(Engine):
         live_parts, value_parts = [], []
         seconds = 0.0
         for first in range(0, rows, batch_rows):
-            part = inputs[first : first + batch_rows]
+            part = inputs if batch_rows >= rows else inputs[first : first + batch_rows]  # a slice copies
             batch = self.upload(part)
             seconds += self.run_device(batch, per_layer_times=True)
             counts = batch.counts.get()

@@ -63,13 +63,9 @@ class LayerStore:
                 "launch fewer layers at once"
             )
         # streamed weights stay in pinned host memory (copies overlap compute); resident ones
-        # are packed in ordinary memory, uploaded once and dropped
-        host = self._pinned(self.total_bytes) if self.streamed else np.empty(max(self.total_bytes, 1), dtype=np.uint8)
-        for arrays, place, start in zip(layers, offsets, starts):
-            for name, at in place.items():
-                raw = np.ascontiguousarray(arrays[name]).view(np.uint8).ravel()
-                host[start + at : start + at + raw.size] = raw
-        self._host = host if self.streamed else None
+        # are copied array by array straight to their place on the device (packing them on
+        # the host first took a pass over every byte, on one core)
+        self._host = self._pinned(self.total_bytes) if self.streamed else None
         self._starts = starts
         try:
             if self.streamed:
@@ -78,11 +74,18 @@ class LayerStore:
                 for chunk, (a, b) in enumerate(zip(self.chunk_bounds[:-1], self.chunk_bounds[1:])):
                     bases += [self._slots[chunk % 2].data.ptr + int(starts[layer] - starts[a]) for layer in range(a, b)]
             else:
-                self._device = cp.asarray(host)
+                self._device = cp.empty(max(self.total_bytes, 1), dtype=cp.uint8)
                 bases = [self._device.data.ptr + int(start) for start in starts[:-1]]
         except cp.cuda.memory.OutOfMemoryError:
             need = 2 * self.slot_bytes if self.streamed else self.total_bytes
             raise DeviceMemoryError(f"layer weights ({need} bytes on the device) do not fit the GPU") from None
+        for arrays, place, start, base in zip(layers, offsets, starts, bases):
+            for name, at in place.items():
+                raw = np.ascontiguousarray(arrays[name])
+                if self._host is not None:
+                    self._host[start + at : start + at + raw.nbytes] = raw.view(np.uint8).ravel()
+                elif raw.nbytes:
+                    cp.cuda.runtime.memcpy(base + at, raw.ctypes.data, raw.nbytes, _HOST_TO_DEVICE)
         self.pointers = {
             name: cp.asarray(
                 np.array(
