@@ -1,26 +1,36 @@
-"""Set-up time and host memory of a large Graph Challenge run: generated, then from files.
+"""Set-up time and host memory of large Graph Challenge runs: generated, then from files.
 
-1. ``generated:N`` with ``--layers`` layers and ``--rows`` generated input rows: the seconds
-   to generate the inputs, to prepare the engine ``auto`` picks (the network's layers are
-   built, merged and uploaded there, on every core), and one inference; the process's peak
-   resident memory (VmHWM) after each step.
-2. The same network's first ``--file-layers`` layers written in the official TSV format
+1. Each generated network of ``--networks`` (default ``--neurons`` x ``--layers``; ``all``:
+   the twelve of ``experiments/graph-challenge-all.yaml``, 1024-65536 neurons x 120-1920
+   layers) with ``--rows`` generated input rows, cold (nothing prepared is kept between
+   networks; Numba's and CuPy's compiled-kernel caches are warm after the first): the seconds
+   to generate the inputs (load), to prepare the engine ``auto`` picks (the network's layers
+   worked out, merged and uploaded there, on every core), and one inference (its CUDA-event
+   seconds and its wall time, final rows included); the peak resident memory of each (VmHWM,
+   reset before each network) and the device memory pool's bytes after it.
+2. ``--cli-repeats`` whole ``spartan infer`` commands on the largest network, each a new
+   process: the wall time a user waits, and the load / prepare / inference seconds it prints.
+3. The same network's first ``--file-layers`` layers written in the official TSV format
    (``write_network``) under ``--scratch``, then loaded (``load_network``) and prepared the
    same way, in turn with the same layers generated afresh (built on every core) and
    prepared, ``--repeats`` times after a warm-up (medians): seconds per layer of each step.
    (A whole 65536 x 1920 network
    is ~75 GB of TSV, more than the GPU hosts' disk; the per-layer rate is what compares.)
 
-    python benchmarks/gc_setup.py [--neurons 65536] [--layers 1920] [--rows 60000]
-        [--file-layers 120] [--repeats 5] [--files-only] [--scratch DIR] [--out DIR]
+    python benchmarks/gc_setup.py [--networks all|NxL,...] [--neurons 65536] [--layers 1920]
+        [--rows 60000] [--cli-repeats 2] [--file-layers 120] [--repeats 5] [--files-only]
+        [--scratch DIR] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +48,84 @@ def peak_rss_bytes() -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+#: The twelve networks of experiments/graph-challenge-all.yaml (neurons, layers).
+ALL_NETWORKS = [(n, layers) for n in (1024, 4096, 16384, 65536) for layers in (120, 480, 1920)]
+
+
+def reset_peak_rss() -> None:
+    """Start VmHWM afresh (Linux: ``5`` into ``/proc/self/clear_refs``), so that each
+    network's peak is its own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def device_pool_bytes() -> int | None:
+    """Bytes CuPy's device memory pool holds (None without CuPy)."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return int(cupy.get_default_memory_pool().total_bytes())
+
+
+def one_network(neurons: int, layers: int, rows: int) -> dict:
+    """Load (generate the inputs), prepare and run once one generated network, cold."""
+    reset_peak_rss()
+    log: dict = {}
+    inputs = _timed(f"{neurons}x{layers} load", log, partial(sp.generate_inputs, rows, neurons, seed=0))
+    network = sp.generate_network(neurons, layers, seed=0)
+    engine = _timed(f"{neurons}x{layers} prepare", log, partial(sp.make_engine, "auto", network))
+    output = _timed(f"{neurons}x{layers} first inference", log, partial(engine.run, inputs))
+    entry = {
+        "neurons": neurons,
+        "layers": layers,
+        "rows": rows,
+        "backend": engine.name,
+        "device": engine.device,
+        "load_seconds": log[f"{neurons}x{layers} load"]["seconds"],
+        "prepare_seconds": log[f"{neurons}x{layers} prepare"]["seconds"],
+        "inference_seconds": output.seconds,
+        "run_wall_seconds": log[f"{neurons}x{layers} first inference"]["seconds"],
+        "categories": int(output.live_rows.size),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "device_pool_bytes": device_pool_bytes(),
+    }
+    del engine, output, network, inputs
+    try:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+    except ImportError:
+        pass
+    return entry
+
+
+def whole_command(neurons: int, layers: int, rows: int) -> dict:
+    """One ``spartan infer`` in a new process on a generated network: its wall seconds, what it
+    printed of load, prepare and inference, and its peak resident memory."""
+    command = [
+        sys.executable, "-m", "spartan_py", "infer", "--network", f"generated:{neurons}", "--layers", str(layers),
+        "--inputs", f"generated:{rows}", "--backend", "auto", "--json", "--quiet",
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - started
+    printed = json.loads(done.stdout)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    entry = {
+        "command": "spartan " + " ".join(command[3:]),
+        "wall_seconds": wall,
+        **{key: printed[key] for key in ("load_seconds", "prepare_seconds", "seconds", "categories")},
+        "peak_rss_bytes": peak * 1024 if peak > before else None,  # ru_maxrss: the largest child so far, KiB
+    }
+    print(f"spartan infer {neurons} x {layers}: {wall:.1f} s wall", flush=True)
+    return entry
 
 
 def _timed(step: str, log: dict, action):
@@ -108,41 +196,41 @@ def compare_files(args, inputs) -> tuple[dict, str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _networks(text: str | None, neurons: int, layers: int) -> list[tuple[int, int]]:
+    if text is None:
+        return [(neurons, layers)]
+    if text == "all":
+        return ALL_NETWORKS
+    return [(int(n), int(layer_count)) for n, layer_count in (item.split("x") for item in text.split(","))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--networks", default=None, help="all, or NxL,NxL,... (default: --neurons x --layers)")
     parser.add_argument("--neurons", type=int, default=65536)
     parser.add_argument("--layers", type=int, default=1920)
     parser.add_argument("--rows", type=int, default=60000)
+    parser.add_argument("--cli-repeats", type=int, default=2, help="whole `spartan infer` runs on the largest network")
     parser.add_argument("--file-layers", type=int, default=120, help="layers written and read as TSV (0: skip)")
     parser.add_argument("--repeats", type=int, default=5, help="rounds of the TSV comparison")
-    parser.add_argument("--files-only", action="store_true", help="only the TSV comparison (part 2)")
+    parser.add_argument("--files-only", action="store_true", help="only the TSV comparison (part 3)")
     parser.add_argument("--scratch", type=Path, default=None, help="folder for the TSV files (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.files_only and not args.file_layers:
         parser.error("--files-only needs --file-layers above 0")
 
-    generated: dict = {}
-    inputs = _timed("inputs", generated, lambda: sp.generate_inputs(args.rows, args.neurons, seed=0))
-    result: dict = {"neurons": args.neurons, "rows": args.rows}
+    result: dict = {"rows": args.rows}
     device = ""
     if not args.files_only:
-        network = sp.generate_network(args.neurons, args.layers, seed=0)
-        engine = _timed("prepare", generated, lambda: sp.make_engine("auto", network))
-        output = _timed("first_inference", generated, lambda: engine.run(inputs))
-        setup = generated["inputs"]["seconds"] + generated["prepare"]["seconds"]
-        result.update(
-            layers=args.layers,
-            backend=engine.name,
-            generated=generated,
-            setup_seconds=setup,
-            inference_seconds=output.seconds,
-            categories=int(output.live_rows.size),
-        )
-        print(f"generated {args.neurons} x {args.layers}, {args.rows} rows on {engine.name}: set-up {setup:.1f} s")
-        device = engine.device
-        del engine, output, network
+        networks = _networks(args.networks, args.neurons, args.layers)
+        result["networks"] = [one_network(n, layers, args.rows) for n, layers in networks]
+        device = result["networks"][-1]["device"]
+        largest = max(networks, key=lambda pair: pair[0] * pair[1])
+        result["commands"] = [whole_command(*largest, args.rows) for _ in range(args.cli_repeats)]
     if args.file_layers:
+        inputs = sp.generate_inputs(args.rows, args.neurons, seed=0)
+        result["neurons"] = args.neurons
         result["files"], device = compare_files(args, inputs)
     path = write_result("gc_setup", device, result, args.out)
     print(path)
