@@ -24,45 +24,39 @@ def _group(function: Callable[[], None]) -> Callable[[], None]:
 
 @_group
 def _cpu() -> None:
-    """The cpu engine's kernels (merged columns, its path on RadiX-Net networks)."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    from spartan_py.engines.base import live_rows_matrix
+    """The cpu engine's kernels on merged columns (its path on RadiX-Net networks), and column
+    merging on a generated network (worked out per lane)."""
     from spartan_py.engines.cpu.engine import CpuEngine
-    from spartan_py.graph_challenge.network import Network
+    from spartan_py.graph_challenge.generate import generate_network
 
-    # a random network (the generator compiles in the other group); its constructor runs each kernel once
-    rng = np.random.default_rng(0)
-    weights = [sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(3)]
-    CpuEngine(Network(1024, tuple(weights), bias=-0.3), merged=True)
-    live_rows_matrix(np.array([1]), np.ones((1, 32), np.float32), 3)  # every engine's final rows
+    CpuEngine(generate_network(1024, layers=8, seed=0), merged=True)  # its constructor runs each kernel once
 
 
 @_group
 def _generated() -> None:
-    """The generator of input rows and column merging's path for generated layers, and the rows kernel's CPU twin (``gpu-twin``)."""
+    """The generator of input rows and the rows kernel's CPU twin (``gpu-twin``), with the
+    final rows every engine returns."""
     from spartan_py.engines.rows.twin import RowsTwinEngine
-    from spartan_py.engines.shared.column_merge import first_layer_merge_factor
     from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 
-    network = generate_network(1024, layers=3, seed=0)
-    RowsTwinEngine(network).run(generate_inputs(64, 1024, seed=0))
-    first_layer_merge_factor(network)  # column merging's path for generated layers
+    RowsTwinEngine(generate_network(1024, layers=3, seed=0)).run(generate_inputs(64, 1024, seed=0))
 
 
 @_group
 def _rest() -> None:
-    """Every other kernel: the merged kernel's twin, the cpu engine's row path, the Spartan
-    epilogues and the TSV scanner and writer (the test suite's; the quickstart needs none)."""
+    """Every other kernel: the merged kernel's twin, the cpu engine's row path, column merging
+    on a network read from files, the Spartan epilogues and the TSV scanner and writer (the
+    test suite's; the quickstart needs none)."""
     import tempfile
 
     import numpy as np
+    import scipy.sparse as sp
 
     from spartan_py.engines.cpu.engine import CpuEngine
     from spartan_py.engines.merged.twin import MergedTwinEngine
     from spartan_py.graph_challenge.formats import read_triples_matrix
     from spartan_py.graph_challenge.generate import generate_inputs, generate_network
+    from spartan_py.graph_challenge.network import Network
     from spartan_py.graph_challenge.writers import write_triples, write_truth
     from spartan_py.sparsity.monitor import SparsityMonitor
 
@@ -70,6 +64,9 @@ def _rest() -> None:
     inputs = generate_inputs(64, 1024, seed=0)
     MergedTwinEngine(network).run(inputs)
     CpuEngine(network, merged=False)
+    rng = np.random.default_rng(0)
+    weights = [sp.random(1024, 1024, density=0.03, format="csr", dtype=np.float32, random_state=rng) for _ in range(3)]
+    CpuEngine(Network(1024, tuple(weights), bias=-0.3), merged=True)  # merging from CSR matrices
     z = np.random.default_rng(0).standard_normal((128, 64), dtype=np.float32)
     SparsityMonitor(tile=(32, 32)).epilogue(z)
     SparsityMonitor(tile=(32, 32), mode="off").epilogue(z)

@@ -329,7 +329,10 @@ def _lit_pixels(segments, valid, radius, side):  # pragma: no cover - compiled
     for image in numba.prange(count):
         mask = np.zeros(side * side, dtype=np.bool_)
         _draw(mask, segments[image], valid[image], radius[image], side)
-        lit[image + 1] = np.count_nonzero(mask)
+        count_lit = 0
+        for p in range(side * side):
+            count_lit += mask[p]
+        lit[image + 1] = count_lit
     indptr = np.cumsum(lit)
     indices = np.empty(indptr[-1], dtype=np.int32)
     for image in numba.prange(count):

@@ -129,19 +129,25 @@ def _conflict_free(inputs, values, degree, input_count):  # pragma: no cover - c
     neurons, width = inputs.shape
     groups = neurons // BANKS
     steps_needed = np.empty(groups, np.int64)
-    bank_load = np.zeros(BANKS, np.int64)
+    total = width
     for g in range(groups):
-        bank_load[:] = 0
+        bank_load = np.zeros(BANKS, np.int64)
+        steps = width
         for u in range(g * BANKS, (g + 1) * BANKS):
             for p in range(degree[u]):
-                bank_load[inputs[u, p] % BANKS] += 1
-        steps_needed[g] = max(width, bank_load.max())
-    total = steps_needed.max() if groups else width
+                bank = inputs[u, p] % BANKS
+                bank_load[bank] += 1
+                steps = max(steps, bank_load[bank])
+        steps_needed[g] = steps
+        total = max(total, steps)
+    # element by element: a 2-D slice assignment costs Numba seconds to compile
     padded = np.full((neurons, total), -1, np.int64)
     for g in range(groups):
         start = g * BANKS
         found = _colour_group(inputs[start : start + BANKS], degree[start : start + BANKS], steps_needed[g])
-        padded[start : start + BANKS, : steps_needed[g]] = found
+        for u in range(BANKS):
+            for step in range(steps_needed[g]):
+                padded[start + u, step] = found[u, step]
     return _assemble(padded, inputs, values, neurons, input_count)
 
 

@@ -65,16 +65,22 @@ def group_equal_rows(inputs, weight_bits, hashes):  # pragma: no cover - compile
     bucketed by ``hashes``; ``exact`` is False when a bucket holds unequal rows (the caller
     then groups by comparing whole rows)."""
     rows, width = inputs.shape
-    order = np.argsort(hashes, kind="mergesort")  # stable: a bucket's first row is its smallest
+    # each row's bucket head (the first row with its hash), by open addressing: rows are
+    # visited in order, so a bucket's first entry is its smallest row
+    size = 2
+    while size < 2 * rows:
+        size *= 2
+    keys = np.zeros(size, np.uint64)
+    first = np.full(size, -1, np.int64)
     head = np.empty(rows, np.int64)
-    at = 0
-    while at < rows:
-        first = order[at]
-        end = at
-        while end < rows and hashes[order[end]] == hashes[first]:
-            head[order[end]] = first
-            end += 1
-        at = end
+    for r in range(rows):
+        slot = hashes[r] & np.uint64(size - 1)
+        while first[slot] >= 0 and keys[slot] != hashes[r]:
+            slot = (slot + np.uint64(1)) & np.uint64(size - 1)
+        if first[slot] < 0:
+            first[slot] = r
+            keys[slot] = hashes[r]
+        head[r] = first[slot]
     groups = np.empty(rows, np.int64)
     representatives = np.empty(rows, np.int64)
     count = 0
