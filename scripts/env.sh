@@ -24,9 +24,6 @@ if [ ! -f "$stamp" ]; then
     # Numba's kernels compiled now, one group per process, the groups at once: the quickstart's,
     # and with the test extras every other kernel (else each test worker compiles its own)
     echo "compiling the CPU kernels (first run only)" >&2
-    # one import first writes the bytecode of what every group imports (NumPy, SciPy, pandas,
-    # Numba, pydantic), which the groups would otherwise each compile at once
-    "$venv/bin/python" -c "import spartan_py.api, spartan_py.engines.cpu.engine"
     groups="cpu generated${extras:+ rest}"
     compile_jobs=()
     for group in $groups; do
