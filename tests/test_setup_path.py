@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from spartan_py.engines.base import live_rows_matrix
 from spartan_py.engines.shared.column_merge import column_lists, duplicate_groups, merge_network
 from spartan_py.engines.shared.ell import ell_from_csc
+from spartan_py.errors import InputError
 from spartan_py.graph_challenge import generate
 from spartan_py.graph_challenge.generate import generate_network
 from spartan_py.graph_challenge.network import Network
@@ -135,3 +136,11 @@ def test_final_rows_equal_scipys_dense_conversion():
     assert np.array_equal(got.data, expected.data, equal_nan=True)
     with pytest.raises(ValueError, match="one row of values per live row"):
         live_rows_matrix(live[:3], values, 100)
+
+
+def test_lane_lists_refuse_a_layer_out_of_range_and_the_unmergeable_variant():
+    network = generate_network(1024, 4, seed=0)
+    with pytest.raises(IndexError, match="layer 4 of a 4-layer network"):
+        network.weights.lane_lists(4)
+    with pytest.raises(InputError, match="no lanes"):
+        generate_network(1024, 4, seed=0, unmergeable=True).weights.lane_lists(0)

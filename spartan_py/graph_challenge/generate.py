@@ -106,6 +106,8 @@ class GeneratedLayers(Sequence):
         without building or transposing the matrix."""
         if self.unmergeable:
             raise InputError("the unmergeable variant has no lanes of equal columns")
+        if not 0 <= index < self.layer_count:
+            raise IndexError(f"layer {index} of a {self.layer_count}-layer network")
         shift, inverse_inputs, relabel_outputs = self._relabelling(index)
         block = self.neurons // BLOCKS
         return _lane_inputs(inverse_inputs, block, shift), relabel_outputs % block

@@ -88,8 +88,9 @@ class MergedNetwork:
 def column_lists(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray]:
     """Each output's (inputs, weights) sorted by input, as (outputs x max degree) arrays;
     slots past a column's degree hold input -1 and weight 0."""
-    if sp.isspmatrix_csr(matrix) and matrix.has_canonical_format:  # compiled, without the GIL
-        return column_lists_from_csr(matrix.indptr, matrix.indices, matrix.data.astype(np.float32), matrix.shape[1])
+    if sp.issparse(matrix) and matrix.format == "csr" and matrix.has_canonical_format:  # compiled, without the GIL
+        data = np.asarray(matrix.data, dtype=np.float32)
+        return column_lists_from_csr(matrix.indptr, matrix.indices, data, matrix.shape[1])
     csc = sp.csc_matrix(matrix, dtype=np.float32)
     csc.sum_duplicates()
     csc.sort_indices()

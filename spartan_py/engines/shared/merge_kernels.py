@@ -2,9 +2,11 @@
 
 Each function releases the GIL, so that the layers of a network are merged on every core at
 once (a 65536-neuron layer holds two million weights; the SciPy and NumPy steps these replace
-held the GIL for most of their time). Each gives what the SciPy path gave, bit for bit (a
-test compares them); ``column_merge`` falls back to that path for the cases these do not
-cover (a CSR matrix not in canonical form, a hash collision).
+held the GIL for most of their time). Each gives what the SciPy path gave, bit for bit
+(tests compare them), but for one case: where three or more inputs of a merged column fall
+in one group with unequal weights, their sum is taken in list order, SciPy's in the order of
+an unstable sort, so the last bit may differ. ``column_merge`` keeps the SciPy path for what
+these do not cover (a matrix not in canonical CSR form, a hash collision).
 """
 
 from __future__ import annotations

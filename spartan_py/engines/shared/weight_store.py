@@ -86,6 +86,10 @@ class LayerStore:
                     self._host[start + at : start + at + raw.nbytes] = raw.view(np.uint8).ravel()
                 elif raw.nbytes:
                     cp.cuda.runtime.memcpy(base + at, raw.ctypes.data, raw.nbytes, _HOST_TO_DEVICE)
+        if not self.streamed:
+            # a pageable copy may return before its DMA lands, and the engines launch on
+            # non-blocking streams, which do not wait for the legacy stream's copies
+            cp.cuda.Device().synchronize()
         self.pointers = {
             name: cp.asarray(
                 np.array(
