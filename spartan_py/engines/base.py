@@ -99,14 +99,15 @@ def live_rows_matrix(live_rows: np.ndarray, values: np.ndarray, total_rows: int)
     return sp.csr_matrix((data, indices, indptr), shape=(total_rows, values.shape[1]))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True)
 def _rows_to_csr(values, live_rows, total_rows):  # pragma: no cover - compiled
     """The CSR arrays of :func:`live_rows_matrix`: a row's non-zeros (NaN included, as SciPy
-    keeps them) in column order, counted then written (one core: 1.3 GB of final rows in
-    well under a second, and a parallel build compiled three times slower)."""
+    keeps them) in column order, counted then written, rows on every core. Every value is
+    written and the position advanced past non-zeros only (a zero's write is overwritten by
+    the next non-zero), so no branch is mispredicted on half-dense rows."""
     live, n = values.shape
     counts = np.zeros(total_rows + 1, dtype=np.int64)
-    for r in range(live):
+    for r in numba.prange(live):
         count = 0
         for j in range(n):
             count += values[r, j] != 0
@@ -114,11 +115,12 @@ def _rows_to_csr(values, live_rows, total_rows):  # pragma: no cover - compiled
     indptr = np.cumsum(counts)
     indices = np.empty(indptr[-1], dtype=np.int32)
     data = np.empty(indptr[-1], dtype=np.float32)
-    for r in range(live):
-        at = indptr[live_rows[r]]
+    for r in numba.prange(live):
+        at, end = indptr[live_rows[r]], indptr[live_rows[r] + 1]
         for j in range(n):
-            if values[r, j] != 0:
+            value = values[r, j]
+            if at < end:  # false only past the row's last non-zero
                 indices[at] = j
-                data[at] = values[r, j]
-                at += 1
+                data[at] = value
+            at += value != 0
     return indptr, indices, data
