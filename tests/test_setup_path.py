@@ -39,10 +39,10 @@ def test_generated_column_lists_equal_the_transposed_matrix(neurons):
     network = generate_network(neurons, 16, seed=3)
     period = int(math.log2(neurons // 16))
     for index in (0, period - 1, period, period + 3):  # butterfly, shift M/2, relabelled
-        inputs, weights = network.weights.column_lists(index)
+        lists, lane = network.weights.lane_lists(index)
         expected_inputs, expected_weights = scipy_column_lists(network.weights[index])
-        assert np.array_equal(inputs, expected_inputs) and inputs.dtype == expected_inputs.dtype
-        assert np.array_equal(weights, expected_weights) and weights.dtype == np.float32
+        assert np.array_equal(lists[lane], expected_inputs) and lists.dtype == expected_inputs.dtype
+        assert np.all(expected_weights == np.float32(generate.WEIGHT))
 
 
 def test_compiled_column_lists_equal_scipy_on_uneven_and_non_canonical_matrices():

@@ -112,18 +112,6 @@ class GeneratedLayers(Sequence):
         block = self.neurons // BLOCKS
         return _lane_inputs(inverse_inputs, block, shift), relabel_outputs % block
 
-    def column_lists(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer ``index``'s (inputs, weights) of each output, sorted by input ((neurons x 32)
-        int64 and float32), as :func:`~spartan_py.engines.shared.column_merge.column_lists`
-        finds them in ``self[index]`` (the RadiX-Net variant's from :meth:`lane_lists`)."""
-        if self.unmergeable:
-            from spartan_py.engines.shared.column_merge import column_lists
-
-            return column_lists(self[index])
-        lists, lane = self.lane_lists(index)
-        inputs = lists[lane]
-        return inputs, np.full(inputs.shape, WEIGHT, dtype=np.float32)
-
     def _relabelling(self, index: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(in-block shift, new row of each old input, old output of each new column) of a
         RadiX-Net layer (identities for the un-relabelled first layers)."""
@@ -131,12 +119,15 @@ class GeneratedLayers(Sequence):
         if index < self._period:
             identity = np.arange(self.neurons)
             return shift, identity, identity
+        relabel_inputs, relabel_outputs = self._permutations(index)
+        return shift, _inverse(relabel_inputs), relabel_outputs
+
+    def _permutations(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """The seeded (input, output) relabellings of layer ``index``: the layer is the
+        un-relabelled one, ``[relabel_inputs][:, relabel_outputs]``."""
         rng = np.random.default_rng([self.seed, index])
         relabel_inputs = rng.permutation(self.neurons)
-        relabel_outputs = rng.permutation(self.neurons)
-        inverse_inputs = np.empty(self.neurons, dtype=np.int64)
-        inverse_inputs[relabel_inputs] = np.arange(self.neurons)
-        return shift, inverse_inputs, relabel_outputs
+        return relabel_inputs, rng.permutation(self.neurons)
 
     def _make(self, index: int) -> sp.csr_matrix:
         # the unmergeable layers shift classes of M/2 lanes, one period shorter
@@ -146,19 +137,22 @@ class GeneratedLayers(Sequence):
             if not self.unmergeable:
                 return butterfly_layer(self.neurons, shift)
             relabel_inputs = new_label = np.arange(self.neurons)
-        else:
-            # the un-relabelled layer [relabel_inputs][:, relabel_outputs]: see _relabelled_columns.
-            rng = np.random.default_rng([self.seed, index])
-            relabel_inputs = rng.permutation(self.neurons)
-            relabel_outputs = rng.permutation(self.neurons)
-            new_label = np.empty(self.neurons, dtype=np.int64)
-            new_label[relabel_outputs] = np.arange(self.neurons)
+        else:  # see _relabelled_columns
+            relabel_inputs, relabel_outputs = self._permutations(index)
+            new_label = _inverse(relabel_outputs)
         columns = (_mixed_columns if self.unmergeable else _relabelled_columns)(
             relabel_inputs, new_label, self.neurons // BLOCKS, shift
         )
         indptr = np.arange(0, columns.size + 1, 2 * BLOCKS, dtype=np.int32)
         data = np.full(columns.size, WEIGHT, dtype=np.float32)
         return sp.csr_matrix((data, columns.ravel(), indptr), shape=(self.neurons, self.neurons))
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    """The inverse permutation (int64): ``inverse[permutation[i]] = i``."""
+    inverse = np.empty(permutation.size, dtype=np.int64)
+    inverse[permutation] = np.arange(permutation.size)
+    return inverse
 
 
 @numba.njit(cache=True, nogil=True)  # serial: callers build layers on several threads
