@@ -86,7 +86,10 @@ def family_parameters(machine: Machine, kernel: str, instance: str = "") -> tupl
     return default, False
 
 
-CALIBRATION_KINDS = ("fitted", "carried over", "family-wide fallback", "default", "none")
+GUESSED_KINDS = ("family-wide fallback", "default")
+"""The kinds of :data:`CALIBRATION_KINDS` whose parameters were never fitted to what they price."""
+
+CALIBRATION_KINDS = ("fitted", "carried over", *GUESSED_KINDS, "none")
 """How a prediction's parameters were had: fitted on this machine's runs; carried over from
 another machine's fit; the family's fit standing in for a compiled instance that has none of
 its own; the uncalibrated defaults; none (a kernel the model does not describe)."""

@@ -8,7 +8,7 @@ import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
-from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.model import GUESSED_KINDS, predict
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, read_trace, to_frame
 
@@ -118,7 +118,7 @@ def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
         else:
             by_run[str(run)] = float(rows["predicted_us"].sum())
     kinds = timed.groupby("calibration")["kernel"].agg(lambda k: sorted(set(k)))
-    guessed = {kind: families for kind, families in kinds.items() if kind in ("family-wide fallback", "default")}
+    guessed = {kind: families for kind, families in kinds.items() if kind in GUESSED_KINDS}
     outside = trace[~trace["kernel"].isin(list(FAMILIES))]
     measured = trace[trace["measured_us"].notna() & trace["kernel"].isin(list(FAMILIES))]
     devices = sorted(str(d) for d in measured["device"].unique())
