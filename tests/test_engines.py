@@ -462,6 +462,8 @@ def test_pixel_outputs_give_the_first_layers_sums(unmergeable):
     want = np.where(acc != 0, np.clip(acc + network.bias, 0, network.clamp), 0).astype(np.float32)
     got = dense.copy()
     twin_layer(
+        0,
+        1,  # one tile of 64 rows
         got,
         plan.index,
         plan.weight,

@@ -252,7 +252,10 @@ def test_pixel_columns_give_the_first_layers_sums():
     acc = (counts * np.float64(layer.plan.uniform)).astype(np.float32)
     want = np.where(acc != 0, np.clip(acc + network.bias, 0, network.clamp), 0).astype(np.float32)
     row_nnz = np.zeros(60, np.int64)
-    got = twin_merged_layer(
+    got = np.full((60, layer.width), np.nan, np.float32)
+    twin_merged_layer(
+        0,
+        60,
         inputs.astype(np.float32),
         layer.plan.index,
         layer.plan.weight,
@@ -262,6 +265,7 @@ def test_pixel_columns_give_the_first_layers_sums():
         np.float32(network.bias),
         np.float32(network.clamp),
         row_nnz,
+        got,
     )
     assert np.array_equal(got, want) and (got != 0).any()
     # no counts path where a pixel feeds more than two merged columns (no duplicates to merge)

@@ -114,7 +114,7 @@ def test_input_images_equal_a_numpy_rasterization():
     segments = generate._TEMPLATES[digits] * 20 + 6  # unit box to pixels, inside the frame
     valid = generate._TEMPLATE_VALID[digits]
     radius = rng.uniform(1.0, 1.6, count)
-    indptr, indices = generate._lit_pixels(segments, valid, radius, side)
+    indptr, indices = generate._lit_pixels_csr(segments, valid, radius, side)
     for image in range(count):
         expected = numpy_image(segments[image], valid[image], radius[image], side)
         assert np.array_equal(indices[indptr[image] : indptr[image + 1]], expected), image

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.graph_challenge.network import Network
+from spartan_py.host_threads import run_split
 from spartan_py.trace import TraceRecord
 
 
@@ -95,27 +96,35 @@ def live_rows_matrix(live_rows: np.ndarray, values: np.ndarray, total_rows: int)
     values = np.ascontiguousarray(values, dtype=np.float32)
     if values.ndim != 2 or values.shape[0] != len(live_rows):
         raise ValueError(f"expected one row of values per live row ({len(live_rows)}), got shape {values.shape}")
-    indptr, indices, data = _rows_to_csr(values, np.asarray(live_rows, dtype=np.int64), total_rows)
-    return sp.csr_matrix((data, indices, indptr), shape=(total_rows, values.shape[1]))
-
-
-@numba.njit(parallel=True, cache=True)
-def _rows_to_csr(values, live_rows, total_rows):  # pragma: no cover - compiled
-    """The CSR arrays of :func:`live_rows_matrix`: a row's non-zeros (NaN included, as SciPy
-    keeps them) in column order, counted then written, rows on every core. Every value is
-    written and the position advanced past non-zeros only (a zero's write is overwritten by
-    the next non-zero), so no branch is mispredicted on half-dense rows."""
+    live_rows = np.asarray(live_rows, dtype=np.int64)
     live, n = values.shape
-    counts = np.zeros(total_rows + 1, dtype=np.int64)
-    for r in numba.prange(live):
-        count = 0
-        for j in range(n):
-            count += values[r, j] != 0
-        counts[live_rows[r] + 1] = count
-    indptr = np.cumsum(counts)
+    indptr = np.zeros(total_rows + 1, dtype=np.int64)
+    empty = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float32))
+    run_split(_rows_to_csr, live, values, live_rows, indptr, *empty)
+    np.cumsum(indptr, out=indptr)
     indices = np.empty(indptr[-1], dtype=np.int32)
     data = np.empty(indptr[-1], dtype=np.float32)
-    for r in numba.prange(live):
+    if indices.size:
+        run_split(_rows_to_csr, live, values, live_rows, indptr, indices, data)
+    return sp.csr_matrix((data, indices, indptr), shape=(total_rows, n))
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_to_csr(first, stop, values, live_rows, indptr, indices, data):  # pragma: no cover - compiled
+    """The CSR arrays of :func:`live_rows_matrix` for rows ``first:stop`` of ``values``: with
+    ``indices`` empty, each row's count of non-zeros (NaN included, as SciPy keeps them) to
+    ``indptr[live_rows[r] + 1]``; else its non-zeros in column order. Every value is written
+    and the position advanced past non-zeros only (a zero's write is overwritten by the next
+    non-zero), so no branch is mispredicted on half-dense rows."""
+    n = values.shape[1]
+    if indices.size == 0:
+        for r in range(first, stop):
+            count = 0
+            for j in range(n):
+                count += values[r, j] != 0
+            indptr[live_rows[r] + 1] = count
+        return
+    for r in range(first, stop):
         at, end = indptr[live_rows[r]], indptr[live_rows[r] + 1]
         for j in range(n):
             value = values[r, j]
@@ -123,4 +132,3 @@ def _rows_to_csr(values, live_rows, total_rows):  # pragma: no cover - compiled
                 indices[at] = j
                 data[at] = value
             at += value != 0
-    return indptr, indices, data

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import OFFICIAL_BIAS, OFFICIAL_CLAMP, Network
+from spartan_py.host_threads import run_split
 
 BLOCKS = 16
 WEIGHT = 1.0 / 16.0
@@ -316,29 +317,40 @@ def _draw(mask, segments, valid, r, side):  # pragma: no cover - compiled
                     mask[py * side + px] = True
 
 
-@numba.njit(parallel=True, cache=True)
-def _lit_pixels(segments, valid, radius, side):  # pragma: no cover - compiled
-    """The CSR (indptr, indices) of the lit pixels of B images (segments B x S x 4), each
-    drawn into a mask of its own (cache-sized), counted, then drawn again and listed."""
+@numba.njit(cache=True, nogil=True)
+def _lit_pixels(first, stop, segments, valid, radius, side, indptr, indices):  # pragma: no cover - compiled
+    """Images ``first:stop`` of B (segments B x S x 4), each drawn into a cache-sized mask:
+    with ``indices`` empty, write each image's count of lit pixels to ``indptr[image + 1]``;
+    else list them at ``indices[indptr[image]:]``."""
+    mask = np.empty(side * side, dtype=np.bool_)
+    listing = indices.size > 0
+    for image in range(first, stop):
+        mask[:] = False
+        _draw(mask, segments[image], valid[image], radius[image], side)
+        if listing:
+            at = indptr[image]
+            for p in range(side * side):
+                if mask[p]:
+                    indices[at] = p
+                    at += 1
+        else:
+            lit = 0
+            for p in range(side * side):
+                lit += mask[p]
+            indptr[image + 1] = lit
+
+
+def _lit_pixels_csr(segments: np.ndarray, valid: np.ndarray, radius: np.ndarray, side: int):
+    """The CSR (indptr, indices) of the lit pixels of every image, the images spread over the
+    cores: counted, then drawn again and listed."""
     count = segments.shape[0]
-    lit = np.zeros(count + 1, dtype=np.int64)
-    for image in numba.prange(count):
-        mask = np.zeros(side * side, dtype=np.bool_)
-        _draw(mask, segments[image], valid[image], radius[image], side)
-        count_lit = 0
-        for p in range(side * side):
-            count_lit += mask[p]
-        lit[image + 1] = count_lit
-    indptr = np.cumsum(lit)
+    indptr = np.zeros(count + 1, dtype=np.int64)
+    none = np.empty(0, dtype=np.int32)
+    run_split(_lit_pixels, count, segments, valid, radius, side, indptr, none)
+    np.cumsum(indptr, out=indptr)
     indices = np.empty(indptr[-1], dtype=np.int32)
-    for image in numba.prange(count):
-        mask = np.zeros(side * side, dtype=np.bool_)
-        _draw(mask, segments[image], valid[image], radius[image], side)
-        at = indptr[image]
-        for p in range(side * side):
-            if mask[p]:
-                indices[at] = p
-                at += 1
+    if indices.size:
+        run_split(_lit_pixels, count, segments, valid, radius, side, indptr, indices)
     return indptr, indices
 
 
@@ -380,6 +392,6 @@ def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 
         radius = rng.uniform(1.0, 1.6, count) * scale_px
         pieces.append((segments, _TEMPLATE_VALID[digits], radius))
     segments, valid, radius = (np.concatenate(part) for part in zip(*pieces))
-    indptr, indices = _lit_pixels(segments, valid, radius, side)
+    indptr, indices = _lit_pixels_csr(segments, valid, radius, side)
     data = np.ones(indices.size, dtype=np.float32)
     return sp.csr_matrix((data, indices, indptr), shape=(rows, neurons))

@@ -1,28 +1,33 @@
-"""Numba kernels of the CPU path: the layer epilogue with and without a fused monitor."""
+"""Numba kernels of the CPU path: the layer epilogue with and without a fused monitor.
+
+Each runs over a part of the rows (or of the tile rows), the parts spread over the cores by
+:func:`~spartan_py.host_threads.run_split`.
+"""
 
 from __future__ import annotations
 
-from numba import njit, prange
+from numba import njit
 
 
-@njit(parallel=True, cache=True)
-def epilogue_plain(z, bias, clamp, y):  # pragma: no cover - compiled
-    """y = min(clamp, max(0, z + bias)), row by row in parallel."""
-    m, n = z.shape
-    for r in prange(m):
+@njit(cache=True, nogil=True)
+def epilogue_plain(first, stop, z, bias, clamp, y):  # pragma: no cover - compiled
+    """y = min(clamp, max(0, z + bias)) for rows ``first:stop``."""
+    n = z.shape[1]
+    for r in range(first, stop):
         for c in range(n):
             v = z[r, c] + bias[c]
             y[r, c] = min(clamp, v) if v > 0 else 0.0
 
 
-@njit(parallel=True, cache=True)
-def epilogue_fused(z, bias, clamp, y, tile_rows, tile_cols, tile_nnz, row_nnz):  # pragma: no cover - compiled
-    """The same epilogue counting non-zeros per tile and per row as it writes them; each
-    tile row is one parallel task, so the counts need no atomics. ``tile_nnz`` and
-    ``row_nnz`` are overwritten."""
+@njit(cache=True, nogil=True)
+def epilogue_fused(
+    first, stop, z, bias, clamp, y, tile_rows, tile_cols, tile_nnz, row_nnz
+):  # pragma: no cover - compiled
+    """The same epilogue for tile rows ``first:stop``, counting non-zeros per tile and per row
+    as it writes them; a tile row is never split between parts, so the counts need no atomics.
+    Their rows of ``tile_nnz`` and ``row_nnz`` are overwritten."""
     m, n = z.shape
-    tiles_m = (m + tile_rows - 1) // tile_rows
-    for ti in prange(tiles_m):
+    for ti in range(first, stop):
         for tj in range(tile_nnz.shape[1]):
             tile_nnz[ti, tj] = 0
         for r in range(ti * tile_rows, min(m, (ti + 1) * tile_rows)):

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from spartan_py.errors import InputError
+from spartan_py.host_threads import run_split
 from spartan_py.sparsity import cpu_kernels
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
 from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue
@@ -289,7 +290,7 @@ def _check_gpu_shape(n: int, tile: TileShape | None) -> None:
 
 def _run_plain(z, bias, clamp, y) -> None:
     if not is_gpu_array(z):
-        cpu_kernels.epilogue_plain(z, bias, np.float32(clamp), y)
+        run_split(cpu_kernels.epilogue_plain, z.shape[0], z, bias, np.float32(clamp), y)
         return
     m, n = z.shape
     _check_gpu_shape(n, None)
@@ -304,7 +305,9 @@ def _run_fused(z, bias, clamp, y, tile: TileShape):
     if not is_gpu_array(z):
         tile_nnz = np.empty((tm, tn), dtype=np.int32)
         row_nnz = np.empty(m, dtype=np.int32)
-        cpu_kernels.epilogue_fused(z, bias, np.float32(clamp), y, tile.rows, tile.cols, tile_nnz, row_nnz)
+        run_split(
+            cpu_kernels.epilogue_fused, tm, z, bias, np.float32(clamp), y, tile.rows, tile.cols, tile_nnz, row_nnz
+        )
         return tile_nnz, row_nnz
     return _gpu_counts("fused", z, bias, clamp, y, tile)[:2]
 

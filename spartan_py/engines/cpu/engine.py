@@ -1,4 +1,4 @@
-"""The CPU engine: Numba kernels (``parallel=True``) with live-row compaction."""
+"""The CPU engine: Numba kernels on every core (:mod:`spartan_py.host_threads`) with live-row compaction."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -14,6 +13,7 @@ from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.cpu import kernels
 from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network, worth_merging
 from spartan_py.graph_challenge.network import Network
+from spartan_py.host_threads import host_threads, run_split
 from spartan_py.trace import TraceRecord, pass_through
 
 #: Default bound on the activation buffer of one batch of rows.
@@ -104,7 +104,7 @@ class CpuEngine(Engine):
 
     @property
     def device(self) -> str:
-        return f"cpu (Numba, {numba.get_num_threads()} threads{', merged columns' if self.merged else ''})"
+        return f"cpu (Numba, {host_threads()} threads{', merged columns' if self.merged else ''})"
 
     def _warm_up(self) -> None:
         """Compile (or load from Numba's cache) every kernel before anything is timed.
@@ -149,24 +149,12 @@ class CpuEngine(Engine):
             fill = np.minimum(lanes, filled - lanes * np.arange(tiles)).astype(np.int64)
             lane_nnz[:tiles] = 0
             start = time.perf_counter()
+            outputs = (spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful)
             if index == 0:
-                kernels.layer_from_csr(
-                    inputs.indptr,
-                    inputs.indices,
-                    inputs.data,
-                    lane_rows.reshape(-1, lanes),
-                    fill,
-                    spare[:tiles],
-                    *layer.args(),
-                    self._bias,
-                    self._clamp,
-                    lane_nnz,
-                    useful,
-                )
+                csr = (inputs.indptr, inputs.indices, inputs.data, lane_rows.reshape(-1, lanes))
+                run_split(kernels.layer_from_csr, tiles, *csr, fill, *outputs)
             else:
-                kernels.layer_tiles(
-                    current[:tiles], fill, spare[:tiles], *layer.args(), self._bias, self._clamp, lane_nnz, useful
-                )
+                run_split(kernels.layer_tiles, tiles, current[:tiles], fill, *outputs)
             current, spare = spare, current
             alive = lane_nnz[:tiles] > 0
             live = int(alive.sum())
@@ -175,7 +163,7 @@ class CpuEngine(Engine):
             repacked = live < REPACK_OCCUPANCY * filled
             if repacked:
                 src_tile, src_lane = np.divmod(np.flatnonzero(alive), lanes)  # C-contiguous, one kernel signature
-                kernels.repack(current, src_tile, src_lane, spare)
+                run_split(kernels.repack, -(-live // lanes), current, src_tile, src_lane, spare)
                 current, spare = spare, current
                 lane_rows[:live] = lane_rows.reshape(-1, lanes)[src_tile, src_lane]
                 filled = live

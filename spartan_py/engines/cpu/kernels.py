@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from spartan_py.engines.shared.ell import ell_from_csc
 
@@ -79,21 +78,38 @@ def _layer_tile(tile, out, lanes, index, weight, sizes, bias, clamp, nnz):
             nnz[b] += size if y != zero else 0
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(cache=True, nogil=True)
 def layer_from_csr(
-    indptr, indices, data, lane_rows, fill, out, index, weight, degree, sizes, bias, clamp, lane_nnz, useful
+    first,
+    stop,
+    indptr,
+    indices,
+    data,
+    lane_rows,
+    fill,
+    out,
+    index,
+    weight,
+    degree,
+    sizes,
+    bias,
+    clamp,
+    lane_nnz,
+    useful,
 ):
-    """First layer: lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``
+    """First layer, tiles ``first:stop`` (:func:`~spartan_py.host_threads.run_split` spreads the
+    tiles over the cores): lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``
     (``degree.size`` columns wide).
 
     Writes the outputs to ``out[t, :outputs, :fill[t]]``, each lane's non-zero count to
     ``lane_nnz[t, b]`` and the tile's useful multiply-adds (non-zero activation x weight
     pairs, ``degree[i]`` being input ``i``'s out-degree) to ``useful[t]``.
     """
-    tiles, inputs = out.shape[0], degree.size
-    for t in prange(tiles):
+    inputs = degree.size
+    tile = np.empty((inputs, TILE_ROWS), dtype=np.float32)
+    for t in range(first, stop):
         n = fill[t]
-        tile = np.zeros((inputs, TILE_ROWS), dtype=np.float32)
+        tile[:] = 0
         work = 0
         for b in range(n):
             row = lane_rows[t, b]
@@ -105,12 +121,11 @@ def layer_from_csr(
         _layer_tile(tile, out[t], n, index, weight, sizes, bias, clamp, lane_nnz[t])
 
 
-@numba.njit(parallel=True, cache=True)
-def layer_tiles(source, fill, out, index, weight, degree, sizes, bias, clamp, lane_nnz, useful):
-    """Later layers: ``out[t, :outputs, :fill[t]]`` = the layer applied to ``source[t,
-    :degree.size, :fill[t]]``."""
-    tiles = source.shape[0]
-    for t in prange(tiles):
+@numba.njit(cache=True, nogil=True)
+def layer_tiles(first, stop, source, fill, out, index, weight, degree, sizes, bias, clamp, lane_nnz, useful):
+    """Later layers, tiles ``first:stop``: ``out[t, :outputs, :fill[t]]`` = the layer applied
+    to ``source[t, :degree.size, :fill[t]]``."""
+    for t in range(first, stop):
         n = fill[t]
         tile = source[t]
         work = 0
@@ -123,13 +138,13 @@ def layer_tiles(source, fill, out, index, weight, degree, sizes, bias, clamp, la
         _layer_tile(tile, out[t], n, index, weight, sizes, bias, clamp, lane_nnz[t])
 
 
-@numba.njit(parallel=True, cache=True)
-def repack(source, src_tile, src_lane, out):
-    """Gather lanes ``(src_tile[k], src_lane[k])`` of ``source`` into lane ``k`` of ``out`` (in order)."""
+@numba.njit(cache=True, nogil=True)
+def repack(first, stop, source, src_tile, src_lane, out):
+    """Gather lanes ``(src_tile[k], src_lane[k])`` of ``source`` into lane ``k`` of ``out`` (in
+    order), for the output tiles ``first:stop`` (``ceil(src_tile.size / TILE_ROWS)`` in all)."""
     count = src_tile.size
     neurons = source.shape[1]
-    tiles = (count + TILE_ROWS - 1) // TILE_ROWS
-    for t in prange(tiles):
+    for t in range(first, stop):
         start = t * TILE_ROWS
         n = min(TILE_ROWS, count - start)
         target = out[t]

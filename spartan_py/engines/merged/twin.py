@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from spartan_py.engines.merged.chain import checked_chain_rows
 from spartan_py.engines.merged.engine import MergedEngine
@@ -26,20 +25,20 @@ from spartan_py.engines.shared.launches import gc_monitor_mode
 from spartan_py.engines.shared.twin_base import TwinEngine
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
+from spartan_py.host_threads import run_split
 
 
-@numba.njit(parallel=True, fastmath={"contract"}, cache=True)
+@numba.njit(fastmath={"contract"}, cache=True, nogil=True)
 def twin_merged_layer(
-    rows, index, weight, uniform, use_uniform, sizes, bias, clamp, row_nnz
+    first, stop, rows, index, weight, uniform, use_uniform, sizes, bias, clamp, row_nnz, out
 ):  # pragma: no cover - compiled
-    """One merged layer: ``rows`` (live x width_in) -> (live x width); ``row_nnz`` gets each
-    row's non-zeros in original columns."""
-    count, width_in = rows.shape
+    """One merged layer for rows ``first:stop``: ``rows`` (live x width_in) -> ``out`` (live x
+    width); ``row_nnz`` gets each row's non-zeros in original columns."""
+    width_in = rows.shape[1]
     steps, width = index.shape
-    out = np.zeros((count, width), np.float32)
     zero = np.float32(0.0)
-    for r in prange(count):
-        source = np.zeros(width_in + 32, np.float32)  # the 32 zero columns padding steps read
+    source = np.zeros(width_in + 32, np.float32)  # the 32 zero columns padding steps read
+    for r in range(first, stop):
         source[:width_in] = rows[r]
         lit = 0
         for h in range(width):
@@ -52,7 +51,6 @@ def twin_merged_layer(
             if y != zero:
                 lit += sizes[h]
         row_nnz[r] = lit
-    return out
 
 
 class MergedTwinEngine(MergedKernelTrace, TwinEngine):
@@ -101,9 +99,23 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         merged = self.merged.layers[layer]
         plan = merged.plan
         uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
-        return twin_merged_layer(
-            rows, plan.index, plan.weight, uniform, plan.uniform is not None, merged.sizes, bias, clamp, row_nnz
+        out = np.empty((rows.shape[0], plan.index.shape[1]), np.float32)
+        use_uniform = plan.uniform is not None
+        run_split(
+            twin_merged_layer,
+            rows.shape[0],
+            rows,
+            plan.index,
+            plan.weight,
+            uniform,
+            use_uniform,
+            merged.sizes,
+            bias,
+            clamp,
+            row_nnz,
+            out,
         )
+        return out
 
     def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.engines.rows.plan import (
@@ -34,20 +33,25 @@ from spartan_py.engines.shared.launches import gc_monitor_mode
 from spartan_py.engines.shared.twin_base import TwinEngine
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
+from spartan_py.host_threads import run_split
 
 LANES = 64  # rows computed together (across SIMD lanes); does not change any result
 
 
-@numba.njit(parallel=True, fastmath={"contract"}, cache=True)
-def twin_layer(rows, index, weight, uniform, use_uniform, bias, clamp, row_nnz):  # pragma: no cover - compiled
-    """Replace each row of ``rows`` (live x n, float32) by its layer output, in place."""
+@numba.njit(fastmath={"contract"}, cache=True, nogil=True)
+def twin_layer(
+    first_tile, stop_tile, rows, index, weight, uniform, use_uniform, bias, clamp, row_nnz
+):  # pragma: no cover - compiled
+    """Replace each row of ``rows`` (live x n, float32) in the tiles of LANES rows
+    ``first_tile:stop_tile`` by its layer output, in place."""
     count, n = rows.shape
     steps = index.shape[0]
     zero = np.float32(0.0)
-    for t in prange((count + LANES - 1) // LANES):
+    tile = np.empty((n + 32, LANES), np.float32)  # lane-major, 32 zero padding columns
+    for t in range(first_tile, stop_tile):
         first = t * LANES
         lanes = min(LANES, count - first)
-        tile = np.zeros((n + 32, LANES), np.float32)  # lane-major, 32 zero padding columns
+        tile[:] = zero
         for b in range(lanes):
             for i in range(n):
                 tile[i, b] = rows[first + b, i]
@@ -129,7 +133,10 @@ class RowsTwinEngine(RowsKernelTrace, TwinEngine):
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         plan = self.plans[layer]
         uniform = np.float32(plan.uniform if plan.uniform is not None else 0.0)
-        twin_layer(rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz)
+        tiles = -(-rows.shape[0] // LANES)
+        run_split(
+            twin_layer, tiles, rows, plan.index, plan.weight, uniform, plan.uniform is not None, bias, clamp, row_nnz
+        )
         return rows  # computed in place
 
     def _rows_computed(self, live_per_tile, tile, *, launch_start):

@@ -1,0 +1,48 @@
+"""The host's kernels spread over threads: the range split and the run."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from spartan_py.host_threads import host_threads, run_split, split_range
+
+
+@pytest.mark.parametrize(("count", "parts"), [(0, 4), (1, 4), (7, 3), (10, 10), (5, 1), (3, 8)])
+def test_split_range_covers_the_range_once_in_order(count, parts):
+    bounds = split_range(count, parts)
+    assert len(bounds) == min(count, max(parts, 1))
+    covered = [i for start, stop in bounds for i in range(start, stop)]
+    assert covered == list(range(count))
+    sizes = [stop - start for start, stop in bounds]
+    assert all(size > 0 for size in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)
+
+
+def test_run_split_runs_every_part_and_waits_for_them():
+    seen = np.zeros(1000, np.int64)
+    threads = set()
+
+    def kernel(start, stop, out, value):
+        threads.add(threading.get_ident())
+        out[start:stop] += value
+
+    run_split(kernel, seen.size, seen, 3, parts=4)
+    assert (seen == 3).all()
+    assert len(threads) >= min(2, host_threads())
+
+
+def test_run_split_raises_a_part_s_error_after_all_parts_finish():
+    done = np.zeros(4, np.int64)
+
+    def kernel(start, stop):
+        if start == 1:
+            raise ValueError("part 1 failed")
+        done[start:stop] = 1
+
+    with pytest.raises(ValueError, match="part 1 failed"):
+        run_split(kernel, 4, parts=4)
+    assert done.tolist() == [1, 0, 1, 1]
+
+
+def test_run_split_of_nothing_calls_nothing():
+    run_split(lambda start, stop: pytest.fail("called"), 0)
