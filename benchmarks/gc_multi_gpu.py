@@ -98,6 +98,7 @@ def compare(case: dict, one, many, gpus: int) -> dict:
         "wall_efficiency": one.wall_seconds / (gpus * many.wall_seconds),
         "shard_rows": many.shard_rows,
         "shard_seconds": many.shard_seconds,
+        "shard_row_layers": many.shard_row_layers,
         "devices": many.devices,
         "shard_gpus": many.shard_gpus,
         "shard_gpu_bytes": many.shard_gpu_bytes,
@@ -133,6 +134,7 @@ def main() -> int:
 
     device = f"{gpus} x {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
     rows: list[dict] = []
+    setups: list[dict] = []
     path = None
     with open_executor(args.cluster) as workers:
         log(f"{gpus} GPUs, {workers.description}; GPU counts {counts}")
@@ -146,8 +148,21 @@ def main() -> int:
                 repeats=args.repeats,
             )
             started = time.perf_counter()
-            infer_sharded(case["network"], case["inputs"], shards=gpus, **{**common, "repeats": 1})  # load, prepare
-            log(f"{case['name']}: workers loaded and prepared in {time.perf_counter() - started:.1f} s")
+            first = infer_sharded(case["network"], case["inputs"], shards=gpus, **{**common, "repeats": 1})
+            setup = {
+                "case": case["name"],
+                "gpus": gpus,
+                "wall_seconds": time.perf_counter() - started,  # load, prepare, one run per shard
+                "shared_preparation": first.shared_preparation,
+                "prepare_seconds": first.prepare_seconds,
+                "shard_setup_seconds": first.shard_setup_seconds,
+                "shard_run_seconds": first.shard_seconds,
+            }
+            setups.append(setup)
+            log(
+                f"{case['name']}: {gpus} shards set up in {setup['wall_seconds']:.1f} s (merged once here: "
+                f"{first.prepare_seconds:.1f} s; shards {', '.join(f'{t:.1f}' for t in first.shard_setup_seconds)} s)"
+            )
             runs = {n: infer_sharded(case["network"], case["inputs"], shards=n, **common) for n in counts}
             one = runs[1]
             for n in counts[:-1]:
@@ -161,7 +176,7 @@ def main() -> int:
                     f"equal {row['merged_equals_one_gpu']}, truth {runs[n].passed}; GPU GB {memory} "
                     f"(1 GPU {one.shard_gpu_bytes[0] / 1e9:.1f})"
                 )
-            payload = {"executor": workers.description, "gpu_counts": counts, "cases": rows}
+            payload = {"executor": workers.description, "gpu_counts": counts, "setup": setups, "cases": rows}
             written = write_result("gc_multi_gpu", device, payload, args.out)
             if path is not None and path != written:
                 path.unlink()  # the previous case's file: this one holds it too

@@ -67,6 +67,8 @@ class Workers:
     workers: int
     _make_pool: Any = field(default=None, repr=False)
     client: Any = field(default=None, repr=False)  # the distributed.Client, on Dask
+    #: Whether every worker runs on this host (and so sees its files): False for a cluster at an address.
+    on_this_host: bool = True
 
     def renew(self) -> None:
         """A fresh process pool in place of a broken one."""
@@ -130,6 +132,7 @@ def open_executor(cluster: str | None = None, workers: int = 1, *, connect_timeo
             f"the Dask cluster at {cluster} ({count} workers)",
             max(count, 1),
             client=client,
+            on_this_host=False,
         )
 
 

@@ -5,7 +5,10 @@ Rows are independent through every layer, so each shard (a contiguous block of r
 the whole network on its own; categories are the shards' categories shifted to global row
 numbers, and per-layer counts (live rows, non-zeros) are sums. Workers load the network
 and inputs themselves from their specs (paths or ``generated:...``), once per process, so
-nothing large crosses the wire but the results. On GPUs, shard ``i`` runs on GPU ``i``
+nothing large crosses the wire but the results. Where the backend takes a merged network
+(:attr:`~spartan_py.engines.base.Engine.takes_merged_network`) and every worker is on this
+host, the network is merged once, here, into a file every worker maps
+(:mod:`~spartan_py.engines.shared.merged_store`), instead of once per worker. On GPUs, shard ``i`` runs on GPU ``i``
 modulo the GPUs its worker sees, where ``i`` is a local Dask worker's number (so that it
 keeps its GPU and prepared engine) or else the shard's index; under dask-cuda each worker
 sees only its own GPU.
@@ -22,10 +25,14 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,11 +59,48 @@ def _neurons(network: str, layers: int | None) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _engine(network: str, layers: int | None, backend: str, device: int | None, options: tuple):
-    """A prepared engine, kept by the worker for the next shard of the same run."""
+def _engine(network: str, layers: int | None, backend: str, device: int | None, options: tuple, prepared: str | None):
+    """A prepared engine, kept by the worker for the next shard of the same run; ``prepared``:
+    the file of the network merged once for every shard (:func:`shared_preparation`)."""
     from spartan_py.engines import make_engine
+    from spartan_py.engines.shared.merged_store import read_merged
 
-    return make_engine(backend, cached_network(network, layers), **dict(options))
+    merged = {} if prepared is None else {"merged": read_merged(prepared)}
+    return make_engine(backend, cached_network(network, layers), **dict(options), **merged)
+
+
+#: (network spec, layers) -> the file its merged network was written to by this process.
+_PREPARED: dict[tuple[str, int | None], Path] = {}
+
+
+def shared_preparation(network: str, layers: int | None, backend: str) -> str | None:
+    """The file of ``network`` merged once on this host for every shard's engine to map, written
+    on the first call for the network (under ``/dev/shm`` where there is one, so that it stays in
+    memory) and kept until :func:`release_prepared` or this process's exit; None where the
+    backend does not take a merged network."""
+    from spartan_py.engines import choose_backend, engine_class
+    from spartan_py.engines.shared.column_merge import merge_network
+    from spartan_py.engines.shared.merged_store import write_merged
+
+    net = cached_network(network, layers)
+    if not engine_class(choose_backend(backend, net)).takes_merged_network:
+        return None
+    key = (network, layers)
+    if key not in _PREPARED or not _PREPARED[key].exists():
+        if not _PREPARED:
+            atexit.register(release_prepared)
+        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        handle, name = tempfile.mkstemp(prefix="spartan-merged-", suffix=".bin", dir=folder)
+        os.close(handle)
+        _PREPARED[key] = write_merged(merge_network(net), name)
+    return str(_PREPARED[key])
+
+
+def release_prepared() -> None:
+    """Delete the files :func:`shared_preparation` wrote (workers that mapped one keep their map)."""
+    for path in _PREPARED.values():
+        path.unlink(missing_ok=True)
+    _PREPARED.clear()
 
 
 def release_engines() -> None:
@@ -86,17 +130,22 @@ def run_shard(
     repeats: int,
     keep_values: bool,
     options: dict,
+    prepared: str | None = None,
 ) -> dict:
     """One shard where its worker is (a task for any executor): one checked run, then
     ``repeats`` timed ones (:meth:`Engine.time <spartan_py.engines.base.Engine.time>`: a GPU
-    engine keeps the shard on the device and replays it, timed with CUDA events)."""
+    engine keeps the shard on the device and replays it, timed with CUDA events).
+    ``prepared``: the network merged once for every shard (:func:`shared_preparation`)."""
     from spartan_py.engines import choose_backend
 
+    started = time.perf_counter()
     net = cached_network(network, layers)
     x = cached_inputs(inputs, net.neurons, rows)[start:stop]
     device, gpu = _gpu_device(backend, index)
     with device:
-        engine = _engine(network, layers, choose_backend(backend, net), gpu, tuple(sorted(options.items())))
+        options_key = tuple(sorted(options.items()))
+        engine = _engine(network, layers, choose_backend(backend, net), gpu, options_key, prepared)
+        setup_seconds = time.perf_counter() - started
         _release_cached_blocks(gpu)
         output = engine.run(x)  # the checked run, which also warms the engine up
         seconds = engine.time(x, repeats=repeats, warmup=2) if repeats > 0 else [output.seconds]
@@ -109,6 +158,7 @@ def run_shard(
         "live_rows_by_layer": np.asarray(output.live_rows_by_layer, dtype=np.int64),
         "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
         "seconds": seconds,
+        "setup_seconds": setup_seconds,
         "device": output.device,
         "gpu": gpu_name,
         "gpu_bytes": gpu_bytes,
@@ -196,6 +246,13 @@ class ShardedResult:
     shard_repeat_seconds: list[list[float]] = field(default_factory=list)
     shard_gpus: list[str | None] = field(default_factory=list)  # index and PCI bus id, None off the GPU
     shard_gpu_bytes: list[int | None] = field(default_factory=list)  # CuPy pool bytes after the shard's runs
+    #: each shard's wait for its network, inputs and engine (0 where its worker had them from before)
+    shard_setup_seconds: list[float] = field(default_factory=list)
+    #: each shard's live rows summed over the layers (its rows' work, roughly)
+    shard_row_layers: list[int] = field(default_factory=list)
+    #: this process's time merging the network for every shard (0 where done before or not shared)
+    prepare_seconds: float = 0.0
+    shared_preparation: bool = False
 
     @property
     def seconds(self) -> float:
@@ -218,6 +275,10 @@ class ShardedResult:
             "shard_seconds": self.shard_seconds,
             "shard_gpus": self.shard_gpus,
             "shard_gpu_bytes": self.shard_gpu_bytes,
+            "shard_setup_seconds": self.shard_setup_seconds,
+            "shard_row_layers": self.shard_row_layers,
+            "prepare_seconds": self.prepare_seconds,
+            "shared_preparation": self.shared_preparation,
             "executor": self.executor,
         }
 
@@ -235,12 +296,16 @@ def infer_sharded(
     repeats: int = 1,
     keep_values: bool = False,
     retries: int = 3,
+    share_preparation: bool = True,
     **engine_options,
 ) -> ShardedResult:
     """Run ``network`` over ``inputs`` (specs: paths or ``generated:...``) in ``shards`` row
     blocks (default: one per worker) on ``workers`` (inline when it has no executor), and
     merge. ``truth``: 1-based categories or a truth file to check against. ``keep_values``
-    brings every shard's final activations back and stacks them (memory!)."""
+    brings every shard's final activations back and stacks them (memory!).
+    ``share_preparation``: merge the network once here for shards on this host
+    (:func:`shared_preparation`) where the backend allows it; else each worker (each GPU, inline)
+    merges its own."""
     from spartan_py.graph_challenge.formats import read_truth
 
     if not isinstance(network, str) or not isinstance(inputs, str):
@@ -250,6 +315,12 @@ def infer_sharded(
         )
     total = cached_inputs(inputs, _neurons(network, layers), rows).shape[0]  # a bad spec fails here, before any task
     bounds = shard_bounds(total, shards or workers.workers)
+    started = time.perf_counter()
+    prepared = None
+    # one shard uses the file too where an earlier run wrote it, so that it finds its engine kept
+    if share_preparation and workers.on_this_host and (len(bounds) > 1 or (network, layers) in _PREPARED):
+        prepared = shared_preparation(network, layers, backend)
+    prepare_seconds = time.perf_counter() - started
     task = functools.partial(
         run_shard,
         network,
@@ -260,6 +331,7 @@ def infer_sharded(
         repeats=repeats,
         keep_values=keep_values,
         options=engine_options,
+        prepared=prepared,
     )
     started = time.perf_counter()
     if workers.executor is None:
@@ -287,6 +359,10 @@ def infer_sharded(
         shard_repeat_seconds=[p["seconds"] for p in parts],
         shard_gpus=[p["gpu"] for p in parts],
         shard_gpu_bytes=[p["gpu_bytes"] for p in parts],
+        shard_setup_seconds=[p["setup_seconds"] for p in parts],
+        shard_row_layers=[int(p["live_rows_by_layer"].sum()) for p in parts],
+        prepare_seconds=prepare_seconds if prepared is not None else 0.0,
+        shared_preparation=prepared is not None,
         values=sp.vstack([p["values"] for p in parts], format="csr") if keep_values else None,
     )
     if truth is not None:

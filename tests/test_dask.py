@@ -220,3 +220,58 @@ def test_work_that_keeps_killing_its_worker_is_reported_not_retried_forever():
         found = list(run_all(workers, os._exit, {"boom": (3,)}, retries=1))
     assert len(found) == 1 and found[0][0] == "boom" and found[0][1] is None
     assert type(found[0][2]).__name__ == "BrokenProcessPool"
+
+
+def test_shards_share_one_merged_network_that_workers_map(tmp_path):
+    """A backend that takes a merged network gets one merge for all shards: the file the
+    workers map holds the same plan as merging in place (read-only views), and the sharded run
+    equals one run whether the preparation is shared or each worker merges its own."""
+    from spartan_py.api import infer, resolve_inputs, resolve_network
+    from spartan_py.engines.shared.column_merge import merge_network
+    from spartan_py.shard import release_prepared, shared_preparation
+
+    network, inputs = "generated:1024:5", "generated:600:6"
+    path = shared_preparation(network, 6, "gpu-merged-twin")
+    assert path is not None and shared_preparation(network, 6, "gpu-merged-twin") == path  # once per process
+    assert shared_preparation(network, 6, "cpu") is None  # the cpu engine takes no merged network
+    from spartan_py.engines.shared.merged_store import read_merged
+
+    here, mapped = merge_network(resolve_network(network, 6)), read_merged(path)
+    assert mapped.width == here.width and len(mapped.layers) == 6
+    for a, b in zip(here.layers, mapped.layers):
+        assert np.array_equal(a.plan.index, b.plan.index) and np.array_equal(a.plan.weight, b.plan.weight)
+        assert np.array_equal(a.groups, b.groups) and np.array_equal(a.sizes, b.sizes)
+        assert (a.plan.uniform, a.plan.nnz, a.width_in, a.original_nnz) == (
+            b.plan.uniform,
+            b.plan.nnz,
+            b.width_in,
+            b.original_nnz,
+        )
+        assert not b.plan.index.flags.writeable
+    one = infer(resolve_network(network, 6), resolve_inputs(inputs, 1024), backend="gpu-merged-twin")
+    with open_executor(None, 2) as pool:
+        shared = infer_sharded(network, inputs, workers=pool, backend="gpu-merged-twin", layers=6)
+        own = infer_sharded(network, inputs, workers=pool, backend="gpu-merged-twin", layers=6, share_preparation=False)
+    release_prepared()
+    assert not os.path.exists(path)
+    assert shared.shared_preparation and not own.shared_preparation
+    for result in (shared, own):
+        assert np.array_equal(result.categories, one.categories)
+        assert result.live_rows_by_layer == one.live_rows_by_layer
+        assert len(result.shard_setup_seconds) == 2
+
+
+def test_a_merged_network_file_is_checked(tmp_path):
+    from spartan_py.api import resolve_network
+    from spartan_py.engines.merged.twin import MergedTwinEngine
+    from spartan_py.engines.shared.column_merge import merge_network
+    from spartan_py.engines.shared.merged_store import read_merged, write_merged
+
+    (tmp_path / "other.bin").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}xyz")
+    with pytest.raises(InputError, match="other.bin.*not a merged network file"):
+        read_merged(tmp_path / "other.bin")
+    with pytest.raises(InputError, match="missing.bin.*not a readable merged network file"):
+        read_merged(tmp_path / "missing.bin")
+    path = write_merged(merge_network(resolve_network("generated:1024:5", 3)), tmp_path / "three.bin")
+    with pytest.raises(InputError, match="3 layers; expected this network's 1024 x 4"):
+        MergedTwinEngine(resolve_network("generated:1024:5", 4), merged=read_merged(path))

@@ -59,6 +59,10 @@ class Engine(ABC):
     stock_library: ClassVar[bool] = False
     #: The network widths it runs (None: any); checked before a network is loaded.
     supported_neurons: ClassVar[tuple[int, ...] | None] = None
+    #: Whether its constructor takes a network merged elsewhere (``merged=``, a
+    #: :class:`~spartan_py.engines.shared.column_merge.MergedNetwork`), so that the shards of a
+    #: sharded run can share one preparation.
+    takes_merged_network: ClassVar[bool] = False
 
     def __init__(self, network: Network):
         self.network = network

@@ -34,7 +34,7 @@ from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
 from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
 from spartan_py.engines.merged.plan import merged_tile_rows, monitor_masks, stage_words
 from spartan_py.engines.merged.trace import MergedKernelTrace
-from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network
+from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
 from spartan_py.engines.shared.gpu_base import DeviceBatch, GpuEngineBase
 from spartan_py.engines.shared.input_counts import COUNT_MAX_STEPS
@@ -90,6 +90,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
     name = "gpu-merged"
     cpu_twin = "gpu-merged-twin"
     takes_options = ("monitor", "compact_every", "rows_per_tile", "chain_rows", "input_counts")
+    takes_merged_network = True
     uses_gpu = True
     trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
 
@@ -119,7 +120,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self.monitor = gc_monitor_mode(monitor)
         if self.monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
-        self.merged = merged or merge_network(network)
+        self.merged = merged_for(network, merged)
         self.chain_rows = checked_chain_rows(chain_rows)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows

@@ -19,7 +19,7 @@ from spartan_py.engines.merged.chain import checked_chain_rows
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.merged.plan import merged_tile_rows, stage_words
 from spartan_py.engines.merged.trace import MergedKernelTrace
-from spartan_py.engines.shared.column_merge import merge_network
+from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.input_counts import input_bit_value
 from spartan_py.engines.shared.launches import gc_monitor_mode
 from spartan_py.engines.shared.twin_base import TwinEngine
@@ -60,6 +60,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
     cpu_twin = "gpu-merged-twin"
     takes_options = MergedEngine.takes_options
     trace_families = MergedEngine.trace_families
+    takes_merged_network = MergedEngine.takes_merged_network
 
     def __init__(
         self,
@@ -73,8 +74,10 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
+        merged: MergedNetwork | None = None,
     ):
-        """Options as :class:`~spartan_py.engines.merged.engine.MergedEngine`'s."""
+        """Options as :class:`~spartan_py.engines.merged.engine.MergedEngine`'s (``merged``: the
+        network already merged, else merged here)."""
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
@@ -86,7 +89,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
             compact_every=compact_every,
             device=f"cpu twin of gpu.gc_merged ({device_name})",
         )
-        self.merged = merge_network(network)
+        self.merged = merged_for(network, merged)
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_rows_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)

@@ -38,6 +38,7 @@ from spartan_py.engines.shared.merge_kernels import (
     row_hashes,
     valid_entries,
 )
+from spartan_py.errors import InputError
 from spartan_py.graph_challenge.generate import WEIGHT, GeneratedLayers
 from spartan_py.graph_challenge.network import Network
 
@@ -208,3 +209,16 @@ def merge_network(network: Network, workers: int | None = None) -> MergedNetwork
             )
         )
     return MergedNetwork(network.neurons, layers)
+
+
+def merged_for(network: Network, merged: MergedNetwork | None) -> MergedNetwork:
+    """``merged`` if given (a network merged elsewhere, as the shards of a sharded run share
+    one), checked to be ``network``'s shape; else ``network`` merged here."""
+    if merged is None:
+        return merge_network(network)
+    if merged.neurons != network.neurons or len(merged.layers) != network.layers:
+        raise InputError(
+            f"the merged network given has {merged.neurons} neurons x {len(merged.layers)} layers; "
+            f"expected this network's {network.neurons} x {network.layers}"
+        )
+    return merged
