@@ -80,6 +80,39 @@ def test_tile_rows_choice():
         merged_tile_rows(1024, 64, rows_per_tile=12)
 
 
+def _stage_network(neurons: int, width: int, steps: list[int]):
+    """A merged network of uniform layers of ``steps`` steps (only the shapes matter here)."""
+    from spartan_py.engines.shared.column_merge import MergedLayer, MergedNetwork
+    from spartan_py.engines.shared.layer_plan import LayerPlan
+
+    layers = [
+        MergedLayer(
+            LayerPlan(np.zeros((k, width), np.int32), np.zeros((k, width), np.float32), 1.0, k * width),
+            np.zeros(neurons, np.int64),
+            np.ones(width, np.int64),
+            width,
+            k * width,
+        )
+        for k in steps
+    ]
+    return MergedNetwork(neurons, layers)
+
+
+def test_the_stage_keeps_room_only_for_what_fits():
+    """The stage holds the largest layer that fits, the monitor's groups if they fit and a
+    tile's counts; a layer too big for the budget is read from memory and gets no room."""
+    from spartan_py.engines.merged.plan import STAGE_BUDGET_BYTES, merged_launch_shape, stage_words
+
+    budget = STAGE_BUDGET_BYTES // 4
+    assert stage_words(_stage_network(1024, 64, [8, 4, 2]), 16) == 1024  # every layer fits: the groups are the most
+    assert stage_words(_stage_network(1024, 64, [40, 4]), 16) == 40 * 64 + 64  # a layer more than the groups
+    wide = _stage_network(65536, 4096, [32, 2, 2])  # as generated:65536 merges: no layer, no groups fit
+    assert stage_words(wide, 1) == 65536 // 32 // 4 < budget  # a one-row tile's counts only
+    assert merged_launch_shape(wide) == (1, 1, False, 512)
+    middle = _stage_network(16384, 1024, [32, 2, 2])  # the tail layers fit, the first and the groups do not
+    assert stage_words(middle, 8) == 2 * 1024 + 1024
+
+
 def test_twin_trace_accounts_for_the_merged_work():
     network = generate_network(1024, 12, seed=2)
     out = make_engine("gpu-merged-twin", network).run(generate_inputs(400, 1024, seed=2))

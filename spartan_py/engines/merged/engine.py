@@ -32,7 +32,7 @@ from spartan_py.engines.merged.chain import (
 )
 from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
 from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
-from spartan_py.engines.merged.plan import merged_tile_rows, monitor_masks, stage_words
+from spartan_py.engines.merged.plan import merged_launch_shape, monitor_masks
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
@@ -133,11 +133,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self._block_shared_limit = props["sharedMemPerBlockOptin"]
         self._device = device_name(cp)
         self.stride = self.merged.width
-        self.stage_words = stage_words(self.merged)
-        self.stage_bytes = 4 * self.stage_words
-        self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
-            network.neurons, self.stride, self._block_shared_limit, rows_per_tile, self.stage_bytes
+        self.rows_per_tile, self.first_rows, self.first_from_tile, self.stage_words = merged_launch_shape(
+            self.merged, self._block_shared_limit, rows_per_tile
         )
+        self.stage_bytes = 4 * self.stage_words
         kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
         self.kernel, self.shared_bytes = kernels[self.rows_per_tile, False], self._shared_bytes(self.rows_per_tile, 0)
         # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones

@@ -48,15 +48,36 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
-def stage_words(merged: MergedNetwork) -> int:
-    """4-byte words of the per-block stage: the largest layer's indices (and weights, when not uniform)
-    and column sizes, or the last layer's ``neurons`` groups (for the monitor), whichever is
-    more, up to :data:`STAGE_BUDGET_BYTES`."""
-    need = max(
-        (layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in merged.layers),
-        default=0,
+def stage_words(merged: MergedNetwork, rows_per_tile: int) -> int:
+    """4-byte words of the per-block stage: room for what it will hold, up to
+    :data:`STAGE_BUDGET_BYTES`: the largest layer's indices (and weights, when not uniform) and
+    column sizes among the layers that fit, the last layer's ``neurons`` groups (for the
+    monitor) if they fit, and a tile's one-byte counts (``rows_per_tile x neurons / 32``).
+
+    What does not fit is read from device memory, so no room is kept for it: a block that
+    kept the whole budget where no layer fits left 3 blocks a SM instead of 4 at 65536
+    neurons (its one-row tail launches 21% slower, one H200: docs/performance-notes.md).
+    """
+    budget = STAGE_BUDGET_BYTES // 4
+    needs = [
+        layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in merged.layers
+    ]
+    needs += [merged.neurons, -(-rows_per_tile * (merged.neurons // 32) // 4)]
+    return max((need for need in needs if need <= budget), default=0)
+
+
+def merged_launch_shape(
+    merged: MergedNetwork, block_shared_limit: int = 227 * 1024, rows_per_tile: int | None = None
+) -> tuple[int, int, bool, int]:
+    """(rows per tile, the first launch's rows per tile, whether it holds its input rows in
+    shared memory, stage words): :func:`merged_tile_rows` with the :func:`stage_words` its tile
+    needs, as the GPU engine and its CPU twin both launch."""
+    rows = merged_tile_rows(merged.neurons, merged.width, block_shared_limit, rows_per_tile)[0]
+    words = stage_words(merged, rows)
+    tile, first, from_tile = merged_tile_rows(
+        merged.neurons, merged.width, block_shared_limit, rows_per_tile, 4 * words
     )
-    return min(max(need, merged.neurons), STAGE_BUDGET_BYTES // 4)
+    return tile, first, from_tile, words
 
 
 def merged_tile_rows(

@@ -17,7 +17,7 @@ import numpy as np
 
 from spartan_py.engines.merged.chain import checked_chain_rows
 from spartan_py.engines.merged.engine import MergedEngine
-from spartan_py.engines.merged.plan import merged_tile_rows, stage_words
+from spartan_py.engines.merged.plan import merged_launch_shape
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.input_counts import input_bit_value
@@ -93,10 +93,10 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_rows_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
-        self.stage_bytes = 4 * stage_words(self.merged)
-        self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
-            network.neurons, self.merged.width, rows_per_tile=rows_per_tile, stage_bytes=self.stage_bytes
+        self.rows_per_tile, self.first_rows, self.first_from_tile, words = merged_launch_shape(
+            self.merged, rows_per_tile=rows_per_tile
         )
+        self.stage_bytes = 4 * words
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         merged = self.merged.layers[layer]
