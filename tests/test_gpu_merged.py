@@ -99,18 +99,26 @@ def _stage_network(neurons: int, width: int, steps: list[int]):
 
 
 def test_the_stage_keeps_room_only_for_what_fits():
-    """The stage holds the largest layer that fits, the monitor's groups if they fit and a
-    tile's counts; a layer too big for the budget is read from memory and gets no room."""
-    from spartan_py.engines.merged.plan import STAGE_BUDGET_BYTES, merged_launch_shape, stage_words
+    """A launch's stage holds the largest of its layers that fits, the monitor's groups if they
+    fit and a tile's counts; a layer too big for the budget is read from memory and gets no
+    room, and each launch is sized alone (the twin records what the engine launches)."""
+    from spartan_py.engines.merged.plan import STAGE_BUDGET_BYTES, stage_words
+    from spartan_py.engines.merged.twin import MergedTwinEngine
 
     budget = STAGE_BUDGET_BYTES // 4
-    assert stage_words(_stage_network(1024, 64, [8, 4, 2]), 16) == 1024  # every layer fits: the groups are the most
-    assert stage_words(_stage_network(1024, 64, [40, 4]), 16) == 40 * 64 + 64  # a layer more than the groups
+    small = _stage_network(1024, 64, [8, 4, 2])
+    assert stage_words(small.layers, 1024, 16) == 1024  # every layer fits: the groups are the most
+    assert stage_words(_stage_network(1024, 64, [40, 4]).layers, 1024, 16) == 40 * 64 + 64
     wide = _stage_network(65536, 4096, [32, 2, 2])  # as generated:65536 merges: no layer, no groups fit
-    assert stage_words(wide, 1) == 65536 // 32 // 4 < budget  # a one-row tile's counts only
-    assert merged_launch_shape(wide) == (1, 1, False, 512)
+    assert stage_words(wide.layers, 65536, 1) == 65536 // 32 // 4 < budget  # a one-row tile's counts only
+    assert stage_words([*wide.layers, *_stage_network(65536, 1024, [5]).layers], 65536, 1) == 5 * 1024 + 1024
     middle = _stage_network(16384, 1024, [32, 2, 2])  # the tail layers fit, the first and the groups do not
-    assert stage_words(middle, 8) == 2 * 1024 + 1024
+    assert stage_words(middle.layers, 16384, 8) == 2 * 1024 + 1024
+    twin = MergedTwinEngine(generate_network(1024, 12, seed=2))
+    assert set(twin.stage_words_by_start) == {0, *np.cumsum(twin.chunks[:-1]).tolist()}
+    out = twin.run(generate_inputs(300, 1024, seed=2))
+    launches = [r for r in out.trace if r.kernel == "gpu.gc_merged" and r.variant[0] in "RPBG"]
+    assert launches and all(r.block_shared_bytes > 4 * twin.stage_words_by_start[r.layer - 1] for r in launches)
 
 
 def test_twin_trace_accounts_for_the_merged_work():

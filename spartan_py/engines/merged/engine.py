@@ -32,7 +32,7 @@ from spartan_py.engines.merged.chain import (
 )
 from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
 from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
-from spartan_py.engines.merged.plan import merged_launch_shape, monitor_masks
+from spartan_py.engines.merged.plan import monitor_masks
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
@@ -133,25 +133,30 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self._block_shared_limit = props["sharedMemPerBlockOptin"]
         self._device = device_name(cp)
         self.stride = self.merged.width
-        self.rows_per_tile, self.first_rows, self.first_from_tile, self.stage_words = merged_launch_shape(
-            self.merged, self._block_shared_limit, rows_per_tile
-        )
-        self.stage_bytes = 4 * self.stage_words
+        self.plan_launch_shapes(rows_per_tile, self._block_shared_limit)
         kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
-        self.kernel, self.shared_bytes = kernels[self.rows_per_tile, False], self._shared_bytes(self.rows_per_tile, 0)
+        self.kernel = kernels[self.rows_per_tile, False]
+        #: dynamic shared memory of each later block-tile launch, by its first layer
+        self.shared_by_start = {
+            start: self._shared_bytes(self.rows_per_tile, 0, words)
+            for start, words in self.stage_words_by_start.items()
+        }
         # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones
         self.first_launches = {}
         for bits in (False, True):
             rows, words = self.first_launch_tile(bits)
-            self.first_launches[bits] = (kernels[rows, bits], rows, self._shared_bytes(rows, words))
-        for kernel, _, shared in (*self.first_launches.values(), (self.kernel, 0, self.shared_bytes)):
+            self.first_launches[bits] = (
+                kernels[rows, bits],
+                rows,
+                self._shared_bytes(rows, words, self.stage_words_by_start[0]),
+            )
+        for kernel, _, shared in (*self.first_launches.values(), (self.kernel, 0, max(self.shared_by_start.values()))):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
-        # masks only where a tile's one-byte counts fit the stage, which holds them (else lookups)
-        counts_fit = (
-            max(self.rows_per_tile, *(rows for _, rows, _ in self.first_launches.values())) * (network.neurons // 32)
-            <= self.stage_bytes
-        )
+        # masks only where a tile's one-byte counts fit every launch's stage, which holds them (else lookups)
+        counts_fit = max(self.rows_per_tile, *(rows for _, rows, _ in self.first_launches.values())) * (
+            network.neurons // 32
+        ) <= 4 * min(self.stage_words_by_start.values())
         masks = [
             monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None
             for m in self.merged.layers
@@ -206,11 +211,12 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             start += length
         return launches
 
-    def _shared_bytes(self, rows: int, input_words: int) -> int:
+    def _shared_bytes(self, rows: int, input_words: int, stage_words: int) -> int:
         """Dynamic shared memory of a block of ``rows`` rows, ``input_words`` of input tile a
-        row (the first launch's; the kernel rounds the tile up to whole 16-byte units)."""
+        row (the first launch's; the kernel rounds the tile up to whole 16-byte units) and a
+        stage of ``stage_words``."""
         buffers = rows * (2 * (self.stride + 32) + self.stride // 32) + (rows * input_words + 3) // 4 * 4
-        return 4 * buffers + self.stage_bytes
+        return 4 * (buffers + stage_words)
 
     def _grid(self, kernel, shared: int) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""
@@ -259,7 +265,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             if first:
                 kernel, _, shared = self.first_launches[batch.input_value != 0.0]
             else:
-                kernel, shared = self.kernel, self.shared_bytes
+                kernel, shared = self.kernel, self.shared_by_start[start]
             args = (
                 *(
                     (batch.csr_ptr, batch.csr_idx, batch.csr_val)
@@ -277,7 +283,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 self._tables["k"],
                 self._tables["width"],
                 *self._shared_args(batch, start, length, monitored),
-                np.int32(self.stage_words),
+                np.int32(self.stage_words_by_start[start]),
                 np.float32(network.bias),
                 np.float32(network.clamp),
                 np.float32(batch.input_value),

@@ -4,9 +4,11 @@ masks, rows per tile and the shared-memory budgets."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from spartan_py.engines.shared.column_merge import MergedNetwork
+from spartan_py.engines.shared.column_merge import MergedLayer
 from spartan_py.errors import InputError
 
 #: Widest merged layer for which the monitor's per-tile masks are built (wider layers count
@@ -48,36 +50,21 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 STAGE_BUDGET_BYTES = 32 * 1024
 
 
-def stage_words(merged: MergedNetwork, rows_per_tile: int) -> int:
-    """4-byte words of the per-block stage: room for what it will hold, up to
-    :data:`STAGE_BUDGET_BYTES`: the largest layer's indices (and weights, when not uniform) and
-    column sizes among the layers that fit, the last layer's ``neurons`` groups (for the
-    monitor) if they fit, and a tile's one-byte counts (``rows_per_tile x neurons / 32``).
+def stage_words(layers: Sequence[MergedLayer], neurons: int, rows_per_tile: int) -> int:
+    """4-byte words of the stage of a block of a launch computing ``layers``: room for what it
+    will hold, up to :data:`STAGE_BUDGET_BYTES`: the largest of its layers' indices (and
+    weights, when not uniform) and column sizes among those that fit, the ``neurons`` groups a
+    monitored launch looks up if they fit, and a tile's one-byte counts (``rows_per_tile x
+    neurons / 32``).
 
-    What does not fit is read from device memory, so no room is kept for it: a block that
-    kept the whole budget where no layer fits left 3 blocks a SM instead of 4 at 65536
-    neurons (its one-row tail launches 21% slower, one H200: docs/performance-notes.md).
+    What does not fit is read from device memory, so no room is kept for it: at 65536 neurons
+    a block that kept 24 KiB for the few layers that fit left 3 blocks a SM instead of 4 in
+    every launch (the tail 21% slower, one H200: docs/performance-notes.md).
     """
     budget = STAGE_BUDGET_BYTES // 4
-    needs = [
-        layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in merged.layers
-    ]
-    needs += [merged.neurons, -(-rows_per_tile * (merged.neurons // 32) // 4)]
+    needs = [layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in layers]
+    needs += [neurons, -(-rows_per_tile * (neurons // 32) // 4)]
     return max((need for need in needs if need <= budget), default=0)
-
-
-def merged_launch_shape(
-    merged: MergedNetwork, block_shared_limit: int = 227 * 1024, rows_per_tile: int | None = None
-) -> tuple[int, int, bool, int]:
-    """(rows per tile, the first launch's rows per tile, whether it holds its input rows in
-    shared memory, stage words): :func:`merged_tile_rows` with the :func:`stage_words` its tile
-    needs, as the GPU engine and its CPU twin both launch."""
-    rows = merged_tile_rows(merged.neurons, merged.width, block_shared_limit, rows_per_tile)[0]
-    words = stage_words(merged, rows)
-    tile, first, from_tile = merged_tile_rows(
-        merged.neurons, merged.width, block_shared_limit, rows_per_tile, 4 * words
-    )
-    return tile, first, from_tile, words
 
 
 def merged_tile_rows(

@@ -13,7 +13,7 @@ from spartan_py.engines.merged.chain import (
     chain_shared_bytes,
     chain_warp_bytes,
 )
-from spartan_py.engines.merged.plan import MERGED_THREADS
+from spartan_py.engines.merged.plan import MERGED_THREADS, merged_tile_rows, stage_words
 from spartan_py.engines.shared.column_merge import MergedNetwork
 from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, pixel_columns
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
@@ -38,7 +38,9 @@ class MergedKernelTrace(LayerKernelTrace):
     rows_per_tile: int
     first_rows: int
     first_from_tile: bool
-    stage_bytes: int
+    #: 4-byte words of each block-tile launch's stage, by the launch's first layer
+    #: (:func:`~spartan_py.engines.merged.plan.stage_words`; set by :meth:`plan_launch_shapes`)
+    stage_words_by_start: dict[int, int]
     #: rows a warp of the chain kernel takes (``kernels/gc_chain.cu``); None: by launch
     #: (:func:`~spartan_py.engines.merged.chain.chain_group_rows`); 0: no chain launches
     chain_rows: int | None
@@ -48,6 +50,22 @@ class MergedKernelTrace(LayerKernelTrace):
     #: the first layer's merged columns of each input pixel, when binary inputs take the
     #: counts path (:func:`~spartan_py.engines.shared.input_counts.pixel_columns`), else None
     input_columns: np.ndarray | None
+
+    def plan_launch_shapes(self, rows_per_tile: int | None, block_shared_limit: int = 227 * 1024) -> None:
+        """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile` and
+        :attr:`stage_words_by_start` as the GPU engine launches (and the twin records) them:
+        each launch's stage sized to what it holds, the first launch's tile to what fits beside."""
+        merged, n = self.merged, self.merged.neurons
+        tile = merged_tile_rows(n, merged.width, block_shared_limit, rows_per_tile)[0]
+        starts = np.cumsum([0, *self.chunks[:-1]], dtype=np.int64)
+        self.stage_words_by_start = {
+            int(start): stage_words(merged.layers[start : start + length], n, tile)
+            for start, length in zip(starts, self.chunks)
+        }
+        first_stage = 4 * self.stage_words_by_start.get(0, 0)
+        self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
+            n, merged.width, block_shared_limit, rows_per_tile, first_stage
+        )
 
     def plan_chain_launches(self) -> dict[int, int]:
         """{first layer: rows a warp} of the launches (``self.chunks``) that run the chain
@@ -161,7 +179,7 @@ class MergedKernelTrace(LayerKernelTrace):
             executed_macs=executed,
             block_threads=MERGED_THREADS,
             block_shared_bytes=(tile * (2 * (stride + 32) + stride // 32) + (tile * input_tile + 3) // 4 * 4) * 4
-            + self.stage_bytes,
+            + 4 * self.stage_words_by_start[start],
         )
 
     def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):

@@ -17,7 +17,6 @@ import numpy as np
 
 from spartan_py.engines.merged.chain import checked_chain_rows
 from spartan_py.engines.merged.engine import MergedEngine
-from spartan_py.engines.merged.plan import merged_launch_shape
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.input_counts import input_bit_value
@@ -93,10 +92,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_rows_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
-        self.rows_per_tile, self.first_rows, self.first_from_tile, words = merged_launch_shape(
-            self.merged, rows_per_tile=rows_per_tile
-        )
-        self.stage_bytes = 4 * words
+        self.plan_launch_shapes(rows_per_tile)
 
     def _compute_layer(self, layer, rows, bias, clamp, row_nnz):
         merged = self.merged.layers[layer]
