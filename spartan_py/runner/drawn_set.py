@@ -1,0 +1,126 @@
+"""A validation set nothing is tuned on: points drawn at random, with a seed taken from the
+commit that froze the model, written as an experiment file before anything is measured.
+
+The rule (docs/cost-model.md, "Drawn validation sets"): freeze the model and commit it; draw
+a set with :func:`seed_from_commit` of that commit; commit the file and the model's
+predictions for it; then measure it once on each GPU. Its errors are the release's figure.
+A model changed after seeing them makes the set a development set: the next figure needs the
+next draw.
+
+Each Graph Challenge point is a generated network of either family (RadiX-Net, or
+``generated-unmergeable``) at one of the four widths, 60 to 1920 layers and 5000 to 60000
+rows, on ``gpu`` or ``gpu-merged``; each dense-layer point one convolution layer of AlexNet,
+VGG-16 or ResNet-18 at batch 4 to 64, input density 0.02 to 0.9, FP32 or TF32, every
+candidate's launches timed (``trace: all``). Depths, rows and densities are drawn
+log-uniformly, so that small and large ones are equally represented.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import yaml
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.workloads import CONV_LAYERS
+
+#: Network widths of the Graph Challenge (the rows kernel's too).
+GC_WIDTHS = (1024, 4096, 16384, 65536)
+#: Network families drawn: the RadiX-Net generator and the one without equal weight columns.
+GC_FAMILIES = ("generated", "generated-unmergeable")
+#: Backends a Graph Challenge point is drawn on.
+GC_BACKENDS = ("gpu", "gpu-merged")
+#: Ranges drawn (inclusive).
+LAYERS_RANGE = (60, 1920)
+ROWS_RANGE = (5000, 60000)
+BATCH_RANGE = (4, 64)
+DENSITY_RANGE = (0.02, 0.9)
+PRECISIONS = ("fp32", "tf32")
+
+
+@dataclass(frozen=True)
+class DrawnSet:
+    """The points of one draw, as experiment-file cases, and the seed they came from."""
+
+    seed: int
+    commit: str | None
+    cases: list[dict]
+
+    def experiment_text(
+        self, name: str, machines: tuple[str, ...] = ("h100-sxm", "h200-sxm"), mode: str = "measured"
+    ) -> str:
+        """The experiment file (YAML) that runs every drawn point: ``mode`` ``measured`` on a GPU,
+        or ``simulated`` (the kernels' CPU twins and the cost model: the predictions)."""
+        header = [
+            f"# A drawn validation set (spartan_py.runner.drawn_set): seed {self.seed}"
+            + (f", from commit {self.commit}" if self.commit else ""),
+            "# Committed with the model's predictions before any of it is measured; measured once per GPU.",
+            "#   spartan run <this file> --out runs/<name>-<gpu>",
+        ]
+        cases = self.cases
+        if mode == "simulated":  # a conv point's simulated run takes the CPU path, as the schema asks
+            cases = [{**c, "backend": "auto"} if c["workload"].get("kind") == "conv_layers" else c for c in cases]
+        body = {
+            "name": name,
+            "description": f"Drawn validation set, seed {self.seed}: {len(self.cases)} points nothing is tuned on.",
+            "workload": {"network": "generated:1024", "layers": 120, "inputs": "generated:60000"},
+            "repeats": 9,
+            "mode": mode,
+            "machines": list(machines),
+            "sweep": {"cases": cases},
+        }
+        return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
+
+
+def seed_from_commit(commit: str) -> int:
+    """The seed of a draw: the first 16 hex digits of the commit's hash, as an integer."""
+    digits = commit.strip().lower()
+    if len(digits) < 16 or any(c not in "0123456789abcdef" for c in digits):
+        raise InputError(f"expected a commit hash of at least 16 hex digits, got {commit!r}")
+    return int(digits[:16], 16)
+
+
+def _log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
+    return int(min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high)))))))
+
+
+def draw_set(seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: str | None = None) -> DrawnSet:
+    """``graph_challenge`` Graph Challenge points and ``conv`` dense-layer points drawn with ``seed``."""
+    if graph_challenge < 0 or conv < 0 or graph_challenge + conv == 0:
+        raise InputError(f"a drawn set needs at least one point, got {graph_challenge} + {conv}")
+    rng = np.random.default_rng(seed)
+    cases: list[dict] = []
+    for _ in range(graph_challenge):
+        family = str(rng.choice(GC_FAMILIES))
+        width = int(rng.choice(GC_WIDTHS))
+        cases.append(
+            {
+                "backend": str(rng.choice(GC_BACKENDS)),
+                "workload": {
+                    "network": f"{family}:{width}",
+                    "layers": _log_uniform_int(rng, *LAYERS_RANGE),
+                    "inputs": f"generated:{_log_uniform_int(rng, *ROWS_RANGE)}",
+                },
+            }
+        )
+    labels = [layer.label for layers in CONV_LAYERS.values() for layer in layers]
+    for _ in range(conv):
+        density = math.exp(rng.uniform(math.log(DENSITY_RANGE[0]), math.log(DENSITY_RANGE[1])))
+        cases.append(
+            {
+                "backend": "gpu",
+                "precision": str(rng.choice(PRECISIONS)),
+                "trace": "all",
+                "repeats": 20,
+                "workload": {
+                    "kind": "conv_layers",
+                    "layers": [str(rng.choice(labels))],
+                    "batch": int(rng.integers(BATCH_RANGE[0], BATCH_RANGE[1] + 1)),
+                    "density": round(float(density), 4),
+                    "seed": int(rng.integers(0, 2**31)),
+                },
+            }
+        )
+    return DrawnSet(seed, commit, cases)

@@ -1,0 +1,100 @@
+"""Drawn validation sets: seeded by the model's commit, inside the stated ranges, loadable."""
+
+from __future__ import annotations
+
+import pytest
+
+from spartan_py.errors import InputError
+from spartan_py.runner import load_experiment
+from spartan_py.runner.drawn_set import (
+    BATCH_RANGE,
+    DENSITY_RANGE,
+    GC_WIDTHS,
+    LAYERS_RANGE,
+    ROWS_RANGE,
+    draw_set,
+    seed_from_commit,
+)
+from spartan_py.sparsity.workloads import conv_layer
+
+COMMIT = "2d322ff71021a8b3c4d5e6f708192a3b4c5d6e7f"
+
+
+def test_the_seed_is_the_commit_s_hash():
+    assert seed_from_commit(COMMIT) == int(COMMIT[:16], 16)
+    assert seed_from_commit(COMMIT.upper() + "\n") == seed_from_commit(COMMIT)
+    for bad in ("2d322ff", "not-a-commit-hash-at-all", ""):
+        with pytest.raises(InputError, match="commit hash"):
+            seed_from_commit(bad)
+
+
+def test_a_draw_is_repeatable_and_another_seed_draws_another_set():
+    one, again = draw_set(seed_from_commit(COMMIT)), draw_set(seed_from_commit(COMMIT))
+    assert one.cases == again.cases and len(one.cases) == 48
+    assert draw_set(seed_from_commit(COMMIT) + 1).cases != one.cases
+
+
+def test_points_cover_the_stated_ranges():
+    cases = draw_set(7, graph_challenge=200, conv=200).cases
+    gc = [c for c in cases if "kind" not in c["workload"]]
+    conv = [c for c in cases if c["workload"].get("kind") == "conv_layers"]
+    assert len(gc) == len(conv) == 200
+    families = {c["workload"]["network"].split(":")[0] for c in gc}
+    widths = {int(c["workload"]["network"].split(":")[1]) for c in gc}
+    assert families == {"generated", "generated-unmergeable"} and widths == set(GC_WIDTHS)
+    assert {c["backend"] for c in gc} == {"gpu", "gpu-merged"}
+    layers = [c["workload"]["layers"] for c in gc]
+    rows = [int(c["workload"]["inputs"].split(":")[1]) for c in gc]
+    assert LAYERS_RANGE[0] <= min(layers) < 120 and 1000 < max(layers) <= LAYERS_RANGE[1]  # log-uniform: both ends
+    assert ROWS_RANGE[0] <= min(rows) < 10000 and 40000 < max(rows) <= ROWS_RANGE[1]
+    batches = [c["workload"]["batch"] for c in conv]
+    densities = [c["workload"]["density"] for c in conv]
+    assert BATCH_RANGE[0] == min(batches) and max(batches) == BATCH_RANGE[1]
+    assert DENSITY_RANGE[0] <= min(densities) < 0.05 and 0.5 < max(densities) <= DENSITY_RANGE[1]
+    assert {c["precision"] for c in conv} == {"fp32", "tf32"}
+    for case in conv:
+        conv_layer(case["workload"]["layers"][0])  # a known layer
+
+
+def test_the_experiment_file_loads_with_every_point(tmp_path):
+    drawn = draw_set(seed_from_commit(COMMIT), commit=COMMIT[:12])
+    path = tmp_path / "drawn.yaml"
+    path.write_text(drawn.experiment_text("drawn"))
+    assert f"seed {drawn.seed}, from commit {COMMIT[:12]}" in path.read_text()
+    experiment, points = load_experiment(path)
+    assert len(points) == 48 and experiment.machines == ["h100-sxm", "h200-sxm"]
+    kinds = [p.experiment.workload.kind for p in points]
+    assert kinds.count("graph_challenge") == 16 and kinds.count("conv_layers") == 32
+
+
+def test_the_script_writes_the_file_for_a_given_commit(tmp_path, capsys):
+    from benchmarks.draw_validation import main
+
+    out = tmp_path / "set.yaml"
+    assert main(["--commit", COMMIT, "--graph-challenge", "2", "--conv", "3", "--out", str(out)]) == 0
+    assert "5 points" in capsys.readouterr().out
+    assert len(load_experiment(out)[1]) == 5
+    simulated = tmp_path / "set-simulated.yaml"
+    assert (
+        main(
+            [
+                "--commit",
+                COMMIT,
+                "--graph-challenge",
+                "2",
+                "--conv",
+                "3",
+                "--mode",
+                "simulated",
+                "--out",
+                str(simulated),
+            ]
+        )
+        == 0
+    )
+    points = load_experiment(simulated)[1]
+    measured = load_experiment(out)[1]
+    assert [p.values["workload"] for p in points] == [p.values["workload"] for p in measured]  # the same points
+    assert {p.experiment.mode for p in points} == {"simulated"}
+    with pytest.raises(InputError, match="at least one point"):
+        draw_set(1, graph_challenge=0, conv=0)
