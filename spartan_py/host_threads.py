@@ -9,6 +9,7 @@ fresh machine's first run. Items must be independent: each part writes only its 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ import numba
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+_pool_pid = 0  # the process that made the pool: a forked child has none of its threads
 
 
 def host_threads() -> int:
@@ -27,10 +29,11 @@ def host_threads() -> int:
 
 
 def _shared_pool() -> ThreadPoolExecutor:
-    global _pool
+    global _pool, _pool_pid
     with _lock:
-        if _pool is None:
+        if _pool is None or _pool_pid != os.getpid():
             _pool = ThreadPoolExecutor(max_workers=host_threads(), thread_name_prefix="spartan-kernel")
+            _pool_pid = os.getpid()
         return _pool
 
 

@@ -248,7 +248,7 @@ class ShardedResult:
     shard_gpu_bytes: list[int | None] = field(default_factory=list)  # CuPy pool bytes after the shard's runs
     #: each shard's wait for its network, inputs and engine (0 where its worker had them from before)
     shard_setup_seconds: list[float] = field(default_factory=list)
-    #: each shard's live rows summed over the layers (its rows' work, roughly)
+    #: each shard's live rows summed over the layers (not its time: a launch's waves set that)
     shard_row_layers: list[int] = field(default_factory=list)
     #: this process's time merging the network for every shard (0 where done before or not shared)
     prepare_seconds: float = 0.0

@@ -46,3 +46,23 @@ def test_run_split_raises_a_part_s_error_after_all_parts_finish():
 
 def test_run_split_of_nothing_calls_nothing():
     run_split(lambda start, stop: pytest.fail("called"), 0)
+
+
+def test_a_forked_child_runs_its_parts_on_threads_of_its_own():
+    """A child forked after the pool was made has none of its threads: it makes its own."""
+    import multiprocessing
+
+    run_split(lambda start, stop: None, 4, parts=2)  # the parent's pool exists
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        assert pool.apply_async(_sum_in_parts, (1000,)).get(timeout=60) == sum(range(1000))
+
+
+def _sum_in_parts(count: int) -> int:
+    totals = np.zeros(count, np.int64)
+
+    def kernel(start, stop):
+        totals[start:stop] = np.arange(start, stop)
+
+    run_split(kernel, count, parts=4)
+    return int(totals.sum())
