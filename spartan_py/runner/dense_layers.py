@@ -1,6 +1,7 @@
 """One point of a ``conv_layers`` experiment: each convolution layer as an im2col GEMM over
-generated post-ReLU maps, profiled by the sparsity monitor, multiplied by cuBLAS (NumPy on
-the CPU), by the tile-sparse GEMM at the point's tile, and by the kernel the policy picks.
+generated post-ReLU maps (or maps a user saved: ``activations``), profiled by the sparsity
+monitor, multiplied by cuBLAS (NumPy on the CPU), by the tile-sparse GEMM at the point's tile,
+and by the kernel the policy picks.
 
 Per layer: the maps (``feature_maps``) are turned into the GEMM operand ``A`` by im2col,
 with ``K`` padded by zero columns to a multiple of the tile's columns; the monitored
@@ -45,12 +46,17 @@ def _device(backend: str):
 
 
 @functools.lru_cache(maxsize=8)
-def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
-    """A layer's input maps; kept for the next points (a sweep over tiles reuses them)."""
+def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
+    """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
+    kept for the next points (a sweep over tiles reuses them)."""
+    from spartan_py.sparsity.saved_maps import saved_maps
     from spartan_py.sparsity.workloads import conv_layer, feature_maps
 
     layer = conv_layer(label)
-    maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
+    if saved is not None:
+        maps = saved_maps(saved, layer)
+    else:
+        maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
     maps.setflags(write=False)
     return maps
 
@@ -61,7 +67,7 @@ def layer_operands(label: str, workload, tile_cols: int, xp):
     from spartan_py.sparsity.workloads import conv_layer, im2col
 
     layer = conv_layer(label)
-    maps = _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed)
+    maps = _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
     a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
     m, k = a.shape
     k_pad = -(-k // tile_cols) * tile_cols

@@ -106,7 +106,8 @@ class GraphChallengeWorkload(_Frozen):
 
 
 class ConvLayersWorkload(_Frozen):
-    """Convolution layers as im2col GEMMs (dense weights) over generated post-ReLU maps."""
+    """Convolution layers as im2col GEMMs (dense weights) over generated post-ReLU maps, or maps
+    a user saved from their own framework (``activations``)."""
 
     kind: Literal["conv_layers"]
     layers: list[str] = Field(
@@ -120,10 +121,27 @@ class ConvLayersWorkload(_Frozen):
         2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)"
     )
     seed: int = Field(0, description="seed of the maps and weights")
+    activations: str | None = Field(
+        None,
+        description="a .npz of post-ReLU maps saved from your framework (one NCHW array per layer, named "
+        "network/layer or layer), or a .npy for one layer: used instead of generated maps, so batch, "
+        "density and cluster_px are what the arrays hold",
+    )
 
     def short_label(self) -> str:
         """The layers and the activation density in a few words, for point labels."""
+        if self.activations is not None:
+            return f"{len(self.layers)} conv layers, maps of {Path(self.activations).name}"
         return f"{len(self.layers)} conv layers, batch {self.batch}, density {self.density:g}"
+
+    @field_validator("activations")
+    @classmethod
+    def _activations_exist(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not value.endswith((".npz", ".npy")):
+            raise ValueError(f"activations {value!r}: expected a .npz (one array per layer) or a .npy")
+        return _check_source(value, info, "activations file", False)
 
     @field_validator("layers")
     @classmethod
