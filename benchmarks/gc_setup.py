@@ -16,6 +16,9 @@
    prepared, ``--repeats`` times after a warm-up (medians): seconds per layer of each step.
    (A whole 65536 x 1920 network
    is ~75 GB of TSV, more than the GPU hosts' disk; the per-layer rate is what compares.)
+   Then the floor: with the page cache dropped (``/proc/sys/vm/drop_caches``, where this user
+   may write it), the seconds to read the files' bytes and nothing more, and to load them
+   (``load_network``) from the disk, per layer.
 
     python benchmarks/gc_setup.py [--networks all|NxL,...] [--neurons 65536] [--layers 1920]
         [--rows 60000] [--cli-repeats 2] [--file-layers 120] [--repeats 5] [--files-only]
@@ -191,9 +194,56 @@ def compare_files(args, inputs) -> tuple[dict, str]:
             f"{per_layer('prepare_loaded') * 1e3:.1f} ms loaded, "
             f"{per_layer('prepare_generated') * 1e3:.1f} ms generated"
         )
+        files["cold"] = cold_reads(scratch / "network", args.file_layers)
         return files, device
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _drop_page_cache() -> str | None:
+    """Empty the page cache (None), or the reason it cannot be."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return None
+    except OSError as exc:
+        return f"cannot drop the page cache: {exc}"
+
+
+def cold_reads(folder: Path, layers: int) -> dict:
+    """Per layer, from the disk (page cache dropped before each): the files' bytes read into one
+    buffer (the disk's floor), then the folder loaded by ``load_network``; or why not."""
+    reason = _drop_page_cache()
+    if reason:
+        print(f"cold reads skipped: {reason}", flush=True)
+        return {"skipped": reason}
+    paths = sorted(folder.iterdir())
+    buffer = bytearray(64 << 20)
+    started = time.perf_counter()
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while count := handle.readinto(buffer):
+                total += count
+    read_seconds = time.perf_counter() - started
+    _drop_page_cache()
+    started = time.perf_counter()
+    sp.load_network(folder)
+    load_seconds = time.perf_counter() - started
+    out = {
+        "bytes": total,
+        "read_seconds_per_layer": read_seconds / layers,
+        "load_seconds_per_layer": load_seconds / layers,
+        "disk_gb_per_s": total / read_seconds / 1e9,
+        "load_over_read": load_seconds / read_seconds,
+    }
+    print(
+        f"from the disk, per layer: read {out['read_seconds_per_layer'] * 1e3:.1f} ms "
+        f"({out['disk_gb_per_s']:.2f} GB/s), load {out['load_seconds_per_layer'] * 1e3:.1f} ms "
+        f"({out['load_over_read']:.2f}x the read)",
+        flush=True,
+    )
+    return out
 
 
 def _networks(text: str | None, neurons: int, layers: int) -> list[tuple[int, int]]:
