@@ -75,25 +75,48 @@ _PREPARED: dict[tuple[str, int | None], Path] = {}
 
 def shared_preparation(network: str, layers: int | None, backend: str) -> str | None:
     """The file of ``network`` merged once on this host for every shard's engine to map, written
-    on the first call for the network (under ``/dev/shm`` where there is one, so that it stays in
-    memory) and kept until :func:`release_prepared` or this process's exit; None where the
-    backend does not take a merged network."""
+    on the first call for the network and kept until :func:`release_prepared` or this process's
+    exit: under ``/dev/shm`` where it has room (so that it stays in memory; a container's is often
+    small), else in the temporary folder. None where the backend does not take a merged network,
+    or where neither folder has room for it (each worker then merges its own)."""
     from spartan_py.engines import choose_backend, engine_class
     from spartan_py.engines.shared.column_merge import merge_network
-    from spartan_py.engines.shared.merged_store import write_merged
+    from spartan_py.engines.shared.merged_store import merged_bytes, write_merged
 
     net = cached_network(network, layers)
     if not engine_class(choose_backend(backend, net)).takes_merged_network:
         return None
     key = (network, layers)
     if key not in _PREPARED or not _PREPARED[key].exists():
-        if not _PREPARED:
-            atexit.register(release_prepared)
-        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        handle, name = tempfile.mkstemp(prefix="spartan-merged-", suffix=".bin", dir=folder)
-        os.close(handle)
-        _PREPARED[key] = write_merged(merge_network(net), name)
+        merged = merge_network(net)
+        for folder in _roomy_folders(merged_bytes(merged)):
+            handle, name = tempfile.mkstemp(prefix="spartan-merged-", suffix=".bin", dir=folder)
+            os.close(handle)
+            try:
+                path = write_merged(merged, name)
+            except OSError:  # filled up meanwhile: the next folder
+                Path(name).unlink(missing_ok=True)
+                continue
+            if not _PREPARED:
+                atexit.register(release_prepared)
+            _PREPARED[key] = path
+            break
+        else:
+            return None
     return str(_PREPARED[key])
+
+
+def _roomy_folders(size: int) -> list[str]:
+    """``/dev/shm`` and the temporary folder, those with room for ``size`` bytes and a margin."""
+    found = []
+    for folder in ("/dev/shm", tempfile.gettempdir()):
+        try:
+            stats = os.statvfs(folder)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK) and stats.f_bavail * stats.f_frsize >= size * 1.05 + (64 << 20):
+            found.append(folder)
+    return found
 
 
 def release_prepared() -> None:

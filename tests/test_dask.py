@@ -275,3 +275,24 @@ def test_a_merged_network_file_is_checked(tmp_path):
     path = write_merged(merge_network(resolve_network("generated:1024:5", 3)), tmp_path / "three.bin")
     with pytest.raises(InputError, match="3 layers; expected this network's 1024 x 4"):
         MergedTwinEngine(resolve_network("generated:1024:5", 4), merged=read_merged(path))
+
+
+def test_no_room_for_the_shared_file_means_each_worker_merges_its_own(monkeypatch):
+    """A container's small /dev/shm, a full temporary folder: the run goes on as before sharing."""
+    import spartan_py.shard as shard
+    from spartan_py.api import infer, resolve_inputs, resolve_network
+
+    class Full:
+        f_bavail, f_frsize = 1, 4096
+
+    monkeypatch.setattr(shard.os, "statvfs", lambda folder: Full())
+    shard.release_prepared()
+    assert shard.shared_preparation("generated:1024:5", 4, "gpu-merged-twin") is None
+    one = infer(
+        resolve_network("generated:1024:5", 4), resolve_inputs("generated:300:6", 1024), backend="gpu-merged-twin"
+    )
+    with open_executor(None, 1) as inline:
+        result = infer_sharded(
+            "generated:1024:5", "generated:300:6", workers=inline, shards=2, backend="gpu-merged-twin", layers=4
+        )
+    assert not result.shared_preparation and np.array_equal(result.categories, one.categories)

@@ -31,6 +31,11 @@ def _arrays(layer: MergedLayer) -> dict[str, np.ndarray]:
     return {"index": layer.plan.index, "weight": layer.plan.weight, "groups": layer.groups, "sizes": layer.sizes}
 
 
+def merged_bytes(merged: MergedNetwork) -> int:
+    """Bytes :func:`write_merged` writes for ``merged`` (within a header and 64-byte padding)."""
+    return sum(array.nbytes for layer in merged.layers for array in _arrays(layer).values())
+
+
 def write_merged(merged: MergedNetwork, path: str | os.PathLike) -> Path:
     """Write ``merged`` to ``path`` (through a temporary file beside it, renamed when whole)."""
     path = Path(path)
