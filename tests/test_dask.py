@@ -296,3 +296,24 @@ def test_no_room_for_the_shared_file_means_each_worker_merges_its_own(monkeypatc
             "generated:1024:5", "generated:300:6", workers=inline, shards=2, backend="gpu-merged-twin", layers=4
         )
     assert not result.shared_preparation and np.array_equal(result.categories, one.categories)
+
+
+def test_a_merged_network_file_half_written_is_not_left_behind(tmp_path, monkeypatch):
+    """A disk that fills up mid-write leaves neither the file nor its partial copy."""
+    import spartan_py.engines.shared.merged_store as store
+    from spartan_py.api import resolve_network
+    from spartan_py.engines.shared.column_merge import merge_network
+
+    merged = merge_network(resolve_network("generated:1024:5", 2))
+    real, written = np.ascontiguousarray, []
+
+    def filling(array):
+        written.append(array)
+        if len(written) > 2:
+            raise OSError(28, "No space left on device")
+        return real(array)
+
+    monkeypatch.setattr(store.np, "ascontiguousarray", filling)
+    with pytest.raises(OSError, match="No space"):
+        store.write_merged(merged, tmp_path / "net.bin")
+    assert list(tmp_path.iterdir()) == []

@@ -48,24 +48,28 @@ def write_merged(merged: MergedNetwork, path: str | os.PathLike) -> Path:
             offset += -(-array.nbytes // _ALIGN) * _ALIGN
         layers.append(
             {
-                "uniform": layer.plan.uniform,
-                "nnz": layer.plan.nnz,
-                "width_in": layer.width_in,
-                "original_nnz": layer.original_nnz,
+                "uniform": None if layer.plan.uniform is None else float(layer.plan.uniform),
+                "nnz": int(layer.plan.nnz),
+                "width_in": int(layer.width_in),
+                "original_nnz": int(layer.original_nnz),
                 "arrays": described,
             }
         )
     header = json.dumps({"format": _FORMAT, "neurons": merged.neurons, "layers": layers}).encode()
     start = -(-(8 + len(header)) // _ALIGN) * _ALIGN
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as out:
-        out.write(struct.pack("<Q", len(header)) + header)
-        for layer, header_layer in zip(merged.layers, layers):
-            for name, array in _arrays(layer).items():
-                out.seek(start + header_layer["arrays"][name]["offset"])
-                out.write(np.ascontiguousarray(array).data)
-        out.truncate(start + offset)
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as out:
+            out.write(struct.pack("<Q", len(header)) + header)
+            for layer, header_layer in zip(merged.layers, layers):
+                for name, array in _arrays(layer).items():
+                    out.seek(start + header_layer["arrays"][name]["offset"])
+                    out.write(np.ascontiguousarray(array).data)
+            out.truncate(start + offset)
+        os.replace(partial, path)
+    except BaseException:  # a full disk, an interrupt: leave nothing half written behind
+        partial.unlink(missing_ok=True)
+        raise
     return path
 
 
