@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
+import numpy as np
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -68,3 +69,19 @@ def run_split(kernel: Callable[..., Any], count: int, *args: Any, parts: int | N
             future.exception()  # wait for every part before anything is raised or returned
     for future in futures:
         future.result()
+
+
+def csr_by_parts(kernel: Callable[..., Any], count: int, rows: int, *args: Any, with_data: bool = True) -> tuple:
+    """``(indptr, indices[, data])`` of a ``rows``-row CSR matrix that ``kernel`` writes in two
+    passes over the parts of ``range(count)`` (:func:`run_split`): called as ``kernel(start,
+    stop, *args, indptr, indices[, data])``, first with ``indices`` empty, to write each row's
+    count of entries at ``indptr[row + 1]``, then, after the running sum, to list them
+    (int32 indices, float32 data)."""
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    listed = (np.empty(0, np.int32), np.empty(0, np.float32))[: 1 + with_data]
+    run_split(kernel, count, *args, indptr, *listed)
+    np.cumsum(indptr, out=indptr)
+    listed = (np.empty(indptr[-1], np.int32), np.empty(indptr[-1], np.float32))[: 1 + with_data]
+    if indptr[-1]:
+        run_split(kernel, count, *args, indptr, *listed)
+    return (indptr, *listed)

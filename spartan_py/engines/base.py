@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.graph_challenge.network import Network
-from spartan_py.host_threads import run_split
+from spartan_py.host_threads import csr_by_parts
 from spartan_py.trace import TraceRecord
 
 
@@ -101,16 +101,8 @@ def live_rows_matrix(live_rows: np.ndarray, values: np.ndarray, total_rows: int)
     if values.ndim != 2 or values.shape[0] != len(live_rows):
         raise ValueError(f"expected one row of values per live row ({len(live_rows)}), got shape {values.shape}")
     live_rows = np.asarray(live_rows, dtype=np.int64)
-    live, n = values.shape
-    indptr = np.zeros(total_rows + 1, dtype=np.int64)
-    empty = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float32))
-    run_split(_rows_to_csr, live, values, live_rows, indptr, *empty)
-    np.cumsum(indptr, out=indptr)
-    indices = np.empty(indptr[-1], dtype=np.int32)
-    data = np.empty(indptr[-1], dtype=np.float32)
-    if indices.size:
-        run_split(_rows_to_csr, live, values, live_rows, indptr, indices, data)
-    return sp.csr_matrix((data, indices, indptr), shape=(total_rows, n))
+    indptr, indices, data = csr_by_parts(_rows_to_csr, len(live_rows), total_rows, values, live_rows)
+    return sp.csr_matrix((data, indices, indptr), shape=(total_rows, values.shape[1]))
 
 
 @numba.njit(cache=True, nogil=True)

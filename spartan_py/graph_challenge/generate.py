@@ -37,7 +37,7 @@ import scipy.sparse as sp
 
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import OFFICIAL_BIAS, OFFICIAL_CLAMP, Network
-from spartan_py.host_threads import run_split
+from spartan_py.host_threads import csr_by_parts
 
 BLOCKS = 16
 WEIGHT = 1.0 / 16.0
@@ -344,14 +344,7 @@ def _lit_pixels_csr(segments: np.ndarray, valid: np.ndarray, radius: np.ndarray,
     """The CSR (indptr, indices) of the lit pixels of every image, the images spread over the
     cores: counted, then drawn again and listed."""
     count = segments.shape[0]
-    indptr = np.zeros(count + 1, dtype=np.int64)
-    none = np.empty(0, dtype=np.int32)
-    run_split(_lit_pixels, count, segments, valid, radius, side, indptr, none)
-    np.cumsum(indptr, out=indptr)
-    indices = np.empty(indptr[-1], dtype=np.int32)
-    if indices.size:
-        run_split(_lit_pixels, count, segments, valid, radius, side, indptr, indices)
-    return indptr, indices
+    return csr_by_parts(_lit_pixels, count, count, segments, valid, radius, side, with_data=False)
 
 
 def generate_inputs(rows: int, neurons: int = 1024, seed: int = 0, chunk: int = 8192) -> sp.csr_matrix:

@@ -4,7 +4,7 @@ generated ones (the ``activations:`` field of a ``conv_layers`` workload).
 A ``.npz`` holds one NCHW array per layer, keyed by the layer's ``network/name`` label
 (``vgg16/conv3_2``) or by its name alone (``conv3_2``): the input of that convolution, which is
 the previous ReLU's output. A ``.npy`` holds one array, for an experiment of one layer. The
-docs (experiments page, "Your own activation maps") show a PyTorch forward hook that writes
+docs (experiments page, "Your own activation maps") show a PyTorch forward pre-hook that writes
 them; PyTorch is not a dependency.
 """
 
