@@ -10,6 +10,9 @@
 // tile_gemm_f32_balanced_counts for all row blocks before a grid barrier.
 // Requirements (checked by the Python wrapper): K % TK == 0, N % BN == 0, pointers 16-byte
 // aligned; M is free (rows past M read as zero and are not stored).
+// AT (FP32 tile-list kernels only): A is given as its transpose, [K x M] row-major, for the
+// weight gradient X^T dY of a training step; the tiles still describe the logical A [M x K]
+// (BM of X's columns by TK of its rows). Then M % 4 == 0 as well.
 //
 // tile_gemm_f32: FP32 on the CUDA cores. Each thread computes an 8 x 8 patch split in four
 // 4 x 4 quarters (rows ty*4 + {0..3} and BM/2 + ty*4 + {0..3}, the same for columns) so
@@ -27,7 +30,7 @@
 
 // One BK-deep step of the FP32 kernels: W's rows go straight to shared memory (cp.async,
 // no registers held), A's through registers, stored transposed for the 8 x 8 patch products.
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, bool AT = false>
 struct F32Step {
     static constexpr int THREADS = (BM / 8) * (BN / 8);
     static constexpr int A_VEC = BM * BK / 4 / THREADS;  // float4 of A per thread per step
@@ -35,14 +38,21 @@ struct F32Step {
     static_assert(A_VEC >= 1 && W_VEC >= 1, "tile too small for the block");
     float4 a[A_VEC];
 
-    // A's step into registers; W's step copied into Ws (which no thread may be reading)
+    // A's step into registers; W's step copied into Ws (which no thread may be reading).
+    // AT: A holds the transpose, [K x M] row-major, so a step is BK of its rows, BM floats each.
     __device__ __forceinline__ void load(const float* __restrict__ A, const float* __restrict__ W, int M, int N, int K,
                                          int m0, int n0, int k0, float (*Ws)[BN], int tid) {
 #pragma unroll
         for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
-            a[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+            if constexpr (AT) {
+                const int e = tid + v * THREADS, row = e / (BM / 4), c4 = e % (BM / 4);
+                a[v] = (m0 + c4 * 4 < M) ? *reinterpret_cast<const float4*>(A + (size_t)(k0 + row) * M + m0 + c4 * 4)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+            } else {
+                const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+                a[v] = (m0 + row < M) ? *reinterpret_cast<const float4*>(A + (size_t)(m0 + row) * K + k0 + c4 * 4)
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
 #pragma unroll
         for (int v = 0; v < W_VEC; ++v) {
@@ -61,11 +71,16 @@ struct F32Step {
     __device__ __forceinline__ void store(float (*As)[BM], int tid) const {
 #pragma unroll
         for (int v = 0; v < A_VEC; ++v) {
-            const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
-            As[c4 * 4 + 0][row] = a[v].x;
-            As[c4 * 4 + 1][row] = a[v].y;
-            As[c4 * 4 + 2][row] = a[v].z;
-            As[c4 * 4 + 3][row] = a[v].w;
+            if constexpr (AT) {  // already k-major: a straight vector store
+                const int e = tid + v * THREADS, row = e / (BM / 4), c4 = e % (BM / 4);
+                *reinterpret_cast<float4*>(&As[row][c4 * 4]) = a[v];
+            } else {
+                const int e = tid + v * THREADS, row = e / (BK / 4), c4 = e % (BK / 4);
+                As[c4 * 4 + 0][row] = a[v].x;
+                As[c4 * 4 + 1][row] = a[v].y;
+                As[c4 * 4 + 2][row] = a[v].z;
+                As[c4 * 4 + 3][row] = a[v].w;
+            }
         }
 #if __CUDA_ARCH__ >= 800
         asm volatile("cp.async.wait_all;" ::: "memory");
@@ -117,7 +132,7 @@ __device__ __forceinline__ void f32_write_patch(float* __restrict__ C, const flo
 
 // One output block (row block blockIdx.y, column block blockIdx.x) of the tiles schedule:
 // its row block's k-tiles are tiles[0 .. count) (global or shared memory).
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, bool AT = false>
 __device__ __forceinline__ void f32_output_block(const float* __restrict__ A, const float* __restrict__ W,
                                                  float* __restrict__ C, int M, int N, int K, const int* tiles, int count,
                                                  int TK) {
@@ -140,7 +155,7 @@ __device__ __forceinline__ void f32_output_block(const float* __restrict__ A, co
 
     float acc[8][8];
     f32_clear(acc);
-    F32Step<BM, BN, BK> next;
+    F32Step<BM, BN, BK, AT> next;
     if (steps > 0) {
         next.load(A, W, M, N, K, m0, n0, k_next(), Ws[0], tid);
         next.store(As[0], tid);
@@ -156,12 +171,12 @@ __device__ __forceinline__ void f32_output_block(const float* __restrict__ A, co
     f32_write_patch<BM, BN>(C, acc, M, N, m0, n0, tx, ty);
 }
 
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, bool AT = false>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32(
     const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
     const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK) {
     const int first = row_ptr[blockIdx.y];
-    f32_output_block<BM, BN, BK>(A, W, C, M, N, K, k_tiles + first, row_ptr[blockIdx.y + 1] - first, TK);
+    f32_output_block<BM, BN, BK, AT>(A, W, C, M, N, K, k_tiles + first, row_ptr[blockIdx.y + 1] - first, TK);
 }
 
 // The tile list built inside the GEMM from the monitor's counts (no list launch before it).
@@ -258,7 +273,7 @@ struct PaddedTiles {
     }
 };
 
-template <int BM, int BN, int BK, class Tiles>
+template <int BM, int BN, int BK, class Tiles, bool AT = false>
 __device__ __forceinline__ void f32_balanced_body(const float* __restrict__ A, const float* __restrict__ W,
                                                   float* __restrict__ C, int M, int N, int K, const int* row_ptr,
                                                   Tiles k_of, int TK, int row_blocks, int min_steps,
@@ -315,7 +330,7 @@ __device__ __forceinline__ void f32_balanced_body(const float* __restrict__ A, c
     };
     float acc[8][8];
     f32_clear(acc);
-    F32Step<BM, BN, BK> next;
+    F32Step<BM, BN, BK, AT> next;
     auto load_next = [&](float (*Ws)[BN]) {
         next.load(A, W, M, N, K, ld_rb * BM, ld_cb * BN, k_of(ld_rb, ld_tile, row_ptr) * TK + ld_sub * BK, Ws, tid);
         if (++ld_sub == sub) { ld_sub = 0; ++ld_tile; }
@@ -389,12 +404,12 @@ __device__ __forceinline__ void f32_balanced_body(const float* __restrict__ A, c
     }
 }
 
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, bool AT = false>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), f32_min_blocks(BM, BN)) tile_gemm_f32_balanced(
     const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int M, int N, int K,
     const int* __restrict__ row_ptr, const int* __restrict__ k_tiles, int TK, int row_blocks, int min_steps,
     float* __restrict__ partial, int* __restrict__ flags) {
-    f32_balanced_body<BM, BN, BK>(A, W, C, M, N, K, row_ptr, ListedTiles{k_tiles}, TK, row_blocks, min_steps, partial,
+    f32_balanced_body<BM, BN, BK, ListedTiles, AT>(A, W, C, M, N, K, row_ptr, ListedTiles{k_tiles}, TK, row_blocks, min_steps, partial,
                                   flags);
 }
 
@@ -585,6 +600,11 @@ __global__ void __launch_bounds__(BM / 32 * 64) tile_gemm_tf32(const float* __re
                                                         const int*, int);                                                  \
     template __global__ void tile_gemm_f32_balanced<BM, BN, 16>(const float*, const float*, float*, int, int, int,          \
                                                                  const int*, const int*, int, int, int, float*, int*);     \
+    template __global__ void tile_gemm_f32<BM, BN, 16, true>(const float*, const float*, float*, int, int, int,           \
+                                                              const int*, const int*, int);                               \
+    template __global__ void tile_gemm_f32_balanced<BM, BN, 16, true>(const float*, const float*, float*, int, int, int,    \
+                                                                       const int*, const int*, int, int, int, float*,     \
+                                                                       int*);                                             \
     template __global__ void tile_gemm_f32_counts<BM, BN, 16>(const float*, const float*, float*, int, int, int,            \
                                                                const int*, int);                                           \
     template __global__ void tile_gemm_f32_balanced_counts<BM, BN, 16>(const float*, const float*, float*, int, int, int,   \

@@ -201,6 +201,31 @@ def test_tile_sparse_matmul_fp32_matches_float64(xp, tile):
     )
 
 
+@pytest.mark.parametrize(
+    "precision, schedule, tile",
+    [("fp32", s, t) for s in ("tiles", "balanced") for t in ((64, 32), (32, 64), (16, 16))]
+    + [("tf32", "tiles", (64, 32))],
+)
+def test_a_transposed_operand_gives_the_same_product(xp, precision, schedule, tile):
+    """A weight gradient X^T dY from X itself (``transposed_a``): the GPU's FP32 kernels read X
+    transposed in place, the others copy it; each against float64 and the dense product."""
+    a = sparse_matrix(m=192, k=1000, tile_density=0.3, seed=5)  # A = X^T: a ragged last tile of X's rows
+    a = np.pad(a, ((0, 0), (0, 1024 - 1000)))  # K (X's rows) a multiple of the tile's columns
+    x = np.ascontiguousarray(a.T)  # X [1024 x 192]
+    dy = np.random.default_rng(6).standard_normal((1024, 128)).astype(np.float32)
+    counts = TileCounts(a.shape, TileShape.of(tile), tile_counts(a, tile))
+    x_dev, dy_dev = xp.asarray(x), xp.asarray(dy)
+    if xp is not np:
+        counts = TileCounts(a.shape, counts.tile, xp.asarray(counts.nnz))
+    c = tile_sparse_matmul(x_dev, dy_dev, counts, precision=precision, schedule=schedule, transposed_a=True)
+    dense = dense_matmul(x_dev, dy_dev, precision=precision, transposed_a=True)
+    bound = 1e-5 if precision == "fp32" else 2e-3
+    assert matmul_error(c, a, dy)["max_rel"] < bound
+    assert matmul_error(dense, a, dy)["max_rel"] < bound
+    with pytest.raises(InputError, match="A\\^T is"):
+        dense_matmul(x_dev, dy_dev[:-1], transposed_a=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile", [(128, 32), (128, 64), (64, 32), (64, 16), (16, 32)])
 @pytest.mark.parametrize("tile_density", [0.0, 0.02, 0.3, 1.0])

@@ -21,7 +21,7 @@ import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.runner.schema import Experiment
+from spartan_py.runner.schema import ConvLayersWorkload, Experiment
 from spartan_py.trace import TraceRecord, to_frame
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
@@ -45,7 +45,7 @@ def _device(backend: str):
     return cupy, device_name(cupy)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)  # a whole network's layers (VGG-16: 12), reused across precisions
 def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
     """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
     kept for the next points (a sweep over tiles reuses them)."""
@@ -61,13 +61,18 @@ def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, 
     return maps
 
 
+def layer_maps(label: str, workload) -> np.ndarray:
+    """The input maps of layer ``label`` for ``workload`` (read-only NCHW, on the host)."""
+    return _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
+
+
 def layer_operands(label: str, workload, tile_cols: int, xp):
     """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
     multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
     from spartan_py.sparsity.workloads import conv_layer, im2col
 
     layer = conv_layer(label)
-    maps = _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
+    maps = layer_maps(label, workload)
     a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
     m, k = a.shape
     k_pad = -(-k // tile_cols) * tile_cols
@@ -97,6 +102,7 @@ class _Clock:
 
 
 def _predict_us(records: list[TraceRecord], machine: str) -> float:
+    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
     from spartan_py.costmodel.model import predict
     from spartan_py.costmodel.simulate import resolve_machine
 
@@ -212,14 +218,25 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     started = time.perf_counter()
     trace_device = f"simulated:{machine}" if simulated else ("cpu" if xp is np else device)
     rows, trace = [], []
-    layers = config.workload.layers
-    assert isinstance(layers, list)  # a conv_layers workload: layer names
+    workload = config.workload
+    assert isinstance(workload, ConvLayersWorkload)
+    layers = workload.layers
+    training = workload.step == "training"
     for number, label in enumerate(layers, start=1):
-        row, records = run_layer(label, config, xp, clock, policy)
-        rows.append(row)
+        if training:
+            from spartan_py.runner.conv_training import run_training_layer
+
+            layer_rows, records = run_training_layer(
+                label, config, xp, clock, policy, functools.partial(_predict_us, machine=machine)
+            )
+        else:
+            row, records = run_layer(label, config, xp, clock, policy)
+            layer_rows = [row]
+        rows += layer_rows
         trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
     summary = {
         "workload": "conv_layers",
+        "step": workload.step,
         "backend": "gpu" if xp is not np else "cpu",
         "device": device,
         "simulated": simulated,
@@ -228,6 +245,10 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         "dense_seconds": sum(r["dense_us"] for r in rows) * 1e-6,
         "tile_sparse_seconds": sum(r["tile_sparse_us"] + r["tile_list_us"] for r in rows) * 1e-6,
         "layers": rows,
-        "wall_seconds": time.perf_counter() - started,
     }
+    if training:
+        from spartan_py.runner.conv_training import step_totals
+
+        summary |= step_totals(rows)
+    summary["wall_seconds"] = time.perf_counter() - started
     return summary, trace

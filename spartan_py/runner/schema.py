@@ -121,6 +121,11 @@ class ConvLayersWorkload(_Frozen):
         2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)"
     )
     seed: int = Field(0, description="seed of the maps and weights")
+    step: Literal["forward", "training"] = Field(
+        "forward",
+        description="forward: each layer's forward GEMM; training: the three GEMMs of a training step "
+        "(forward X W, weight gradient X^T dY, input gradient dY W^T), each with its sparse operand",
+    )
     activations: str | None = Field(
         None,
         description="a .npz of post-ReLU maps saved from your framework (one NCHW array per layer, named "
@@ -130,9 +135,10 @@ class ConvLayersWorkload(_Frozen):
 
     def short_label(self) -> str:
         """The layers and the activation density in a few words, for point labels."""
+        step = ", training step" if self.step == "training" else ""
         if self.activations is not None:
-            return f"{len(self.layers)} conv layers, maps of {Path(self.activations).name}"
-        return f"{len(self.layers)} conv layers, batch {self.batch}, density {self.density:g}"
+            return f"{len(self.layers)} conv layers{step}, maps of {Path(self.activations).name}"
+        return f"{len(self.layers)} conv layers{step}, batch {self.batch}, density {self.density:g}"
 
     @field_validator("activations")
     @classmethod

@@ -87,17 +87,24 @@ F32_KERNELS = {
     "fp32-counts": "tile_gemm_f32_counts",
     "fp32-balanced-counts": "tile_gemm_f32_balanced_counts",
 }
+#: The tile-list kernels built again to read A transposed (``-at``: a weight gradient's ``X``).
+F32_TRANSPOSED_KINDS = ("fp32", "fp32-balanced")
 
 
 @functools.cache
 def gemm_kernels(device_id: int) -> dict:
     """{(kind, BM, BN, BK): RawKernel} for the tile-sparse GEMM; kind is one of
-    :data:`F32_KERNELS`' keys, or ``tf32``."""
+    :data:`F32_KERNELS`' keys, one of :data:`F32_TRANSPOSED_KINDS` with ``-at``, or ``tf32``."""
     import cupy
 
     names: dict[tuple, str] = {
         (kind, *shape): f"{name}<{{}}, {{}}, {{}}>".format(*shape)
         for kind, name in F32_KERNELS.items()
+        for shape in F32_SHAPES
+    }
+    names |= {
+        (f"{kind}-at", *shape): f"{F32_KERNELS[kind]}<{{}}, {{}}, {{}}, true>".format(*shape)
+        for kind in F32_TRANSPOSED_KINDS
         for shape in F32_SHAPES
     }
     names |= {("tf32", bm, bn, TF32_BLOCK_K): f"tile_gemm_tf32<{bm}, {bn}>" for bm, bn in TF32_SHAPES}

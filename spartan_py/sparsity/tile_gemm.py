@@ -109,12 +109,15 @@ def round_to_tf32(x):
     return xp.where(finite, rounded, bits).astype(xp.uint32).view(xp.float32)
 
 
-def _check_operands(a, w, precision: str):
+def _check_operands(a, w, precision: str, transposed_a: bool = False):
+    """``(a, w)`` as C-contiguous float32 matrices on one device; ``transposed_a``: ``a`` holds
+    A's transpose ``[K x M]``."""
     if precision not in PRECISIONS:
         raise InputError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
-    a, w = as_matrix(a, "A"), as_matrix(w, "W")
-    if a.shape[1] != w.shape[0]:
-        raise InputError(f"A is {tuple(a.shape)} and W is {tuple(w.shape)}: inner dimensions differ")
+    a, w = as_matrix(a, "A^T" if transposed_a else "A"), as_matrix(w, "W")
+    if a.shape[0 if transposed_a else 1] != w.shape[0]:
+        what = f"A^T is {tuple(a.shape)}" if transposed_a else f"A is {tuple(a.shape)}"
+        raise InputError(f"{what} and W is {tuple(w.shape)}: inner dimensions differ")
     if not same_device(a, w):
         raise InputError("A and W must both be NumPy arrays or both CuPy arrays")
     return a, w
@@ -140,32 +143,41 @@ def tile_sparse_matmul(
     precision: str = "fp32",
     schedule: str | None = None,
     out=None,
+    transposed_a: bool = False,
 ):
     """``A @ W`` computing only ``A``'s non-zero tiles; ``A`` must be zero outside them.
     ``tiles``: a :class:`TileList`, what :func:`~spartan_py.sparsity.compact_tiles` returns,
     or the per-tile counts (:class:`TileCounts`, e.g. a monitor's), which the GPU's FP32
     kernel lists in its own launch (:func:`lists_own_tiles`); None: ``A``'s non-zero tiles
     at :func:`default_gemm_tile`. ``schedule``: one of :data:`SCHEDULES` (None:
-    :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for ``tf32``)."""
-    a, w = _check_operands(a, w, precision)
+    :func:`fp32_schedule`'s pick for ``fp32``, ``tiles`` for ``tf32``).
+
+    ``transposed_a``: ``a`` holds A's transpose ``[K x M]``, as the activations ``X`` of a
+    weight gradient ``X^T @ dY``; ``tiles`` still describe A ``[M x K]``. The GPU's FP32
+    kernels read it in place (from a tile list: the counts are listed first); elsewhere it is
+    copied transposed first, inside the call."""
+    a, w = _check_operands(a, w, precision, transposed_a)
+    if transposed_a and not (is_gpu_array(a) and precision == "fp32"):
+        a, transposed_a = array_module(a).ascontiguousarray(a.T), False
     schedule = _check_schedule(schedule, precision)
     if isinstance(tiles, CompactTiles):
         tiles = tiles.tiles
     elif tiles is not None and not isinstance(tiles, (TileList, TileCounts)):
         raise InputError(f"tiles must be a TileList, TileCounts, CompactTiles or None, not {type(tiles).__name__}")
+    shape = tuple(a.shape[::-1] if transposed_a else a.shape)
     if tiles is None:
         from spartan_py.sparsity.tiles import tile_counts
 
         tile = default_gemm_tile(precision)
-        tiles = TileCounts(a.shape, tile, tile_counts(a, tile))
-    if tuple(tiles.shape) != tuple(a.shape):
+        tiles = TileCounts(shape, tile, tile_counts(a.T if transposed_a else a, tile))
+    if tuple(tiles.shape) != shape:
         kind = "tile list" if isinstance(tiles, TileList) else "tile counts"
-        raise InputError(f"the {kind} describes a {tuple(tiles.shape)} matrix, but A is {tuple(a.shape)}")
+        raise InputError(f"the {kind} describes a {tuple(tiles.shape)} matrix, but A is {shape}")
     # row_ptr, not coords: coords reads the tile count from the device (a host round trip)
     if is_gpu_array(a) != is_gpu_array(tiles.row_ptr if isinstance(tiles, TileList) else tiles.nnz):
         raise InputError("the tiles must be described on the same device as A")
     if is_gpu_array(a):
-        return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule)
+        return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule, transposed_a=transposed_a)
     if isinstance(tiles, TileCounts):
         tiles = _listed(tiles)
     return _cpu_tile_matmul(a, w, tiles, precision, out)
@@ -215,9 +227,11 @@ def _gpu_tile_matmul(
     block: tuple | None = None,
     schedule: str | None = None,
     min_steps: int = BALANCED_MIN_STEPS,
+    transposed_a: bool = False,
 ):
     """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance, ``min_steps`` the
-    balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default."""
+    balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default;
+    ``transposed_a``: ``a`` is A's transpose (FP32 only)."""
     import cupy
 
     from spartan_py.sparsity.gpu_kernels import (
@@ -232,10 +246,13 @@ def _gpu_tile_matmul(
         tf32_shared_bytes,
     )
 
-    m, k = a.shape
+    m, k = a.shape[::-1] if transposed_a else a.shape
     n = w.shape[1]
     if a.dtype != cupy.float32 or w.dtype != cupy.float32 or not (a.flags.c_contiguous and w.flags.c_contiguous):
         raise InputError(f"the tile GEMM kernels take C-contiguous float32 A and W, got {a.dtype} and {w.dtype}")
+    if transposed_a and (precision != "fp32" or m % 4):
+        raise InputError(f"a transposed A needs the fp32 kernels and M a multiple of 4, got {precision} and M = {m}")
+    at = "-at" if transposed_a else ""
     tile = tiles.tile
     if precision == "tf32":
         bm, bn, bk = tile.rows, block_width(n), TF32_BLOCK_K
@@ -264,13 +281,13 @@ def _gpu_tile_matmul(
         schedule = (
             "tiles"
             if precision == "tf32"
-            else fp32_schedule(*grid[::-1], resident_grid(device, ("fp32-balanced", bm, bn, bk)))
+            else fp32_schedule(*grid[::-1], resident_grid(device, (f"fp32-balanced{at}", bm, bn, bk)))
         )
     # the balanced kernel counts steps in int32: every tile listed, in every column block
     if schedule == "balanced" and tiles_m * k_tiles * (tile.cols // bk) * grid[0] >= 2**31:
         schedule = "tiles"
     head: tuple = (a, w_dev, c, np.int32(m), np.int32(n_pad), np.int32(k))
-    if isinstance(tiles, TileCounts) and lists_own_tiles(precision, schedule, tiles_m, k_tiles):
+    if isinstance(tiles, TileCounts) and not transposed_a and lists_own_tiles(precision, schedule, tiles_m, k_tiles):
         counts = cupy.ascontiguousarray(tiles.nnz, dtype=cupy.int32)
         from_counts = (*head, counts, np.int32(tile.cols))
         if schedule == "balanced":
@@ -284,11 +301,11 @@ def _gpu_tile_matmul(
             tiles = _listed(tiles)
         args = (*head, tiles.row_ptr, tiles.col_index, np.int32(tile.cols))
         if schedule == "balanced":
-            _launch_balanced(cupy, device, kernels, ("fp32-balanced", bm, bn, bk), args, tiles_m, min_steps)
+            _launch_balanced(cupy, device, kernels, (f"fp32-balanced{at}", bm, bn, bk), args, tiles_m, min_steps)
         elif precision == "tf32":
             kernels[("tf32", bm, bn, bk)](grid, (tf32_block_threads(bm),), args, shared_mem=tf32_shared_bytes(bm, bn))
         else:
-            kernels[("fp32", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
+            kernels[(f"fp32{at}", bm, bn, bk)](grid, (f32_block_threads(bm, bn),), args)
     if n_pad != n:
         c = c[:, :n]
         if out is not None:
@@ -324,18 +341,19 @@ def _launch_balanced(
     kernels[key]((blocks,), (f32_block_threads(bm, bn),), (*args, *tail))
 
 
-def dense_matmul(a, w, *, precision: str = "fp32", out=None):
+def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool = False):
     """Dense ``A @ W``: cuBLAS (``cublasGemmEx``, FP32 or FP32-fast-TF32 compute) on the GPU,
-    NumPy on the CPU (TF32 emulated by rounding the operands)."""
-    a, w = _check_operands(a, w, precision)
+    NumPy on the CPU (TF32 emulated by rounding the operands). ``transposed_a``: ``a`` holds
+    A's transpose ``[K x M]`` (cuBLAS reads it transposed; no copy)."""
+    a, w = _check_operands(a, w, precision, transposed_a)
     if not is_gpu_array(a):
         if precision == "tf32":
             a, w = round_to_tf32(a), round_to_tf32(w)
-        return np.matmul(a, w, out=out)
+        return np.matmul(a.T if transposed_a else a, w, out=out)
     import cupy
     from cupy.cuda import cublas
 
-    m, k = a.shape
+    m, k = a.shape[::-1] if transposed_a else a.shape
     n = w.shape[1]
     c = cupy.empty((m, n), dtype=cupy.float32) if out is None else out
     compute = {
@@ -345,10 +363,11 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None):
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
     r32f = cupy.cuda.runtime.CUDA_R_32F
     # row-major C = A @ W is column-major C^T = W^T A^T
+    # (a row-major A^T is a column-major A: cuBLAS reads it with op T)
     cublas.gemmEx(
         cupy.cuda.device.get_cublas_handle(),
         cublas.CUBLAS_OP_N,
-        cublas.CUBLAS_OP_N,
+        cublas.CUBLAS_OP_T if transposed_a else cublas.CUBLAS_OP_N,
         n,
         m,
         k,
@@ -358,7 +377,7 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None):
         n,
         a.data.ptr,
         r32f,
-        k,
+        m if transposed_a else k,
         zero.ctypes.data,
         c.data.ptr,
         r32f,

@@ -31,6 +31,10 @@ class ConvLayer:
     kernel: int = 3
     stride: int = 1
     pad: int = 1
+    #: a BatchNorm sits between this convolution and its ReLU (ResNet-18): the gradient of its
+    #: output is dense in a training step (BatchNorm's backward spreads it), so the input
+    #: gradient's GEMM has no sparse operand
+    batchnorm: bool = False
 
     @property
     def out_size(self) -> int:
@@ -67,13 +71,13 @@ def _vgg16() -> list[ConvLayer]:
 
 def _resnet18() -> list[ConvLayer]:
     return [
-        ConvLayer("resnet18", "conv2_x", 64, 64, 56),
-        ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2),
-        ConvLayer("resnet18", "conv3_x", 128, 128, 28),
-        ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2),
-        ConvLayer("resnet18", "conv4_x", 256, 256, 14),
-        ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2),
-        ConvLayer("resnet18", "conv5_x", 512, 512, 7),
+        ConvLayer("resnet18", "conv2_x", 64, 64, 56, batchnorm=True),
+        ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2, batchnorm=True),
+        ConvLayer("resnet18", "conv3_x", 128, 128, 28, batchnorm=True),
+        ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2, batchnorm=True),
+        ConvLayer("resnet18", "conv4_x", 256, 256, 14, batchnorm=True),
+        ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2, batchnorm=True),
+        ConvLayer("resnet18", "conv5_x", 512, 512, 7, batchnorm=True),
     ]
 
 

@@ -1,0 +1,288 @@
+"""The training step of a ``conv_layers`` point (``step: training``): per convolution layer the
+three GEMMs of one step, each dense (cuBLAS; NumPy on the CPU) and adaptive (the policy's pick
+from the monitor's counts), every result checked against the dense one.
+
+For a layer ``Y = X W`` (``X`` the im2col of its post-ReLU input maps, ``[M x K]``):
+
+``forward``      ``X W``: ``X``'s zero tiles skipped (the forward workload's GEMM).
+``weight_grad``  ``dW = X^T dY``: ``X``'s zero tiles skipped along the contraction. The tile
+                 GEMM reads ``X`` transposed in place (FP32); TF32 copies ``X^T`` first, and
+                 the policy counts that copy against it. Candidates: dense and tile-sparse (a
+                 fixed ``policy`` of another kernel leaves this GEMM to the adaptive choice).
+``input_grad``   ``dX = dY W^T``: ``dY`` is the output's gradient after its ReLU, zero where
+                 the layer's output was (the output's monitor profile is its pattern), so its
+                 zero tiles are skipped; ``W^T`` is copied once (the adaptive side pays it).
+                 Where a BatchNorm sits between the convolution and its ReLU (ResNet-18),
+                 ``dY`` is dense: the GEMM is dense in both, and the row says so.
+
+The output's pattern comes from generated maps of the layer's output size and channels at the
+workload's density (with ``activations``, at the saved input's measured density). The monitor
+counts ``X`` at a square tile dividing both the GEMM tile and its transpose, so that the same
+counts serve ``X`` and ``X^T``; its cost, and that of the output's profile, is charged to the
+adaptive step (a layer's output profile is also the next layer's input profile: charging both
+counts that pass twice, on the adaptive side). Each adaptive time is the decision (from counts
+already on the host after the first repeat) and the chosen kernel with its list launches. The
+bound of a GEMM is its dense time scaled by its sparse operand's tile density: the time if every
+skipped tile cost nothing. im2col is timed apart (the same in both); col2im is not timed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from spartan_py.sparsity.tiles import TileShape
+from spartan_py.trace import TraceRecord
+
+#: The three GEMMs of a layer's training step, in the order a step runs them per layer.
+TRAINING_GEMMS = ("forward", "weight_grad", "input_grad")
+
+
+@functools.lru_cache(maxsize=32)
+def output_mask(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
+    """Where the layer's output is non-zero after its ReLU, as GEMM rows ``[M x N]`` (batch,
+    out_y, out_x by channel): generated maps of the output's size and channels."""
+    from spartan_py.sparsity.workloads import conv_layer, feature_maps
+
+    layer = conv_layer(label)
+    maps = feature_maps(batch, layer.out_channels, layer.out_size, density, cluster_px=cluster_px, seed=seed + 2)
+    rows = np.ascontiguousarray(maps.transpose(0, 2, 3, 1).reshape(-1, layer.out_channels))
+    rows.setflags(write=False)
+    return rows
+
+
+def counting_tile(tile: TileShape) -> TileShape:
+    """The monitor's tile for a step: square, dividing the GEMM tile and its transpose."""
+    side = min(tile.rows, tile.cols)
+    return TileShape(side, side)
+
+
+def transposed_profile(profile, xp):
+    """The profile of ``X^T`` from ``X``'s (square tiles): the tile counts transposed; each row
+    of ``X^T`` (a column of ``X``) counted as its tile row's total, so live rows are rows of
+    non-empty tile rows (at the tile's grain, not exact)."""
+    from spartan_py.sparsity.monitor import LayerProfile
+
+    m, k = profile.shape
+    counts = xp.ascontiguousarray(profile.tile_nnz.T)
+    rows = xp.repeat(counts.sum(axis=1, dtype=counts.dtype), profile.tile.rows)[:k]
+    return LayerProfile(profile.layer, profile.mode, profile.tile, (k, m), counts, xp.ascontiguousarray(rows))
+
+
+def _relative_diff(xp, got, reference) -> float:
+    scale = float(xp.abs(reference).max()) or 1.0
+    return float(xp.abs(got - reference).max()) / scale
+
+
+class _Gemm:
+    """One GEMM of the step: ``A @ W`` where ``A`` is ``a`` (or ``a.T`` when ``transposed``)."""
+
+    def __init__(self, name: str, a, w, *, transposed: bool = False, operand: str, m: int, k: int):
+        self.name, self.a, self.w, self.transposed, self.operand = name, a, w, transposed, operand
+        self.m, self.k, self.n = m, k, w.shape[1]
+
+
+def _tile_counts_at(policy, profile):
+    counts = policy.counts_at_tile(profile)
+    assert counts is not None, "the counting tile divides the GEMM tile"  # counting_tile makes it so
+    return counts
+
+
+def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tuple[list[dict], list[TraceRecord]]:
+    """One layer's three GEMMs: a row each (times, choice, check, bound) and the trace records
+    of the kernels the adaptive step launched."""
+    from spartan_py.costmodel.families import COMPACT
+    from spartan_py.runner.dense_layers import layer_operands
+    from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
+    from spartan_py.sparsity.policy import Decision
+    from spartan_py.sparsity.tiles import TileCounts
+    from spartan_py.sparsity.workloads import conv_layer
+
+    workload = config.workload
+    layer = conv_layer(label)
+    tile = policy.tile
+    x, w, (m, k_true, n) = layer_operands(label, workload, max(tile.rows, tile.cols), xp)
+    k = x.shape[1]
+    monitor = SparsityMonitor(tile=counting_tile(tile), mode=config.monitor, timed=clock is not None)
+    x, x_profile = monitor.epilogue(x, out=x)
+    if x_profile is None:  # monitor off: the kernels still need counts (untimed)
+        x_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(x)[1]
+    gradient = xp.asarray(np.random.default_rng(workload.seed + 3).standard_normal((m, n), dtype=np.float32))
+    dy_profile = None
+    monitor_us = x_profile.monitor_seconds * 1e6 if clock is not None and config.monitor != "off" else 0.0
+    if not layer.batchnorm:
+        density = workload.density if workload.activations is None else float(x_profile.density * k / k_true)
+        mask = xp.asarray(output_mask(label, workload.batch, min(density, 1.0), workload.cluster_px, workload.seed))
+        mask, dy_profile = monitor.epilogue(mask)
+        if dy_profile is None:
+            dy_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(mask)[1]
+        elif clock is not None:
+            monitor_us += dy_profile.monitor_seconds * 1e6
+        gradient *= mask > 0
+    w_t = xp.ascontiguousarray(w.T)
+    gemms = [
+        (_Gemm("forward", x, w, operand="X", m=m, k=k), x_profile),
+        (
+            _Gemm("weight_grad", x, gradient, transposed=True, operand="X^T", m=k, k=m),
+            transposed_profile(x_profile, xp),
+        ),
+        (_Gemm("input_grad", gradient, w_t, operand="dY" if dy_profile else "none", m=m, k=n), dy_profile),
+    ]
+    wgrad_policy = KernelPolicy(
+        policy.machine_name, precision=policy.precision, kernels=("dense", "tile_sparse"), tile=tile
+    )
+    c = {}
+    rows, trace = [], []
+    for gemm, profile in gemms:
+        chooser = wgrad_policy if gemm.transposed else policy
+        reference = dense_matmul(gemm.a, gemm.w, precision=policy.precision, transposed_a=gemm.transposed)
+        c[gemm.name] = xp.empty_like(reference)
+        if profile is None:
+            decision = Decision(label, "dense", reason="BatchNorm between the convolution and its ReLU: dY is dense")
+            nnz, active, live, tiles_total = gemm.m * gemm.k, math.prod(tile.grid((gemm.m, gemm.k))), gemm.m, None
+        elif config.policy != "adaptive" and config.policy in chooser.kernels:
+            decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
+            nnz, active, live = chooser.profile_counts(profile)
+            tiles_total = math.prod(tile.grid((gemm.m, gemm.k)))
+        else:
+            decision = chooser.choose(profile, gemm.n, layer=label)
+            nnz, active, live = chooser.profile_counts(profile)
+            tiles_total = math.prod(tile.grid((gemm.m, gemm.k)))
+        copy_records: list[TraceRecord] = []
+        if decision.kernel != "dense" and (
+            gemm.name == "input_grad" or (gemm.transposed and policy.precision != "fp32")
+        ):
+            moved = 4 * (n * k if gemm.name == "input_grad" else m * k)
+            copy_records = [
+                TraceRecord(
+                    run="",
+                    layer=0,
+                    device="policy",
+                    kernel=COMPACT,
+                    variant="transpose",
+                    bytes_read=moved,
+                    bytes_written=moved,
+                )
+            ]
+        if gemm.transposed and copy_records and config.policy == "adaptive":
+            extra = predict_us(copy_records)
+            if decision.predicted_us["tile_sparse"] + extra > (1 - chooser.margin) * decision.predicted_us["dense"]:
+                decision = Decision(
+                    label,
+                    "dense",
+                    decision.predicted_us,
+                    f"dense: tile_sparse with the copy of X^T ({extra:.1f} us) not {chooser.margin:.0%} faster",
+                )
+                copy_records = []
+
+        def run_sparse(out, gemm=gemm, profile=profile):
+            counts = _tile_counts_at(chooser if gemm.transposed else policy, profile)
+            shape = (gemm.m, gemm.k)
+            return tile_sparse_matmul(
+                gemm.a,
+                gemm.w,
+                TileCounts(shape, tile, counts),
+                precision=policy.precision,
+                transposed_a=gemm.transposed,
+                out=out,
+            )
+
+        def run_chosen(out, gemm=gemm, decision=decision, profile=profile):
+            if decision.kernel == "dense":
+                return dense_matmul(gemm.a, gemm.w, precision=policy.precision, transposed_a=gemm.transposed, out=out)
+            if gemm.transposed:
+                return run_sparse(out)
+            w_operand = xp.ascontiguousarray(w.T) if gemm.name == "input_grad" else gemm.w
+            return policy.run(decision, gemm.a, w_operand, profile, out=out)
+
+        chosen = run_chosen(c[gemm.name])
+        sparse = run_sparse(xp.empty_like(reference)) if profile is not None else reference
+        dense_records = chooser.records("dense", gemm.m, gemm.k, gemm.n, nnz=nnz, tiles_active=active, live_rows=live)
+        chosen_records = copy_records + chooser.records(
+            decision.kernel, gemm.m, gemm.k, gemm.n, nnz=nnz, tiles_active=active, live_rows=live
+        )
+        tile_records = chooser.records(
+            "tile_sparse", gemm.m, gemm.k, gemm.n, nnz=nnz, tiles_active=active, live_rows=live
+        )
+        tile_density = active / max(tiles_total or math.prod(tile.grid((gemm.m, gemm.k))), 1)
+        row = {
+            "layer": label,
+            "gemm": gemm.name,
+            "sparse_operand": gemm.operand,
+            "M": gemm.m,
+            "K": gemm.k,
+            "K_padded": gemm.k,
+            "N": gemm.n,
+            "tile": f"{tile.rows}x{tile.cols}",
+            "tile_rows": tile.rows,
+            "tile_cols": tile.cols,
+            "density": nnz / max(gemm.m * gemm.k, 1),
+            "tile_density": tile_density,
+            "live_row_fraction": live / max(gemm.m, 1),
+            "utilization": tile_utilization(gemm.a.T if gemm.transposed else gemm.a, tile) if profile else 1.0,
+            "kernel": decision.kernel,
+            "reason": decision.reason,
+            "tile_sparse_max_rel_diff": _relative_diff(xp, sparse, reference),
+            "chosen_max_rel_diff": _relative_diff(xp, chosen, reference),
+            "tile_list_us": 0.0,
+        }
+        if clock is None:  # simulated: the cost model's times on machines[0]
+            row |= {
+                "dense_us": predict_us(dense_records),
+                "tile_sparse_us": predict_us(tile_records) if profile is not None else predict_us(dense_records),
+                "chosen_us": predict_us(chosen_records),
+                "monitor_us": float("nan"),
+            }
+        else:
+            scratch = xp.empty_like(reference)
+            row["dense_us"] = clock(
+                lambda gemm=gemm: dense_matmul(
+                    gemm.a, gemm.w, precision=policy.precision, transposed_a=gemm.transposed, out=scratch
+                )
+            )
+            row["tile_sparse_us"] = clock(lambda: run_sparse(scratch)) if profile is not None else row["dense_us"]
+
+            def adaptive(gemm=gemm, profile=profile, run_chosen=run_chosen):
+                if profile is not None and config.policy == "adaptive":  # from counts on the host after the first call
+                    (wgrad_policy if gemm.transposed else policy).choose(profile, gemm.n, layer=label)
+                return run_chosen(scratch)
+
+            row["chosen_us"] = clock(adaptive)
+            row["monitor_us"] = monitor_us if gemm.name == "forward" else 0.0
+            if decision.kernel == "dense" and xp is not np:
+                chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
+        row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
+        row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
+        row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
+        row["speedup_bound"] = row["dense_us"] / row["bound_us"] if row["bound_us"] > 0 else float("inf")
+        rows.append(row)
+        trace += [replace(r, variant=f"{r.variant}/{gemm.name}".lstrip("/")) for r in chosen_records]
+    if clock is not None:  # the same in a dense and an adaptive step: timed apart
+        from spartan_py.runner.dense_layers import layer_maps
+        from spartan_py.sparsity.workloads import im2col
+
+        maps = xp.asarray(layer_maps(label, workload))
+        rows[0]["im2col_us"] = clock(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad))
+    return rows, trace
+
+
+def step_totals(rows: list[dict]) -> dict:
+    """Seconds of the whole step, dense and adaptive (with the monitor's cost), its bound, and
+    the speed-ups, from the GEMM rows of every layer."""
+    dense = sum(r["dense_us"] for r in rows) * 1e-6
+    monitor = sum(r["monitor_us"] for r in rows if not math.isnan(r["monitor_us"])) * 1e-6
+    adaptive = sum(r["chosen_us"] for r in rows) * 1e-6 + monitor
+    bound = sum(r["bound_us"] for r in rows) * 1e-6
+    return {
+        "dense_seconds": dense,
+        "seconds": adaptive,
+        "bound_seconds": bound,
+        "monitor_seconds": monitor,
+        "im2col_seconds": sum(r.get("im2col_us", 0.0) for r in rows) * 1e-6,
+        "speedup": dense / adaptive if adaptive > 0 else float("nan"),
+        "speedup_bound": dense / bound if bound > 0 else float("nan"),
+        "max_rel_diff": max(r["chosen_max_rel_diff"] for r in rows),
+    }

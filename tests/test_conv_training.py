@@ -1,0 +1,88 @@
+"""The training step of conv layers (``step: training``): three GEMMs a layer, each checked
+against the dense product, the step's totals and bound, simulated and measured on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from spartan_py.runner import load_experiment, run_experiment
+from spartan_py.runner.conv_training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
+from spartan_py.sparsity import SparsityMonitor, TileShape
+from spartan_py.sparsity.workloads import conv_layer
+
+
+def _run(tmp_path, body: str):
+    path = tmp_path / "step.yaml"
+    path.write_text(
+        "name: step\nworkload:\n  kind: conv_layers\n  step: training\n"
+        "  layers: [vgg16/conv5_1, resnet18/conv5_x]\n  batch: 1\n  density: 0.2\n" + body
+    )
+    experiment, points = load_experiment(path)
+    assert "training step" in points[0].experiment.workload.short_label()
+    assert run_experiment(experiment, points, tmp_path / "run").failed == 0
+    table = pd.read_csv(tmp_path / "run" / "dense-layers.csv")
+    (point,) = (json.loads(p.read_text()) for p in (tmp_path / "run" / "points").glob("*.json"))
+    return table, point["summary"]
+
+
+def test_a_simulated_step_has_three_gemms_a_layer(tmp_path):
+    """Each layer's GEMMs in order with their own shapes (the weight gradient contracts over the
+    forward's rows); ResNet-18's input gradient is dense because of its BatchNorm; VGG-16's
+    reads dY at the output's density; the totals are the rows' sums."""
+    table, summary = _run(tmp_path, "mode: simulated\nmachines: [h100-sxm]\n")
+    assert list(table["gemm"]) == list(TRAINING_GEMMS) * 2
+    for label, rows in table.groupby("layer", sort=False):
+        forward, wgrad, dgrad = (rows[rows["gemm"] == g].iloc[0] for g in TRAINING_GEMMS)
+        layer = conv_layer(label)
+        assert (wgrad["M"], wgrad["K"], wgrad["N"]) == (forward["K"], forward["M"], layer.out_channels)
+        assert (dgrad["M"], dgrad["K"], dgrad["N"]) == (forward["M"], layer.out_channels, forward["K"])
+        assert wgrad["density"] == pytest.approx(forward["density"])
+        if layer.batchnorm:
+            assert dgrad["sparse_operand"] == "none" and dgrad["kernel"] == "dense"
+            assert "BatchNorm" in dgrad["reason"] and dgrad["bound_us"] == dgrad["dense_us"]
+        else:
+            assert dgrad["sparse_operand"] == "dY" and dgrad["density"] == pytest.approx(0.2, abs=0.02)
+    assert (table["chosen_max_rel_diff"] < 1e-5).all()
+    assert summary["step"] == "training"
+    assert summary["dense_seconds"] == pytest.approx(table["dense_us"].sum() * 1e-6)
+    assert summary["seconds"] == pytest.approx(table["chosen_us"].sum() * 1e-6)
+    assert summary["bound_seconds"] <= summary["dense_seconds"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_a_measured_step_runs_each_sparse_gemm_and_checks_it(tmp_path, backend, precision):
+    """With the tile GEMM fixed, every GEMM with a sparse operand runs it (the weight gradient
+    on X transposed) and matches the dense product; im2col is timed apart."""
+    table, summary = _run(tmp_path, f"backend: {backend}\nprecision: {precision}\npolicy: tile_sparse\nrepeats: 1\n")
+    bound = 1e-5 if precision == "fp32" else 1e-5 if backend == "cpu" else 3e-3
+    sparse = table[table["sparse_operand"] != "none"]
+    assert set(sparse["kernel"]) == {"tile_sparse"} and len(sparse) == 5
+    assert (table["chosen_max_rel_diff"] < bound).all() and (table["tile_sparse_max_rel_diff"] < bound).all()
+    assert (table.loc[table["gemm"] == "forward", "im2col_us"] > 0).all()
+    assert summary["im2col_seconds"] > 0 and summary["max_rel_diff"] < bound
+
+
+def test_the_transposed_profile_counts_x_transposed():
+    """X^T's tile counts are X's transposed; its rows are live where their tile row is."""
+    rng = np.random.default_rng(0)
+    x = np.where(rng.random((96, 64)) < 0.1, 1.0, 0.0).astype(np.float32)
+    x[:, 32:] = 0
+    _, profile = SparsityMonitor(tile=counting_tile(TileShape(64, 32)), mode="fused").epilogue(x)
+    flipped = transposed_profile(profile, np)
+    assert flipped.shape == (64, 96) and flipped.tile == TileShape(32, 32)
+    _, direct = SparsityMonitor(tile=(32, 32), mode="fused").epilogue(np.ascontiguousarray(x.T))
+    assert np.array_equal(flipped.tile_nnz, direct.tile_nnz)
+    assert flipped.nnz == direct.nnz and flipped.live_rows == 32
+
+
+def test_the_output_mask_has_the_output_shape_and_density():
+    label = "vgg16/conv5_1"
+    layer = conv_layer(label)
+    mask = output_mask(label, 2, 0.25, 2.0, 0)
+    assert mask.shape == (2 * layer.out_size**2, layer.out_channels)
+    assert (mask > 0).mean() == pytest.approx(0.25, abs=0.01)
