@@ -32,6 +32,7 @@ EXPECTED_FIGURES = {
     "calibrate-wide": {"live-rows.png"},
     "calibrate-rows": {"live-rows.png"},
     "calibrate-conv": {"tile-sweep.png", "what-if.png"},
+    "spartan-table": {"training-step.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
 

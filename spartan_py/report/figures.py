@@ -183,3 +183,34 @@ def tile_sweep(layers: pd.DataFrame) -> bytes | None:
     util_axes.xaxis.set_minor_formatter(NullFormatter())
     util_axes.legend(fontsize=7)
     return _png(figure)
+
+
+def training_step(layers: pd.DataFrame) -> bytes | None:
+    """Where a training step's time goes: per layer, dense and adaptive time stacked by GEMM
+    (forward, weight gradient, input gradient), one panel per point (at most six)."""
+    if layers.empty or "gemm" not in layers or layers["gemm"].isna().all():
+        return None
+    steps = layers[layers["gemm"].notna()]
+    points = list(dict.fromkeys(steps["point"]))[:6]
+    figure, panels = plt.subplots(len(points), 1, figsize=(10, 2.2 + 0.9 * len(points) * 2), squeeze=False)
+    colours = {"forward": "tab:blue", "weight_grad": "tab:orange", "input_grad": "tab:green"}
+    for axes, point in zip(panels[:, 0], points):
+        rows = steps[steps["point"] == point]
+        names = list(dict.fromkeys(rows["layer"]))
+        y = np.arange(len(names))
+        for offset, column, hatch in ((-0.2, "dense_us", ""), (0.2, "chosen_us", "//")):
+            left = np.zeros(len(names))
+            for gemm, colour in colours.items():
+                part = rows[rows["gemm"] == gemm].set_index("layer")[column].reindex(names).fillna(0).to_numpy()
+                label = f"{gemm} ({'dense' if column == 'dense_us' else 'adaptive'})" if axes is panels[0, 0] else None
+                axes.barh(y + offset, part / 1e3, 0.38, left=left, color=colour, hatch=hatch, label=label)
+                left += part / 1e3
+        axes.set_yticks(y, names, fontsize=7)
+        axes.invert_yaxis()
+        first = rows.iloc[0]
+        networks = ", ".join(dict.fromkeys(name.split("/")[0] for name in names))
+        axes.set_title(f"{networks}, {first['precision']}, map density {first['map_density']:g}", fontsize=8)
+        axes.set_xlabel("ms (plain: dense; hatched: adaptive)")
+    panels[0, 0].legend(fontsize=7, ncols=3, loc="lower right")
+    figure.tight_layout()
+    return _png(figure)

@@ -24,6 +24,7 @@ from spartan_py.runner.store import (
     load_points,
     results_table,
     simulated_table,
+    training_step_table,
 )
 from spartan_py.trace import read_trace
 
@@ -200,6 +201,8 @@ def write_report(
     order = {p["id"]: i for i, p in enumerate(config["points"])}
     points = sorted(load_points(out), key=lambda p: order.get(p["id"], len(order)))  # the sweep's order
     results, simulated, dense_layers = results_table(points), simulated_table(points), dense_layer_table(points)
+    forward_layers = dense_layers[dense_layers["gemm"] == "forward"] if "gemm" in dense_layers else dense_layers
+    training = training_step_table(points)
     traces = _traces(out, points)
     model = _measured_vs_model(traces, points)
     overhead = _monitor_overhead(points)
@@ -222,7 +225,11 @@ def write_report(
         "tile-utilization.png": ("Tile utilization", figures.tile_utilization(utilization)),
         "tile-sweep.png": (
             "Dense-weight layers: speed-up and tile utilization against tile size and density",
-            figures.tile_sweep(dense_layers),
+            figures.tile_sweep(forward_layers),
+        ),
+        "training-step.png": (
+            "Training step: where the time goes, by layer and GEMM",
+            figures.training_step(dense_layers),
         ),
     }
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
@@ -283,12 +290,21 @@ def write_report(
         sections.append(("Profiling overhead by monitor mode (vs none)", overhead))
     if not utilization.empty:
         sections.append(("Tile utilization", utilization))
-    if not dense_layers.empty:
+    if not training.empty:
         sections.append(
             (
-                "Dense-weight layers (times in µs; simulated points: the cost model of timed_on)",
-                dense_layers[DENSE_LAYER_COLUMNS],
+                "Training step of the conv layers (dense: cuBLAS; adaptive: the policy's picks with the "
+                "monitor, lists and copies; bound: every skipped tile free; spartan_published: the paper's "
+                "simulated speed-up)",
+                training,
             )
+        )
+    if not dense_layers.empty:
+        columns = list(DENSE_LAYER_COLUMNS)
+        if "gemm" in dense_layers:  # training steps: which of a layer's GEMMs
+            columns.insert(columns.index("layer") + 1, "gemm")
+        sections.append(
+            ("Dense-weight layers (times in µs; simulated points: the cost model of timed_on)", dense_layers[columns])
         )
     if proxy:
         sections.append(("Published runs (1024 x 120, 60000-row proxy)", pd.DataFrame(published_rates())))

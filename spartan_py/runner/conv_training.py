@@ -20,8 +20,10 @@ workload's density (with ``activations``, at the saved input's measured density)
 counts ``X`` at a square tile dividing both the GEMM tile and its transpose, so that the same
 counts serve ``X`` and ``X^T``; its cost, and that of the output's profile, is charged to the
 adaptive step (a layer's output profile is also the next layer's input profile: charging both
-counts that pass twice, on the adaptive side). Each adaptive time is the decision (from counts
-already on the host after the first repeat) and the chosen kernel with its list launches. The
+counts that pass twice, on the adaptive side). Each adaptive time is the chosen kernel with its
+list launches and copies; the decision is off the critical path, as in a training loop that
+decides from the previous step's counts, copied to the host while the GPU works
+(:class:`~spartan_py.sparsity.AdaptiveMlp`'s ``lag=1``); the row's ``reason`` gives it. The
 bound of a GEMM is its dense time scaled by its sparse operand's tile density: the time if every
 skipped tile cost nothing. im2col is timed apart (the same in both); col2im is not timed.
 """
@@ -245,12 +247,7 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
             )
             row["tile_sparse_us"] = clock(lambda: run_sparse(scratch)) if profile is not None else row["dense_us"]
 
-            def adaptive(gemm=gemm, profile=profile, run_chosen=run_chosen):
-                if profile is not None and config.policy == "adaptive":  # from counts on the host after the first call
-                    (wgrad_policy if gemm.transposed else policy).choose(profile, gemm.n, layer=label)
-                return run_chosen(scratch)
-
-            row["chosen_us"] = clock(adaptive)
+            row["chosen_us"] = clock(lambda run_chosen=run_chosen: run_chosen(scratch))
             row["monitor_us"] = monitor_us if gemm.name == "forward" else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]

@@ -197,6 +197,46 @@ def dense_layer_table(points: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def training_step_table(points: list[dict]) -> pd.DataFrame:
+    """One row per ``conv_layers`` training-step point: the step's dense and adaptive times,
+    speed-up, the bound its tile densities allow, the largest difference from cuBLAS, and
+    Spartan's published speed-up for the network (when the point is one whole network)."""
+    from spartan_py.report.published import SPARTAN_TRAINING_SPEEDUP
+
+    rows = []
+    for point in points:
+        summary = point.get("summary") or {}
+        if point["status"] != "ok" or summary.get("step") != "training":
+            continue
+        layers = summary["layers"]
+        networks = sorted({row["layer"].split("/")[0] for row in layers})
+        config = point["config"]
+        rows.append(
+            {
+                "point": point["id"],
+                "network": ", ".join(networks),
+                "layers": len({row["layer"] for row in layers}),
+                "precision": config["precision"],
+                "batch": config["workload"]["batch"],
+                "map_density": config["workload"]["density"],
+                "timed_on": summary["timed_on"],
+                "dense_ms": summary["dense_seconds"] * 1e3,
+                "adaptive_ms": summary["seconds"] * 1e3,
+                "speedup": summary["speedup"],
+                "bound_speedup": summary["speedup_bound"],
+                "monitor_ms": summary["monitor_seconds"] * 1e3,
+                "im2col_ms": summary["im2col_seconds"] * 1e3,
+                "sparse_picks": sum(row["kernel"] != "dense" for row in layers),
+                "gemms": len(layers),
+                "max_rel_diff": summary["max_rel_diff"],
+                "spartan_published": SPARTAN_TRAINING_SPEEDUP.get(networks[0], float("nan"))
+                if len(networks) == 1
+                else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def _trust(machine: str) -> str:
     from spartan_py.costmodel.simulate import trust
     from spartan_py.errors import InputError

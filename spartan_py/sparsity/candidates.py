@@ -14,6 +14,8 @@ profile when it is fresh (None when stale or absent: the counts are recomputed).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -276,12 +278,24 @@ class Candidate:
     records: Callable[[_Product], list[TraceRecord]]
     run: Callable[..., Any]
     precisions: tuple[str, ...] = PRECISIONS
+    #: the part of the dense product's multiply-adds it executes (None: no such bound). A
+    #: kernel running part of the dense work runs it no faster than cuBLAS runs the whole,
+    #: so the policy never predicts it below cuBLAS's time scaled by this part.
+    executed_part: Callable[[_Product], float] | None = None
+
+
+def _tiles_part(p: _Product) -> float:
+    return p.tiles_active / max(math.prod(p.tile.grid((p.m, p.k))), 1)
+
+
+def _rows_part(p: _Product) -> float:
+    return p.live_rows / max(p.m, 1)
 
 
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("dense", _dense_records, _run_dense),
-    Candidate("tile_sparse", _tile_sparse_records, _run_tile_sparse),
-    Candidate("row_compact", _row_compact_records, _run_row_compact),
+    Candidate("tile_sparse", _tile_sparse_records, _run_tile_sparse, executed_part=_tiles_part),
+    Candidate("row_compact", _row_compact_records, _run_row_compact, executed_part=_rows_part),
     Candidate("csr", _csr_records, _run_csr, precisions=("fp32",)),  # cuSPARSE has no TF32 SpMM
 )
 """Every candidate, ``dense`` first (the one a sparse pick must beat by the policy's margin)."""
@@ -296,6 +310,13 @@ def candidate(name: str) -> Candidate:
         if found.name == name:
             return found
     raise InputError(f"unknown kernel {name!r}; expected one of {', '.join(KERNEL_CHOICES)}")
+
+
+def executed_part(kernel: str, m: int, k: int, n: int, **counts) -> float | None:
+    """The part of the dense product's multiply-adds candidate ``kernel`` executes for the
+    product :func:`candidate_records` describes (None where it states no bound)."""
+    part = candidate(kernel).executed_part
+    return None if part is None else part(_Product(m, k, n, **counts))
 
 
 def candidate_records(kernel: str, m: int, k: int, n: int, **counts) -> list[TraceRecord]:
