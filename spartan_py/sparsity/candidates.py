@@ -15,7 +15,6 @@ profile when it is fresh (None when stale or absent: the counts are recomputed).
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
