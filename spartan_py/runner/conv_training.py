@@ -23,7 +23,9 @@ adaptive step (a layer's output profile is also the next layer's input profile: 
 counts that pass twice, on the adaptive side). Each adaptive time is the chosen kernel with its
 list launches and copies; the decision is off the critical path, as in a training loop that
 decides from the previous step's counts, copied to the host while the GPU works
-(:class:`~spartan_py.sparsity.AdaptiveMlp`'s ``lag=1``); the row's ``reason`` gives it. The
+(:class:`~spartan_py.sparsity.AdaptiveMlp`'s ``lag=1``); the row's ``reason`` gives it. A
+dense pick runs the cuBLAS call the dense step runs: it carries that one time. The monitor's
+cost is its epilogue timed with and without counting, by the same clock. The
 bound of a GEMM is its dense time scaled by its sparse operand's tile density: the time if every
 skipped tile cost nothing. im2col is timed apart (the same in both); col2im is not timed.
 """
@@ -36,6 +38,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from spartan_py.sparsity.arrays import array_module
 from spartan_py.sparsity.tiles import TileShape
 from spartan_py.trace import TraceRecord
 
@@ -93,6 +96,22 @@ def _tile_counts_at(policy, profile):
     return counts
 
 
+def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
+    """What the monitor of ``mode`` adds to the epilogues writing ``matrices``: each epilogue
+    timed with it and without (plain), by the same clock, the differences summed (>= 0)."""
+    from spartan_py.sparsity import SparsityMonitor
+
+    if mode == "off":
+        return 0.0
+    monitor, plain = SparsityMonitor(tile=tile, mode=mode, timed=False), SparsityMonitor(mode="off")
+    total = 0.0
+    for matrix in matrices:
+        out = array_module(matrix).empty_like(matrix)
+        with_monitor = clock(lambda matrix=matrix, out=out: monitor.epilogue(matrix, out=out))
+        total += max(0.0, with_monitor - clock(lambda matrix=matrix, out=out: plain.epilogue(matrix, out=out)))
+    return total
+
+
 def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tuple[list[dict], list[TraceRecord]]:
     """One layer's three GEMMs: a row each (times, choice, check, bound) and the trace records
     of the kernels the adaptive step launched."""
@@ -114,16 +133,16 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
         x_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(x)[1]
     gradient = xp.asarray(np.random.default_rng(workload.seed + 3).standard_normal((m, n), dtype=np.float32))
     dy_profile = None
-    monitor_us = x_profile.monitor_seconds * 1e6 if clock is not None and config.monitor != "off" else 0.0
+    monitored = [x]
     if not layer.batchnorm:
         density = workload.density if workload.activations is None else float(x_profile.density * k / k_true)
         mask = xp.asarray(output_mask(label, workload.batch, min(density, 1.0), workload.cluster_px, workload.seed))
         mask, dy_profile = monitor.epilogue(mask)
         if dy_profile is None:
             dy_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(mask)[1]
-        elif clock is not None:
-            monitor_us += dy_profile.monitor_seconds * 1e6
+        monitored.append(mask)
         gradient *= mask > 0
+    monitor_us = _monitor_us(monitored, config.monitor, counting_tile(tile), clock) if clock is not None else 0.0
     w_t = xp.ascontiguousarray(w.T)
     gemms = [
         (_Gemm("forward", x, w, operand="X", m=m, k=k), x_profile),
@@ -247,7 +266,12 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
             )
             row["tile_sparse_us"] = clock(lambda: run_sparse(scratch)) if profile is not None else row["dense_us"]
 
-            row["chosen_us"] = clock(lambda run_chosen=run_chosen: run_chosen(scratch))
+            # dense picks run the very cuBLAS call timed above: one time for both
+            row["chosen_us"] = (
+                row["dense_us"]
+                if decision.kernel == "dense"
+                else clock(lambda run_chosen=run_chosen: run_chosen(scratch))
+            )
             row["monitor_us"] = monitor_us if gemm.name == "forward" else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]

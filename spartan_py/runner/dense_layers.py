@@ -86,7 +86,7 @@ def layer_operands(label: str, workload, tile_cols: int, xp):
 class _Clock:
     """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock."""
 
-    def __init__(self, xp, repeats: int):
+    def __init__(self, xp, repeats: int, *, warmup_ms: float = 20):
         if xp is np:
             from spartan_py.timing import time_cpu
 
@@ -94,7 +94,7 @@ class _Clock:
         else:
             from spartan_py.timing import GpuTimer
 
-            timer = GpuTimer(min_warmup_ms=20)  # the GPU idles while the next layer's maps are made
+            timer = GpuTimer(min_warmup_ms=warmup_ms)  # the GPU idles while the next layer's maps are made
             self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
 
     def __call__(self, work) -> float:
@@ -214,14 +214,15 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     xp, device = _device("cpu" if simulated else config.backend)
     machine = config.machines[0] if config.machines else DEFAULT_MACHINE
     policy = KernelPolicy(machine, precision=config.precision, tile=config.tile)
-    clock = None if simulated else _Clock(xp, config.repeats)
+    workload = config.workload
+    assert isinstance(workload, ConvLayersWorkload)
+    training = workload.step == "training"
+    # a training step's launches are short and many: the clocks are brought up longer first
+    clock = None if simulated else _Clock(xp, config.repeats, warmup_ms=100 if training else 20)
     started = time.perf_counter()
     trace_device = f"simulated:{machine}" if simulated else ("cpu" if xp is np else device)
     rows, trace = [], []
-    workload = config.workload
-    assert isinstance(workload, ConvLayersWorkload)
     layers = workload.layers
-    training = workload.step == "training"
     for number, label in enumerate(layers, start=1):
         if training:
             from spartan_py.runner.conv_training import run_training_layer
