@@ -15,6 +15,8 @@ For a layer ``Y = X W`` (``X`` the im2col of its post-ReLU input maps, ``[M x K]
                  Where a BatchNorm sits between the convolution and its ReLU (ResNet-18),
                  ``dY`` is dense: the GEMM is dense in both, and the row says so.
 
+``X``'s rows (``M``) are padded with zero rows to whole tiles where they are not (batch 1 of a
+14 x 14 layer: 196 -> 256), in both steps alike; the rows give the padded ``M``.
 The output's pattern comes from generated maps of the layer's output size and channels at the
 workload's density (with ``activations``, at the saved input's measured density). The monitor
 counts ``X`` at a square tile dividing both the GEMM tile and its transpose, so that the same
@@ -125,7 +127,11 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
     workload = config.workload
     layer = conv_layer(label)
     tile = policy.tile
-    x, w, (m, k_true, n) = layer_operands(label, workload, max(tile.rows, tile.cols), xp)
+    side = max(tile.rows, tile.cols)
+    x, w, (m_true, k_true, n) = layer_operands(label, workload, side, xp)
+    m = -(-m_true // side) * side  # X's rows are the weight gradient's contraction: whole tiles
+    if m != m_true:
+        x = xp.ascontiguousarray(xp.pad(x, ((0, m - m_true), (0, 0))))
     k = x.shape[1]
     monitor = SparsityMonitor(tile=counting_tile(tile), mode=config.monitor, timed=clock is not None)
     x, x_profile = monitor.epilogue(x, out=x)
@@ -137,6 +143,8 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
     if not layer.batchnorm:
         density = workload.density if workload.activations is None else float(x_profile.density * k / k_true)
         mask = xp.asarray(output_mask(label, workload.batch, min(density, 1.0), workload.cluster_px, workload.seed))
+        if m != m_true:
+            mask = xp.ascontiguousarray(xp.pad(mask, ((0, m - m_true), (0, 0))))
         mask, dy_profile = monitor.epilogue(mask)
         if dy_profile is None:
             dy_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(mask)[1]
