@@ -114,9 +114,31 @@ def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
     return total
 
 
-def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tuple[list[dict], list[TraceRecord]]:
-    """One layer's three GEMMs: a row each (times, choice, check, bound) and the trace records
-    of the kernels the adaptive step launched."""
+def _epilogue_records(m: int, n: int, tile: TileShape) -> tuple[TraceRecord, TraceRecord]:
+    """(fused, plain) epilogue records over an ``[m x n]`` matrix: what the monitor adds is the
+    model's difference of the two (as ``conv_trace`` records them)."""
+    from spartan_py.costmodel.families import EPILOGUE
+
+    moved, counts = 4 * m * n, 4 * math.prod(tile.grid((m, n))) + 4 * m
+    plain = TraceRecord(
+        run="", layer=0, device="policy", kernel=EPILOGUE, variant="plain", monitor_mode="off", rows_in=m, rows_out=m
+    )
+    plain = replace(plain, cols=n, bytes_read=moved, bytes_written=moved)
+    fused = replace(plain, variant="fused", monitor_mode="fused", bytes_written=moved + counts, monitor_bytes=counts)
+    return fused, plain
+
+
+def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> tuple[list[dict], list[TraceRecord]]:
+    """One layer's three GEMMs: a row each (times, choice, check, bound, and the cost model's
+    times on ``machine`` and on it with a hardware monitor) and the trace records of the
+    kernels the adaptive step launched."""
+    from spartan_py.runner.dense_layers import _predict_us
+
+    hw_machine = machine if "+" in machine else f"{machine}+hw-monitor"
+
+    def predict_us(records, on=machine):
+        return _predict_us(records, on) if records else 0.0
+
     from spartan_py.costmodel.families import COMPACT
     from spartan_py.runner.dense_layers import layer_operands
     from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
@@ -151,6 +173,12 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
         monitored.append(mask)
         gradient *= mask > 0
     monitor_us = _monitor_us(monitored, config.monitor, counting_tile(tile), clock) if clock is not None else 0.0
+    predicted_monitor = {on: 0.0 for on in (machine, hw_machine)}
+    if config.monitor != "off":
+        for matrix in monitored:
+            fused, plain = _epilogue_records(matrix.shape[0], matrix.shape[1], counting_tile(tile))
+            for on in predicted_monitor:
+                predicted_monitor[on] += max(0.0, predict_us([fused], on) - predict_us([plain], on))
     w_t = xp.ascontiguousarray(w.T)
     gemms = [
         (_Gemm("forward", x, w, operand="X", m=m, k=k), x_profile),
@@ -263,7 +291,7 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
                 "dense_us": predict_us(dense_records),
                 "tile_sparse_us": predict_us(tile_records) if profile is not None else predict_us(dense_records),
                 "chosen_us": predict_us(chosen_records),
-                "monitor_us": float("nan"),
+                "monitor_us": predicted_monitor[machine] if gemm.name == "forward" else 0.0,
             }
         else:
             scratch = xp.empty_like(reference)
@@ -283,6 +311,14 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
             row["monitor_us"] = monitor_us if gemm.name == "forward" else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
+        first = gemm.name == "forward"  # the layer's monitor cost sits on its first row
+        row |= {
+            "predicted_dense_us": predict_us(dense_records),
+            "predicted_chosen_us": predict_us(chosen_records),
+            "predicted_monitor_us": predicted_monitor[machine] if first else 0.0,
+            "hw_monitor_chosen_us": predict_us(chosen_records, hw_machine),
+            "hw_monitor_monitor_us": predicted_monitor[hw_machine] if first else 0.0,
+        }
         row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
         row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
         row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
@@ -299,13 +335,21 @@ def run_training_layer(label: str, config, xp, clock, policy, predict_us) -> tup
 
 
 def step_totals(rows: list[dict]) -> dict:
-    """Seconds of the whole step, dense and adaptive (with the monitor's cost), its bound, and
-    the speed-ups, from the GEMM rows of every layer."""
+    """Seconds of the whole step, dense and adaptive (with the monitor's cost), its bound, the
+    speed-ups, and the cost model's dense and adaptive step and its hardware-monitor what-if,
+    from the GEMM rows of every layer."""
     dense = sum(r["dense_us"] for r in rows) * 1e-6
     monitor = sum(r["monitor_us"] for r in rows if not math.isnan(r["monitor_us"])) * 1e-6
     adaptive = sum(r["chosen_us"] for r in rows) * 1e-6 + monitor
     bound = sum(r["bound_us"] for r in rows) * 1e-6
+
+    def total(*columns: str) -> float:
+        return sum(r[c] for r in rows for c in columns) * 1e-6
+
     return {
+        "predicted_dense_seconds": total("predicted_dense_us"),
+        "predicted_seconds": total("predicted_chosen_us", "predicted_monitor_us"),
+        "hw_monitor_seconds": total("hw_monitor_chosen_us", "hw_monitor_monitor_us"),
         "dense_seconds": dense,
         "seconds": adaptive,
         "bound_seconds": bound,

@@ -227,9 +227,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         if training:
             from spartan_py.runner.conv_training import run_training_layer
 
-            layer_rows, records = run_training_layer(
-                label, config, xp, clock, policy, functools.partial(_predict_us, machine=machine)
-            )
+            layer_rows, records = run_training_layer(label, config, xp, clock, policy, machine)
         else:
             row, records = run_layer(label, config, xp, clock, policy)
             layer_rows = [row]

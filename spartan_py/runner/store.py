@@ -199,8 +199,10 @@ def dense_layer_table(points: list[dict]) -> pd.DataFrame:
 
 def training_step_table(points: list[dict]) -> pd.DataFrame:
     """One row per ``conv_layers`` training-step point: the step's dense and adaptive times,
-    speed-up, the bound its tile densities allow, the largest difference from cuBLAS, and
-    Spartan's published speed-up for the network (when the point is one whole network)."""
+    speed-up, the bound its tile densities allow, the cost model's dense and adaptive step on
+    the point's first machine (model_error: adaptive predicted / measured - 1) and with a
+    hardware monitor, the largest difference from cuBLAS, and Spartan's published speed-up
+    for the network (when the point is one whole network)."""
     from spartan_py.report.published import SPARTAN_TRAINING_SPEEDUP
 
     rows = []
@@ -224,6 +226,10 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
                 "adaptive_ms": summary["seconds"] * 1e3,
                 "speedup": summary["speedup"],
                 "bound_speedup": summary["speedup_bound"],
+                "model_dense_ms": summary["predicted_dense_seconds"] * 1e3,
+                "model_adaptive_ms": summary["predicted_seconds"] * 1e3,
+                "model_error": summary["predicted_seconds"] / summary["seconds"] - 1,
+                "hw_monitor_ms": summary["hw_monitor_seconds"] * 1e3,
                 "monitor_ms": summary["monitor_seconds"] * 1e3,
                 "im2col_ms": summary["im2col_seconds"] * 1e3,
                 "sparse_picks": sum(row["kernel"] != "dense" for row in layers),
