@@ -132,19 +132,17 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     """One layer's three GEMMs: a row each (times, choice, check, bound, and the cost model's
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
-    from spartan_py.runner.dense_layers import _predict_us
-
-    hw_machine = machine if "+" in machine else f"{machine}+hw-monitor"
-
-    def predict_us(records, on=machine):
-        return _predict_us(records, on) if records else 0.0
-
     from spartan_py.costmodel.families import COMPACT
-    from spartan_py.runner.dense_layers import layer_operands
+    from spartan_py.runner.dense_layers import layer_operands, predicted_us
     from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import TileCounts
     from spartan_py.sparsity.workloads import conv_layer
+
+    hw_machine = machine if "+" in machine else f"{machine}+hw-monitor"
+
+    def predict_us(records, on=machine):
+        return predicted_us(records, on) if records else 0.0
 
     workload = config.workload
     layer = conv_layer(label)
@@ -186,7 +184,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             _Gemm("weight_grad", x, gradient, transposed=True, operand="X^T", m=k, k=m),
             transposed_profile(x_profile, xp),
         ),
-        (_Gemm("input_grad", gradient, w_t, operand="dY" if dy_profile else "none", m=m, k=n), dy_profile),
+        (_Gemm("input_grad", gradient, w_t, operand="none" if dy_profile is None else "dY", m=m, k=n), dy_profile),
     ]
     wgrad_policy = KernelPolicy(
         policy.machine_name, precision=policy.precision, kernels=("dense", "tile_sparse"), tile=tile
@@ -235,8 +233,8 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
                 )
                 copy_records = []
 
-        def run_sparse(out, gemm=gemm, profile=profile):
-            counts = _tile_counts_at(chooser if gemm.transposed else policy, profile)
+        def run_sparse(out, gemm=gemm, profile=profile, chooser=chooser):
+            counts = _tile_counts_at(chooser, profile)
             shape = (gemm.m, gemm.k)
             return tile_sparse_matmul(
                 gemm.a,

@@ -101,7 +101,7 @@ class _Clock:
         return self._time(work)
 
 
-def _predict_us(records: list[TraceRecord], machine: str) -> float:
+def predicted_us(records: list[TraceRecord], machine: str) -> float:
     """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
     from spartan_py.costmodel.model import predict
     from spartan_py.costmodel.simulate import resolve_machine
@@ -174,10 +174,10 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     if clock is None:  # simulated: the cost model's times on machines[0]
         machine = config.machines[0]
         row |= {
-            "dense_us": _predict_us(dense_records, machine),
-            "tile_sparse_us": _predict_us(gemm_records, machine),
-            "tile_list_us": _predict_us(list_records, machine) if list_records else 0.0,
-            "chosen_us": _predict_us(chosen_records, machine),
+            "dense_us": predicted_us(dense_records, machine),
+            "tile_sparse_us": predicted_us(gemm_records, machine),
+            "tile_list_us": predicted_us(list_records, machine) if list_records else 0.0,
+            "chosen_us": predicted_us(chosen_records, machine),
             "monitor_us": float("nan"),
         }
     else:
