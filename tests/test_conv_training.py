@@ -4,6 +4,7 @@ against the dense product, the step's totals and bound, simulated and measured o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,9 @@ import pytest
 from spartan_py.runner import load_experiment, run_experiment
 from spartan_py.runner.conv_training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 from spartan_py.sparsity import SparsityMonitor, TileShape
-from spartan_py.sparsity.workloads import conv_layer
+from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(tmp_path, body: str):
@@ -92,3 +95,18 @@ def test_the_output_mask_has_the_output_shape_and_density():
     mask = output_mask(label, 2, 0.25, 2.0, 0)
     assert mask.shape == (2 * layer.out_size**2, layer.out_channels)
     assert (mask > 0).mean() == pytest.approx(0.25, abs=0.01)
+
+
+def test_a_whole_network_is_labelled_by_its_name():
+    """Points sweeping whole networks are labelled by them, not by a dozen layer names."""
+    from spartan_py.sparsity.workloads import layers_name
+
+    _, points = load_experiment(ROOT / "experiments" / "spartan-table.yaml")
+    assert [p.label for p in points[:3]] == [
+        "density=0.1, layers=alexnet, precision=fp32",
+        "density=0.1, layers=alexnet, precision=tf32",
+        "density=0.1, layers=vgg16, precision=fp32",
+    ]
+    whole = [layer.label for layer in CONV_LAYERS["resnet18"]]
+    assert layers_name([*whole, "alexnet/conv3"]) == "resnet18+alexnet/conv3"
+    assert layers_name(whole[:2]) == "+".join(whole[:2])

@@ -94,6 +94,18 @@ def _alexnet() -> list[ConvLayer]:
 CONV_LAYERS: dict[str, list[ConvLayer]] = {"alexnet": _alexnet(), "vgg16": _vgg16(), "resnet18": _resnet18()}
 
 
+def layers_name(labels: list[str]) -> str:
+    """A short name for layer labels: the networks they make up whole (``vgg16``), with any
+    other layers named; ``+``-joined."""
+    parts, rest = [], list(labels)
+    for network, layers in CONV_LAYERS.items():
+        whole = [layer.label for layer in layers]
+        if all(label in rest for label in whole):
+            parts.append(network)
+            rest = [label for label in rest if label not in whole]
+    return "+".join(parts + rest)
+
+
 def conv_layer(label: str) -> ConvLayer:
     """A layer by ``network/name`` (e.g. ``vgg16/conv3_2``)."""
     for layers in CONV_LAYERS.values():
