@@ -133,7 +133,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
     from spartan_py.costmodel.families import COMPACT
-    from spartan_py.runner.dense_layers import layer_operands, predicted_us
+    from spartan_py.runner.conv_operands import layer_operands, predicted_us
     from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import TileCounts
@@ -324,7 +324,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         rows.append(row)
         trace += [replace(r, variant=f"{r.variant}/{gemm.name}".lstrip("/")) for r in chosen_records]
     if clock is not None:  # the same in a dense and an adaptive step: timed apart
-        from spartan_py.runner.dense_layers import layer_maps
+        from spartan_py.runner.conv_operands import layer_maps
         from spartan_py.sparsity.workloads import im2col
 
         maps = xp.asarray(layer_maps(label, workload))

@@ -13,7 +13,6 @@ takes every time from the cost model of ``machines[0]`` (the kernels' trace reco
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import replace
 
@@ -21,8 +20,9 @@ import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
+from spartan_py.runner.conv_operands import layer_operands, predicted_us
 from spartan_py.runner.schema import ConvLayersWorkload, Experiment
-from spartan_py.trace import TraceRecord, to_frame
+from spartan_py.trace import TraceRecord
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
 UTILIZATION_TILES = (8, 16, 32, 64)
@@ -45,44 +45,6 @@ def _device(backend: str):
     return cupy, device_name(cupy)
 
 
-@functools.lru_cache(maxsize=32)  # a whole network's layers (VGG-16: 12), reused across precisions
-def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
-    """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
-    kept for the next points (a sweep over tiles reuses them)."""
-    from spartan_py.sparsity.saved_maps import saved_maps
-    from spartan_py.sparsity.workloads import conv_layer, feature_maps
-
-    layer = conv_layer(label)
-    if saved is not None:
-        maps = saved_maps(saved, layer)
-    else:
-        maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
-    maps.setflags(write=False)
-    return maps
-
-
-def layer_maps(label: str, workload) -> np.ndarray:
-    """The input maps of layer ``label`` for ``workload`` (read-only NCHW, on the host)."""
-    return _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
-
-
-def layer_operands(label: str, workload, tile_cols: int, xp):
-    """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
-    multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
-    from spartan_py.sparsity.workloads import conv_layer, im2col
-
-    layer = conv_layer(label)
-    maps = layer_maps(label, workload)
-    a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
-    m, k = a.shape
-    k_pad = -(-k // tile_cols) * tile_cols
-    if k_pad != k:
-        a = xp.ascontiguousarray(xp.pad(a, ((0, 0), (0, k_pad - k))))
-    rng = np.random.default_rng(workload.seed + 1)
-    w = rng.standard_normal((k_pad, layer.out_channels), dtype=np.float32) / np.float32(np.sqrt(k))
-    return a, xp.asarray(w), (m, k, layer.out_channels)
-
-
 class _Clock:
     """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock."""
 
@@ -99,15 +61,6 @@ class _Clock:
 
     def __call__(self, work) -> float:
         return self._time(work)
-
-
-def predicted_us(records: list[TraceRecord], machine: str) -> float:
-    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
-    from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import resolve_machine
-
-    spec, variant = resolve_machine(machine)
-    return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
 
 
 def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:

@@ -1,0 +1,59 @@
+"""What the conv-layer points compute on and how their launches are priced: each layer's input
+maps (generated or saved), its im2col GEMM operands, and the cost model's time of a list of
+trace records. Shared by the forward GEMMs (``dense_layers``) and the training step
+(``conv_training``)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from spartan_py.trace import TraceRecord, to_frame
+
+
+@functools.lru_cache(maxsize=32)  # a whole network's layers (VGG-16: 12), reused across precisions
+def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
+    """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
+    kept for the next points (a sweep over tiles reuses them)."""
+    from spartan_py.sparsity.saved_maps import saved_maps
+    from spartan_py.sparsity.workloads import conv_layer, feature_maps
+
+    layer = conv_layer(label)
+    if saved is not None:
+        maps = saved_maps(saved, layer)
+    else:
+        maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
+    maps.setflags(write=False)
+    return maps
+
+
+def layer_maps(label: str, workload) -> np.ndarray:
+    """The input maps of layer ``label`` for ``workload`` (read-only NCHW, on the host)."""
+    return _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
+
+
+def layer_operands(label: str, workload, tile_cols: int, xp):
+    """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
+    multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
+    from spartan_py.sparsity.workloads import conv_layer, im2col
+
+    layer = conv_layer(label)
+    maps = layer_maps(label, workload)
+    a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
+    m, k = a.shape
+    k_pad = -(-k // tile_cols) * tile_cols
+    if k_pad != k:
+        a = xp.ascontiguousarray(xp.pad(a, ((0, 0), (0, k_pad - k))))
+    rng = np.random.default_rng(workload.seed + 1)
+    w = rng.standard_normal((k_pad, layer.out_channels), dtype=np.float32) / np.float32(np.sqrt(k))
+    return a, xp.asarray(w), (m, k, layer.out_channels)
+
+
+def predicted_us(records: list[TraceRecord], machine: str) -> float:
+    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
+    from spartan_py.costmodel.model import predict
+    from spartan_py.costmodel.simulate import resolve_machine
+
+    spec, variant = resolve_machine(machine)
+    return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
