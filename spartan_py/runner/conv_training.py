@@ -11,7 +11,7 @@ For a layer ``Y = X W`` (``X`` the im2col of its post-ReLU input maps, ``[M x K]
                  fixed ``policy`` of another kernel leaves this GEMM to the adaptive choice).
 ``input_grad``   ``dX = dY W^T``: ``dY`` is the output's gradient after its ReLU, zero where
                  the layer's output was (the output's monitor profile is its pattern), so its
-                 zero tiles are skipped; ``W^T`` is copied once (the adaptive side pays it).
+                 zero tiles are skipped; a sparse pick copies ``W^T`` first (in its time).
                  Where a BatchNorm sits between the convolution and its ReLU (ResNet-18),
                  ``dY`` is dense: the GEMM is dense in both, and the row says so.
 
