@@ -57,3 +57,13 @@ def predicted_us(records: list[TraceRecord], machine: str) -> float:
 
     spec, variant = resolve_machine(machine)
     return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
+
+
+def relative_diff(got, reference) -> float:
+    """Largest ``|got - reference|`` over the largest ``|reference|`` (1 where that is 0): how far
+    a kernel's product is from the dense one, on either device."""
+    from spartan_py.sparsity.arrays import array_module
+
+    xp = array_module(reference)
+    scale = float(xp.abs(reference).max()) or 1.0
+    return float(xp.abs(got - reference).max()) / scale

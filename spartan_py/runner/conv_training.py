@@ -79,11 +79,6 @@ def transposed_profile(profile, xp):
     return LayerProfile(profile.layer, profile.mode, profile.tile, (k, m), counts, xp.ascontiguousarray(rows))
 
 
-def _relative_diff(xp, got, reference) -> float:
-    scale = float(xp.abs(reference).max()) or 1.0
-    return float(xp.abs(got - reference).max()) / scale
-
-
 class _Gemm:
     """One GEMM of the step: ``A @ W`` where ``A`` is ``a`` (or ``a.T`` when ``transposed``)."""
 
@@ -105,7 +100,7 @@ def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
 
     if mode == "off":
         return 0.0
-    monitor, plain = SparsityMonitor(tile=tile, mode=mode, timed=False), SparsityMonitor(mode="off")
+    monitor, plain = SparsityMonitor(tile=tile, mode=mode, timed=False), SparsityMonitor(mode="off", timed=False)
     total = 0.0
     for matrix in matrices:
         out = array_module(matrix).empty_like(matrix)
@@ -133,7 +128,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
     from spartan_py.costmodel.families import COMPACT
-    from spartan_py.runner.conv_operands import layer_operands, predicted_us
+    from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
     from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import TileCounts
@@ -154,9 +149,10 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         x = xp.ascontiguousarray(xp.pad(x, ((0, m - m_true), (0, 0))))
     k = x.shape[1]
     monitor = SparsityMonitor(tile=counting_tile(tile), mode=config.monitor, timed=clock is not None)
+    counter = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False)  # monitor off: counts, untimed
     x, x_profile = monitor.epilogue(x, out=x)
-    if x_profile is None:  # monitor off: the kernels still need counts (untimed)
-        x_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(x)[1]
+    if x_profile is None:
+        x_profile = counter.epilogue(x)[1]
     gradient = xp.asarray(np.random.default_rng(workload.seed + 3).standard_normal((m, n), dtype=np.float32))
     dy_profile = None
     monitored = [x]
@@ -167,7 +163,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             mask = xp.ascontiguousarray(xp.pad(mask, ((0, m - m_true), (0, 0))))
         mask, dy_profile = monitor.epilogue(mask)
         if dy_profile is None:
-            dy_profile = SparsityMonitor(tile=counting_tile(tile), mode="fused", timed=False).epilogue(mask)[1]
+            dy_profile = counter.epilogue(mask)[1]
         monitored.append(mask)
         gradient *= mask > 0
     monitor_us = _monitor_us(monitored, config.monitor, counting_tile(tile), clock) if clock is not None else 0.0
@@ -189,23 +185,20 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     wgrad_policy = KernelPolicy(
         policy.machine_name, precision=policy.precision, kernels=("dense", "tile_sparse"), tile=tile
     )
-    c = {}
     rows, trace = [], []
     for gemm, profile in gemms:
         chooser = wgrad_policy if gemm.transposed else policy
         reference = dense_matmul(gemm.a, gemm.w, precision=policy.precision, transposed_a=gemm.transposed)
-        c[gemm.name] = xp.empty_like(reference)
+        tiles_total = math.prod(tile.grid((gemm.m, gemm.k)))
         if profile is None:
             decision = Decision(label, "dense", reason="BatchNorm between the convolution and its ReLU: dY is dense")
-            nnz, active, live, tiles_total = gemm.m * gemm.k, math.prod(tile.grid((gemm.m, gemm.k))), gemm.m, None
-        elif config.policy != "adaptive" and config.policy in chooser.kernels:
-            decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
-            nnz, active, live = chooser.profile_counts(profile)
-            tiles_total = math.prod(tile.grid((gemm.m, gemm.k)))
+            nnz, active, live = gemm.m * gemm.k, tiles_total, gemm.m
         else:
-            decision = chooser.choose(profile, gemm.n, layer=label)
             nnz, active, live = chooser.profile_counts(profile)
-            tiles_total = math.prod(tile.grid((gemm.m, gemm.k)))
+            if config.policy != "adaptive" and config.policy in chooser.kernels:
+                decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
+            else:
+                decision = chooser.choose(profile, gemm.n, layer=label)
         copy_records: list[TraceRecord] = []
         if decision.kernel != "dense" and (
             gemm.name == "input_grad" or (gemm.transposed and policy.precision != "fp32")
@@ -253,7 +246,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             w_operand = xp.ascontiguousarray(w.T) if gemm.name == "input_grad" else gemm.w
             return policy.run(decision, gemm.a, w_operand, profile, out=out)
 
-        chosen = run_chosen(c[gemm.name])
+        chosen = run_chosen(xp.empty_like(reference))
         sparse = run_sparse(xp.empty_like(reference)) if profile is not None else reference
         dense_records = chooser.records("dense", gemm.m, gemm.k, gemm.n, nnz=nnz, tiles_active=active, live_rows=live)
         chosen_records = copy_records + chooser.records(
@@ -262,7 +255,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         tile_records = chooser.records(
             "tile_sparse", gemm.m, gemm.k, gemm.n, nnz=nnz, tiles_active=active, live_rows=live
         )
-        tile_density = active / max(tiles_total or math.prod(tile.grid((gemm.m, gemm.k))), 1)
+        tile_density = active / max(tiles_total, 1)
         row = {
             "layer": label,
             "gemm": gemm.name,
@@ -280,16 +273,24 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             "utilization": tile_utilization(gemm.a.T if gemm.transposed else gemm.a, tile) if profile else 1.0,
             "kernel": decision.kernel,
             "reason": decision.reason,
-            "tile_sparse_max_rel_diff": _relative_diff(xp, sparse, reference),
-            "chosen_max_rel_diff": _relative_diff(xp, chosen, reference),
+            "tile_sparse_max_rel_diff": relative_diff(sparse, reference),
+            "chosen_max_rel_diff": relative_diff(chosen, reference),
             "tile_list_us": 0.0,
+        }
+        first = gemm.name == "forward"  # the layer's monitor cost sits on its first row
+        row |= {
+            "predicted_dense_us": predict_us(dense_records),
+            "predicted_chosen_us": predict_us(chosen_records),
+            "predicted_monitor_us": predicted_monitor[machine] if first else 0.0,
+            "hw_monitor_chosen_us": predict_us(chosen_records, hw_machine),
+            "hw_monitor_monitor_us": predicted_monitor[hw_machine] if first else 0.0,
         }
         if clock is None:  # simulated: the cost model's times on machines[0]
             row |= {
-                "dense_us": predict_us(dense_records),
-                "tile_sparse_us": predict_us(tile_records) if profile is not None else predict_us(dense_records),
-                "chosen_us": predict_us(chosen_records),
-                "monitor_us": predicted_monitor[machine] if gemm.name == "forward" else 0.0,
+                "dense_us": row["predicted_dense_us"],
+                "tile_sparse_us": predict_us(tile_records) if profile is not None else row["predicted_dense_us"],
+                "chosen_us": row["predicted_chosen_us"],
+                "monitor_us": row["predicted_monitor_us"],
             }
         else:
             scratch = xp.empty_like(reference)
@@ -306,17 +307,9 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
                 if decision.kernel == "dense"
                 else clock(lambda run_chosen=run_chosen: run_chosen(scratch))
             )
-            row["monitor_us"] = monitor_us if gemm.name == "forward" else 0.0
+            row["monitor_us"] = monitor_us if first else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
-        first = gemm.name == "forward"  # the layer's monitor cost sits on its first row
-        row |= {
-            "predicted_dense_us": predict_us(dense_records),
-            "predicted_chosen_us": predict_us(chosen_records),
-            "predicted_monitor_us": predicted_monitor[machine] if first else 0.0,
-            "hw_monitor_chosen_us": predict_us(chosen_records, hw_machine),
-            "hw_monitor_monitor_us": predicted_monitor[hw_machine] if first else 0.0,
-        }
         row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
         row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
         row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
@@ -337,7 +330,7 @@ def step_totals(rows: list[dict]) -> dict:
     speed-ups, and the cost model's dense and adaptive step and its hardware-monitor what-if,
     from the GEMM rows of every layer."""
     dense = sum(r["dense_us"] for r in rows) * 1e-6
-    monitor = sum(r["monitor_us"] for r in rows if not math.isnan(r["monitor_us"])) * 1e-6
+    monitor = sum(r["monitor_us"] for r in rows) * 1e-6
     adaptive = sum(r["chosen_us"] for r in rows) * 1e-6 + monitor
     bound = sum(r["bound_us"] for r in rows) * 1e-6
 

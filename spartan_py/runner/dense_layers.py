@@ -20,7 +20,7 @@ import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.runner.conv_operands import layer_operands, predicted_us
+from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
 from spartan_py.runner.schema import ConvLayersWorkload, Experiment
 from spartan_py.trace import TraceRecord
 
@@ -86,14 +86,11 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     c = xp.empty((m, n), dtype=xp.float32)
     reference = dense_matmul(a, w, precision=policy.precision)
     tiled = tile_sparse_matmul(a, w, tiles, precision=policy.precision)
-    scale = float(xp.abs(reference).max()) or 1.0
-    max_rel_diff = float(xp.abs(tiled - reference).max()) / scale
     if config.policy == "adaptive":
         decision = policy.choose(profile, n, layer=label)
     else:
         decision = Decision(label, config.policy, reason=f"fixed by the experiment (policy: {config.policy})")
     chosen = policy.run(decision, a, w, profile)
-    chosen_rel_diff = float(xp.abs(chosen - reference).max()) / scale
     row = {
         "layer": label,
         "M": m,
@@ -109,8 +106,8 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         "utilization": tile_utilization(a, tile),
         "kernel": decision.kernel,
         "reason": decision.reason,
-        "tile_sparse_max_rel_diff": max_rel_diff,
-        "chosen_max_rel_diff": chosen_rel_diff,
+        "tile_sparse_max_rel_diff": relative_diff(tiled, reference),
+        "chosen_max_rel_diff": relative_diff(chosen, reference),
     }
     for size in UTILIZATION_TILES:
         counts_at_size = tile_counts(a, size)
