@@ -8,9 +8,10 @@ that ``spartan run experiments/validate-h200.yaml`` wrote on each GPU:
     python benchmarks/fidelity.py compare RUN_H100 RUN_H200 --predictions FILE   # blind error, speed-ups, reverse fit
 
 ``calibrate`` fits every family on the points not matched by ``--holdout`` and reports the
-held-out points' errors, stores the fit in ``sim/h100-sxm.yaml`` (named there as frozen),
-carries it over to ``sim/h200-sxm.yaml`` (``carry_over``: efficiencies kept, per-step
-overheads scaled by clock) and keeps the H100 trace in ``benchmarks/results/fidelity/``.
+held-out points' errors, stores the fit in ``sim/h100-sxm.yaml`` (named there as frozen; the
+H200 and the what-if machines derive theirs from it when loaded, ``calibration_from``) and
+keeps the H100 trace in ``benchmarks/results/fidelity/``. ``lopo`` leaves each point out of
+the fit in turn and stores the held-out spreads (the 80% intervals) in the machine file.
 ``predict`` writes the H200 predictions, to be committed before the H200 is measured.
 ``compare`` writes the summary the docs cite; ``tables FILE`` prints that summary as the
 Markdown tables of docs/cost-model.md. ``challenge RUN`` replays the Graph Challenge
@@ -26,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks._results import RESULTS, ROOT, commit, write_result
-from spartan_py.costmodel import calibrate, carry_over, load_machine, predict, write_calibration
+from spartan_py.costmodel import calibrate, load_machine, predict, write_calibration
 from spartan_py.costmodel.calibrate import check_may_calibrate
 from spartan_py.costmodel.fidelity import (
     HOLDOUT_POINTS,
@@ -108,9 +109,6 @@ def cmd_calibrate(args) -> dict:
         f"{refitted}: {source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}{others}; "
         "not refitted since",
     )
-    if args.machine == "h100-sxm":  # the blind machine's predictions carry the H100's fit
-        h200 = carry_over(load_machine("h100-sxm"), load_machine("h200-sxm"))
-        write_calibration(sim / "h200-sxm.yaml", h200.calibration)
     return {
         "device": device,
         "fit_points": fit_points,
@@ -121,6 +119,49 @@ def cmd_calibrate(args) -> dict:
         "fit": _tables(predict(trace[~held], h100)),
         "held_out": _tables(predict(trace[held], h100)),
     }
+
+
+def _held_out(job):
+    """One point's held-out runs: its families refitted on the other points, warm from the
+    committed fit, the compiled instances it launches with their own fits again."""
+    from spartan_py.costmodel.families import instance_of
+    from spartan_py.costmodel.intervals import held_out_runs
+
+    trace, machine, point = job
+    launches = trace[trace["point"] == point]
+    instances = {instance_of(k, v) for k, v in zip(launches["kernel"], launches["variant"])} - {""}
+
+    def refit(others, fitted, families):
+        return calibrate(
+            others, fitted, source="leave-one-point-out", families=families, instances=instances, warm=True
+        )
+
+    return held_out_runs(trace, machine, point, refit)
+
+
+def cmd_lopo(args) -> dict:
+    """Leave each point of the calibration runs out of the fit in turn; the spreads of the
+    held-out whole runs become the machine file's ``error_spread`` (its 80% intervals)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from spartan_py.costmodel.intervals import run_error_frame
+
+    trace = pd.concat([_measured(path) for path in [args.run, *args.also]], ignore_index=True)
+    trace = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
+    machine = load_machine(args.machine)
+    points = list(trace["point"].unique())
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        rows = []
+        for done, found in enumerate(pool.map(_held_out, [(trace, machine, p) for p in points]), start=1):
+            rows += found
+            print(f"  {done}/{len(points)} points held out", flush=True)
+    errors = run_error_frame(rows)
+    return {
+        "machine": args.machine,
+        "traces": [str(path) for path in [args.run, *args.also]],
+        "points": len(points),
+        "runs": errors.round(4).to_dict(orient="records"),
+    }, errors
 
 
 def cmd_predict(args) -> dict:
@@ -280,6 +321,11 @@ def main() -> int:
     cmp_.add_argument("--h100", type=Path, default=H100_RECORDS, help=h100_help)
     cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="name of the H200 trace kept here")
     cmp_.add_argument("--scope", default="validate-h200.yaml", help=scope_help)
+    lopo = sub.add_parser("lopo", help="leave-one-point-out error spreads: the machine's 80%% intervals")
+    lopo.add_argument("run", type=Path, help="an H100 calibration run folder or kept trace")
+    lopo.add_argument("--also", type=Path, action="append", default=[], help="further calibration runs")
+    lopo.add_argument("--machine", default="h100-sxm")
+    lopo.add_argument("--workers", type=int, default=2)
     tab = sub.add_parser("tables", help="print a compare summary as the docs' Markdown tables")
     tab.add_argument("summary", type=Path, help="an h200-fidelity-*.json file")
     cha = sub.add_parser("challenge")
@@ -289,6 +335,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "tables":
         print(fidelity_tables(args.summary), end="")
+        return 0
+    if args.command == "lopo":
+        from spartan_py.costmodel.intervals import error_spreads
+
+        payload, errors = cmd_lopo(args)
+        path = write_result("lopo", "cpu (refits on measured traces)", payload, OUT)
+        spreads = error_spreads(errors, str(path.relative_to(ROOT)))
+        _set_header(
+            ROOT / "sim" / f"{args.machine}.yaml",
+            "error_spread",
+            {kind: spread.model_dump() for kind, spread in spreads.items()},
+        )
+        print(path.relative_to(ROOT))
         return 0
     commands = {"calibrate": cmd_calibrate, "predict": cmd_predict, "compare": cmd_compare, "challenge": cmd_challenge}
     payload = commands[args.command](args)

@@ -182,7 +182,7 @@ def _cmd_simulate(args) -> int:
     trace = read_replayable_trace(args.trace)
     results = []
     for name in args.machine:
-        entry, predicted = replay_summary(trace, name)
+        entry, predicted = replay_summary(trace, name, args.host)
         results.append(entry)
         if args.out:
             out = (
@@ -196,10 +196,19 @@ def _cmd_simulate(args) -> int:
         return 0
     for entry in results:
         print(f"{entry['machine']}: {entry['trust']}")
+        if entry["host"]:
+            print(f"  host assumed: {entry['host']} (sim/hosts/)")
+        print(f"  {entry['interval_status']}")
         for run, us in entry["predicted_us_by_run"].items():
             label = run or "(unnamed)"
             if us is None:
                 print(f"  run {label}: no total: {entry['unpriced_by_run'][run]}")
+            elif run in entry["interval_us_by_run"]:
+                span = entry["interval_us_by_run"][run]
+                print(
+                    f"  run {label}: {us / 1e3:.3f} ms (kernel launches; 80% interval "
+                    f"{span['low_us'] / 1e3:.3f}-{span['high_us'] / 1e3:.3f} ms, spread of {span['from']})"
+                )
             else:
                 print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
         for kind, families in entry["guessed"].items():
@@ -359,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
         "or a `spartan run` folder (every point's trace)",
     )
     simulate.add_argument("--machine", action="append", required=True, help="NAME or NAME+VARIANT; repeat for several")
+    simulate.add_argument(
+        "--host",
+        help="assume this host (sim/hosts/NAME.yaml: its launch and sync latencies) instead of each machine's own",
+    )
     simulate.add_argument("--out", type=Path, help="write the predicted trace here (one file per machine if several)")
     simulate.add_argument("--json", action="store_true")
     simulate.set_defaults(handler=_cmd_simulate)

@@ -32,7 +32,9 @@ _FREE = {
         "saturating_warps": (1.0, 64.0, 4.0),
         "overlap": (0.0, 1.0, 1.0),
     },
-    "memory": {"launch_us": (0.0, 500.0, 3.0), "memory_efficiency": (0.05, 1.0, 0.7)},
+    # Little's law: the bandwidth a memory-bound family reaches is what it keeps in flight over
+    # the memory latency (a property of its code, which carries over), not a share of the peak
+    "memory": {"launch_us": (0.0, 500.0, 3.0), "bytes_in_flight_kib": (16.0, 262144.0, 1024.0)},
     "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
 }
 _FIXED = {
@@ -44,6 +46,7 @@ _FIXED = {
     "weight_load_cost": 0.0,
     "overlap": 1.0,
     "saturating_warps": 0.0,
+    "bytes_in_flight_kib": 0.0,
 }
 
 
@@ -85,14 +88,19 @@ def _starts(names: list[str], start: np.ndarray) -> list[np.ndarray]:
     return [start, *others]
 
 
-def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: str) -> FamilyCalibration:
-    """Least-squares parameters of ``key`` (a family or one of its instances) on ``rows``."""
+def _fit(
+    machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: str, warm: FamilyCalibration | None = None
+) -> FamilyCalibration:
+    """Least-squares parameters of ``key`` (a family or one of its instances) on ``rows``,
+    started from ``warm`` (an earlier fit of the same key) when given, else from the defaults."""
     free = _free_parameters(kernel)
     assert free is not None
     names = list(free)
     lower = np.array([free[n][0] for n in names])
     upper = np.array([free[n][1] for n in names])
     start = np.array([free[n][2] for n in names])
+    if warm is not None:
+        start = np.clip(np.array([getattr(warm, n) for n in names], dtype=float), lower, upper)
     target = np.log(rows["measured_us"].to_numpy(float))
 
     def residuals(x):
@@ -101,7 +109,7 @@ def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: st
 
     solutions = [
         least_squares(residuals, guess, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
-        for guess in _starts(names, start)
+        for guess in ([start] if warm is not None else _starts(names, start))
     ]
     solution = min(solutions, key=lambda found: found.cost)
     values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
@@ -111,15 +119,24 @@ def _fit(machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: st
 
 
 def calibrate(
-    trace: pd.DataFrame, machine: Machine, *, source: str, families: tuple[str, ...] | None = None
+    trace: pd.DataFrame,
+    machine: Machine,
+    *,
+    source: str,
+    families: tuple[str, ...] | None = None,
+    instances: set[str] | None = None,
+    warm: bool = False,
 ) -> Machine:
     """The machine with every kernel family that has measured records in ``trace`` refitted
     (only those in ``families`` when given; the others keep ``machine``'s fit).
 
     A per-instance family (:attr:`~spartan_py.costmodel.families.KernelFamily.per_instance`)
     gets one fit over all its records (used for instances not seen) and one per compiled
-    instance with at least :data:`MIN_INSTANCE_RECORDS` records. ``source`` says which
-    traces these are (it is stored with each fit).
+    instance with at least :data:`MIN_INSTANCE_RECORDS` records (only the ``instances``
+    named, when given: an instance's fit reads its own records alone, so the others' fits on
+    the same records would not change). ``warm`` starts each fit from ``machine``'s own fit of
+    it (fewer iterations when the records changed little, as when one point is left out).
+    ``source`` says which traces these are (it is stored with each fit).
     """
     measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
     kernels = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
@@ -131,17 +148,21 @@ def calibrate(
     if not kernels:
         raise InputError("no measured records of a modelled GPU kernel to calibrate on")
     calibration = dict(machine.calibration)
+    earlier = dict(machine.calibration) if warm else {}
     for kernel in kernels:
         rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
         # the family's earlier per-instance fits would shadow the family-wide fit
+        kept = {k: v for k, v in calibration.items() if k.startswith(kernel + "/")} if instances is not None else {}
         calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
         base = machine.model_copy(update={"calibration": calibration})
-        calibration[kernel] = _fit(base, kernel, kernel, rows, source)
-        instances = pd.Series([instance_of(kernel, v) for v in rows["variant"]], index=rows.index)
-        for instance, group in rows.groupby(instances):
-            if instance and len(group) >= MIN_INSTANCE_RECORDS:
+        calibration[kernel] = _fit(base, kernel, kernel, rows, source, earlier.get(kernel))
+        of_rows = pd.Series([instance_of(kernel, v) for v in rows["variant"]], index=rows.index)
+        refitted = {}
+        for instance, group in rows.groupby(of_rows):
+            if instance and len(group) >= MIN_INSTANCE_RECORDS and (instances is None or instance in instances):
                 key = calibration_key(kernel, instance)
-                calibration[key] = _fit(base, key, kernel, group.reset_index(drop=True), source)
+                refitted[key] = _fit(base, key, kernel, group.reset_index(drop=True), source, earlier.get(key))
+        calibration |= kept | refitted
     return machine.model_copy(update={"calibration": calibration})
 
 
@@ -182,4 +203,10 @@ def carry_over(calibrated: Machine, target: Machine) -> Machine:
                 "fit_median_error_pct": None,
             }
         )
-    return target.model_copy(update={"calibration": families})
+    return target.model_copy(
+        update={
+            "calibration": families,
+            "calibration_host": calibrated.calibration_host or calibrated.host,
+            "error_spread": calibrated.error_spread,
+        }
+    )

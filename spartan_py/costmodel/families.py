@@ -63,6 +63,10 @@ class KernelFamily:
     #: whether its compiled instances (the variant's first part, e.g. ``R1xC16``: rows per tile
     #: and columns per thread) are calibrated apart: each has its own registers and occupancy
     per_instance: bool = False
+    #: host synchronisations inside one record's timed work (the software monitor's pass waits
+    #: for its counts; cuSPARSE's conversion reads the non-zero count back): each adds the
+    #: host's round trip, which another host changes (:mod:`spartan_py.costmodel.hosts`)
+    host_syncs: int = 0
 
 
 def instance_of(kernel: str, variant: str) -> str:
@@ -93,7 +97,7 @@ FAMILIES: dict[str, KernelFamily] = {
     GC_MERGED: KernelFamily("smem", per_instance=True),
     EXPAND: KernelFamily("memory"),
     SCATTER_ROWS: KernelFamily("memory"),
-    MONITOR_PASS: KernelFamily("memory", monitor_pass=True),
+    MONITOR_PASS: KernelFamily("memory", monitor_pass=True, host_syncs=1),
     EPILOGUE: KernelFamily("memory"),
     COMPACT: KernelFamily("memory", per_instance=True),
     LIST_TILES: KernelFamily("memory"),
@@ -103,7 +107,7 @@ FAMILIES: dict[str, KernelFamily] = {
     dense_gemm("fp32"): KernelFamily("fp32"),
     dense_gemm("tf32"): KernelFamily("tf32"),
     CSR_GEMM_FP32: KernelFamily("fp32"),
-    CSR_CONVERT: KernelFamily("memory"),
+    CSR_CONVERT: KernelFamily("memory", host_syncs=1),
     COPY_H2D: KernelFamily("link"),
     COPY_D2H: KernelFamily("link"),
     SYNC: KernelFamily("sync"),

@@ -132,13 +132,34 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
                 for kernel, group in rows.groupby("kernel", sort=False)
             }
         }
+    from spartan_py.costmodel.intervals import run_intervals
+
     timed = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
-    whole = timed.groupby(run_names(timed), sort=False)["predicted_us"].agg(["size", "sum"])
+    launches = timed.groupby(run_names(timed), sort=False).size()
     runs = {
-        str(name): {"launches": int(row["size"]), "predicted_us": round(float(row["sum"]), 3)}
-        for name, row in whole.iterrows()
+        str(row["run"]): {
+            "launches": int(launches[row["run"]]),
+            "predicted_us": round(float(row["predicted_us"]), 3),
+            "low_us": None if np.isnan(row["low_us"]) else round(float(row["low_us"]), 3),
+            "high_us": None if np.isnan(row["high_us"]) else round(float(row["high_us"]), 3),
+            "interval_from": row["spread"],
+        }
+        for _, row in run_intervals(timed, machine).iterrows()
     }
-    return {"machine": machine.name, "runs": points, "whole_runs": runs}
+    return {"machine": machine.name, "host": machine.host, "runs": points, "whole_runs": runs}
+
+
+def interval_coverage(measured: pd.DataFrame, blind: dict) -> pd.DataFrame:
+    """Per whole run of a measured trace (``point`` per launch): measured microseconds beside
+    the committed prediction and its 80% interval, and whether the measurement is inside."""
+    runs = whole_run_errors(attach_predictions(measured, blind))
+    rows = []
+    for _, run in runs.iterrows():
+        entry = blind["whole_runs"].get(str(run["run"]), {})
+        low, high = entry.get("low_us"), entry.get("high_us")
+        inside = None if low is None or high is None else bool(low <= run["measured_us"] <= high)
+        rows.append({**run.to_dict(), "low_us": low, "high_us": high, "inside": inside})
+    return pd.DataFrame(rows)
 
 
 def attach_predictions(trace: pd.DataFrame, blind: dict) -> pd.DataFrame:

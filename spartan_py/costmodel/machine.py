@@ -44,6 +44,12 @@ class Specs(_Frozen):
     pcie_gb_s: PositiveFloat = Field(description="host link, one direction, 1e9 bytes/s")
     launch_latency_us: PositiveFloat
     sync_latency_us: PositiveFloat
+    memory_latency_ns: PositiveFloat | None = Field(
+        None, description="a dependent DRAM load's latency (pointer chase past the L2); null: no latency term"
+    )
+    streaming_efficiency: float | None = Field(
+        None, gt=0, le=1, description="share of the datasheet DRAM bandwidth a large device-to-device copy reaches"
+    )
 
 
 class FamilyCalibration(_Frozen):
@@ -64,6 +70,12 @@ class FamilyCalibration(_Frozen):
         ge=0,
         description="per work item, once: a block's start and finish (its rows in and out, per-launch tables), "
         "bound by latency on the chip, not by DRAM bandwidth",
+    )
+    bytes_in_flight_kib: float = Field(
+        0.0,
+        ge=0,
+        description="a memory-bound family's DRAM requests in flight over the whole GPU (Little's law: this over "
+        "the machine's memory_latency_ns caps its bandwidth); 0: none fitted (memory_efficiency alone)",
     )
     overlap: float = Field(
         1.0,
@@ -86,6 +98,16 @@ class FamilyCalibration(_Frozen):
     source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
     records: int = Field(0, ge=0, description="measured records fitted")
     fit_median_error_pct: float | None = None
+
+
+class ErrorSpread(_Frozen):
+    """Held-out ratios predicted / measured of one kind of whole run (leave one point out of
+    the fit, :mod:`spartan_py.costmodel.intervals`): the ends of its 80% interval."""
+
+    low_ratio: float = Field(gt=0, description="10th percentile of predicted / measured")
+    high_ratio: float = Field(gt=0, description="90th percentile of predicted / measured")
+    runs: int = Field(ge=1, description="held-out runs behind it")
+    source: str = Field(description="the leave-one-point-out result file")
 
 
 class Validation(_Frozen):
@@ -123,8 +145,21 @@ class Machine(_Frozen):
         description="the machine whose fit this one carries over, derived when the file is loaded "
         "(spartan_py.costmodel.carry_over): a what-if machine holds no copy of a calibration to go stale",
     )
+    host: str | None = Field(
+        None, description="the host (sim/hosts/) its predictions assume; none: the launch costs as fitted"
+    )
+    calibration_host: str | None = Field(
+        None,
+        description="the host whose latencies the fitted launch costs include (the calibration runs'); "
+        "a carried-over calibration keeps its source's",
+    )
     specs: Specs
     sources: dict[str, str]
+    error_spread: dict[str, ErrorSpread] = Field(
+        {},
+        description="per kind of whole run, the held-out spread its 80% intervals come from (a carried-over "
+        "calibration carries its source's)",
+    )
     calibration: dict[str, FamilyCalibration] = {}
 
     @property

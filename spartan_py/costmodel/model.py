@@ -117,6 +117,28 @@ def unit_rate_per_sm(machine: Machine, family: KernelFamily) -> float:
     return np.nan if tflops is None else tflops * 1e12 / 2 / specs.sm_count
 
 
+def dram_time_us(machine: Machine, params: FamilyCalibration, moved_bytes: np.ndarray) -> np.ndarray:
+    """Microseconds to move ``moved_bytes`` through DRAM.
+
+    With a fitted ``bytes_in_flight_kib`` (a memory-bound family), Little's law: the family keeps
+    that many bytes of requests in flight, each round trip takes the machine's memory latency,
+    so it moves them at ``in flight / latency`` at most; the transfer itself runs at the share of
+    the datasheet bandwidth a large copy reaches (``streaming_efficiency``) times the family's
+    ``memory_efficiency``. Per byte the two add (a round trip is the latency plus the time its
+    bytes take on the bus), and a launch that moves less than one round's worth still waits one
+    latency. Neither term depends on the GPU the parameters were fitted on, so a GPU with faster
+    DRAM speeds up only the transfer. Without it, bytes at ``memory_efficiency`` of the peak.
+    """
+    specs = machine.specs
+    if params.bytes_in_flight_kib <= 0 or specs.memory_latency_ns is None:
+        return moved_bytes / (specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency)
+    transfer = moved_bytes / (
+        specs.memory_bandwidth_gb_s * 1e3 * (specs.streaming_efficiency or 1.0) * params.memory_efficiency
+    )
+    rounds = np.where(moved_bytes > 0, np.maximum(1.0, moved_bytes / (params.bytes_in_flight_kib * 1024)), 0.0)
+    return transfer + rounds * specs.memory_latency_ns / 1e3
+
+
 def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd.DataFrame:
     """Records as they would be under the variant: no monitor traffic, other tile heights
     (of the Graph Challenge layer kernel, whose work item is a tile of activation rows; a
@@ -150,9 +172,7 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
     specs = machine.specs
     n = len(rows)
     launch = np.full(n, params.launch_us)
-    memory = (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float) / (
-        specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency
-    )
+    memory = dram_time_us(machine, params, (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float))
     blocks = rows["blocks"].to_numpy(float)
     executed = rows["executed_macs"].to_numpy(float)
     note = np.full(n, "", dtype=object)
@@ -217,8 +237,26 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
     }
 
 
+def host_shift_us(machine: Machine, host: str | None = None) -> tuple[float, float]:
+    """(per launch, per host synchronisation) microseconds that running on ``host`` (default
+    the machine's ``host``) adds to the machine's fitted costs, which include the latencies of
+    its ``calibration_host``; (0, 0) when either is not named or they are the same host."""
+    from spartan_py.costmodel.hosts import load_host
+
+    target = host or machine.host
+    if target is None or machine.calibration_host is None or target == machine.calibration_host:
+        return 0.0, 0.0
+    there, fitted = load_host(target), load_host(machine.calibration_host)
+    return there.launch_us - fitted.launch_us, there.sync_us - fitted.sync_us
+
+
 def _predict_family(
-    rows: pd.DataFrame, machine: Machine, kernel: str, variant: Variant | None, instance: str = ""
+    rows: pd.DataFrame,
+    machine: Machine,
+    kernel: str,
+    variant: Variant | None,
+    instance: str = "",
+    shift: tuple[float, float] = (0.0, 0.0),
 ) -> dict:
     family = family_of(kernel)
     n = len(rows)
@@ -260,7 +298,8 @@ def _predict_family(
             "bound": np.full(n, "link", dtype=object),
         }
     if family.unit == "sync":
-        latency = rows["host_syncs"].to_numpy(float) * (params.launch_us if calibrated else specs.sync_latency_us)
+        per_sync = (params.launch_us if calibrated else specs.sync_latency_us) + shift[1]
+        latency = rows["host_syncs"].to_numpy(float) * per_sync
         return {
             **result,
             "predicted_us": latency,
@@ -269,16 +308,26 @@ def _predict_family(
             "memory_us": np.zeros(n),
             "bound": np.full(n, "latency", dtype=object),
         }
-    return {**result, **_predict_kernels(rows, machine, family, params)}
+    predicted = _predict_kernels(rows, machine, family, params)
+    added = shift[0] + family.host_syncs * shift[1]  # another host's latencies than the fit's
+    if added:
+        predicted["launch_us"] = predicted["launch_us"] + added
+        predicted["predicted_us"] = predicted["predicted_us"] + added
+    return {**result, **predicted}
 
 
-def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = None) -> pd.DataFrame:
+def predict(
+    trace: pd.DataFrame, machine: Machine, variant: Variant | None = None, host: str | None = None
+) -> pd.DataFrame:
     """The trace with the model's prediction and its terms as extra columns.
 
     Rows the model does not cover (CPU kernels, baselines without counts) get NaN and a
-    ``note`` saying why. ``variant`` applies a what-if change (see ``sim/variants.yaml``).
+    ``note`` saying why. ``variant`` applies a what-if change (see ``sim/variants.yaml``);
+    ``host`` names the host (``sim/hosts/``) to assume instead of the machine's own
+    (:func:`host_shift_us`); the ``host`` column says which was assumed.
     """
     machine = apply_variant(machine, variant)
+    shift = host_shift_us(machine, host)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     kinds = np.full(len(frame), "none", dtype=object)
@@ -286,7 +335,7 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
     for (kernel, instance), rows in frame.groupby(
         [frame["kernel"], pd.Series(instances, index=frame.index)], sort=False
     ):
-        values = _predict_family(rows, machine, kernel, variant, instance)
+        values = _predict_family(rows, machine, kernel, variant, instance, shift)
         for name in PREDICTION_COLUMNS:
             columns[name][rows.index.to_numpy()] = values[name]
         kinds[rows.index.to_numpy()] = calibration_kind(machine, kernel, instance)
@@ -304,6 +353,7 @@ def predict(trace: pd.DataFrame, machine: Machine, variant: Variant | None = Non
     out["bound"] = out["bound"].astype(str)
     out["note"] = out["note"].astype(str)
     out["machine"] = machine.name + (f"+{variant.name}" if variant is not None else "")
+    out["host"] = host or machine.host or ""
     return out
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
+from spartan_py.costmodel.intervals import interval_us, run_kind, spread_for
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
 from spartan_py.costmodel.model import GUESSED_KINDS, predict
 from spartan_py.errors import InputError
@@ -92,9 +93,29 @@ def read_replayable_trace(path: str | Path) -> pd.DataFrame:
     return trace
 
 
-def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
+def interval_status(machine: Machine) -> str:
+    """What a machine's 80% intervals are: held-out spreads of its own runs, the calibration
+    machine's spreads carried to a GPU of the same architecture (a statement its runs check),
+    or to another architecture (a guess); or none."""
+    if not machine.error_spread:
+        return "no intervals: the machine has no leave-one-point-out spreads"
+    if (
+        machine.calibration_from is None
+        and machine.calibration
+        and all(p.records > 0 for p in machine.calibration.values())
+    ):
+        return "80% intervals from leave-one-point-out fits on this GPU's runs"
+    if machine.validated:
+        return (
+            "80% intervals carried over from the calibration GPU's held-out spreads (nothing measured here enters them)"
+        )
+    return "80% intervals carried over from another GPU's held-out spreads: a guess for this GPU (unvalidated)"
+
+
+def replay_summary(trace: pd.DataFrame, name: str, host: str | None = None) -> tuple[dict, pd.DataFrame]:
     """What ``spartan simulate`` reports of ``trace`` replayed on machine ``name``
-    (``MACHINE[+VARIANT]``), and the predicted trace. Nothing is guessed silently:
+    (``MACHINE[+VARIANT]``) in ``host`` (``sim/hosts/``; default the machine's own), and the
+    predicted trace. Nothing is guessed silently:
 
     - a run's total is None, with the reason in ``unpriced_by_run``, when a launch it times
       has no price on this machine (a partial sum is never given);
@@ -104,11 +125,16 @@ def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
       machine describes (``measured_on`` names the GPU that measured it either way).
     """
     machine, variant = resolve_machine(name)
-    predicted = predict(trace, machine, variant)
+    predicted = predict(trace, machine, variant, host=host)
     timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
     by_run: dict[str, float | None] = {}
+    intervals: dict[str, dict] = {}
     unpriced: dict[str, str] = {}
     for run, rows in timed.groupby("run", sort=False):
+        spread, kind = spread_for(machine, run_kind(rows["kernel"]))
+        bounds = interval_us(float(rows["predicted_us"].sum()), spread)
+        if bounds is not None and not rows["predicted_us"].isna().any():
+            intervals[str(run)] = {"low_us": bounds[0], "high_us": bounds[1], "from": kind}
         missing = rows["predicted_us"].isna()
         if missing.any():
             families = ", ".join(sorted(rows.loc[missing, "kernel"].unique()))
@@ -125,7 +151,10 @@ def replay_summary(trace: pd.DataFrame, name: str) -> tuple[dict, pd.DataFrame]:
     entry: dict = {
         "machine": predicted["machine"].iloc[0] if len(predicted) else name,
         "trust": trust(name),
+        "host": host or machine.host,
         "predicted_us_by_run": by_run,
+        "interval_us_by_run": intervals,
+        "interval_status": interval_status(machine),
         "unpriced_by_run": unpriced,
         "left_out": {str(k): int(v) for k, v in outside["kernel"].value_counts().items()},
         "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),

@@ -33,8 +33,65 @@ def tile_operand(tile_records: list[TraceRecord], tiles, tile_nnz):
     return TileCounts(tiles.shape, tiles.tile, tile_nnz)
 
 
+def every_kernel_plan(m: int, k: int, n: int, counted, policy) -> list[tuple[str, TraceRecord]]:
+    """Every candidate's launches for an ``m x k`` by ``k x n`` product, untimed, as ``(role,
+    record)`` in the order :func:`every_kernel_records` times them: what a GPU run with
+    ``trace: all`` records, known from the shapes and the monitor's counts alone (a simulated
+    run lists the same launches). ``counted`` is the layer's monitor profile."""
+    precision = policy.precision
+    nnz, active, live = policy.profile_counts(counted)
+    counts = dict(nnz=nnz, tiles_active=active, live_rows=live)
+    plan = [("dense", policy.records("dense", m, k, n, **counts)[0])]
+    plan += [
+        ("list" if record.kernel == LIST_TILES else "tile", record)
+        for record in policy.records("tile_sparse", m, k, n, **counts)
+    ]
+    gather, live_gemm, expand = policy.records("row_compact", m, k, n, **counts)
+    plan.append(("gather", gather))
+    if live:
+        plan += [("live_gemm", live_gemm), ("expand", expand)]
+    if precision == "fp32" and counted.density <= CSR_MAX_DENSITY:
+        convert, spmm = policy.records("csr", m, k, n, **counts)
+        plan += [("csr_convert", convert), ("csr_spmm", spmm)]
+    out_bytes = 4 * m * n
+    monitor_bytes = 4 * int(np.prod(policy.tile.grid((m, n)))) + 4 * m
+    base = TraceRecord(
+        run="",
+        layer=0,
+        kernel=EPILOGUE,
+        rows_in=m,
+        rows_out=m,
+        cols=n,
+        bytes_read=out_bytes,
+        bytes_written=out_bytes,
+        device="policy",
+    )
+    fused = replace(
+        base,
+        variant="fused",
+        monitor_mode="fused",
+        bytes_written=out_bytes + monitor_bytes,
+        monitor_bytes=monitor_bytes,
+    )
+    count_pass = replace(
+        base,
+        kernel=MONITOR_PASS,
+        variant="count",
+        monitor_mode="software",
+        bytes_written=monitor_bytes,
+        monitor_bytes=monitor_bytes,
+    )
+    return [
+        *plan,
+        ("plain", replace(base, variant="plain", monitor_mode="off")),
+        ("fused", fused),
+        ("count", count_pass),
+    ]
+
+
 def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecord]:
-    """Timed records of every candidate's launches for ``a @ w`` (CuPy arrays).
+    """Timed records of every candidate's launches for ``a @ w`` (CuPy arrays):
+    :func:`every_kernel_plan`, each launch run on its own.
 
     ``counted`` is the layer's monitor profile, ``tiles`` its tile list at the policy's
     tile, ``clock(work)`` the median microseconds of ``work()``.
@@ -48,77 +105,64 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     m, k = a.shape
     n = w.shape[1]
     precision = policy.precision
-    nnz, active, live = policy.profile_counts(counted)
-    counts = dict(nnz=nnz, tiles_active=active, live_rows=live)
+    plan = every_kernel_plan(m, k, n, counted, policy)
+    live = policy.profile_counts(counted)[2]
     out = cp.empty((m, n), dtype=cp.float32)
-    records: list[TraceRecord] = []
+    operand = tile_operand([record for _, record in plan], tiles, counted.tile_nnz)
+    made: dict = {}  # operands a later launch needs, made (untimed) when first wanted
 
-    def timed(record: TraceRecord, work) -> None:
-        # two medians, the smaller kept: a burst of host or device interference (seen as a
-        # 50x slower median of one launch among hundreds) does not become the launch's time
-        records.append(replace(record, measured_us=min(clock(work), clock(work))))
+    def packed():
+        if "packed" not in made:
+            made["packed"] = compact_rows(a, counted.row_nnz, live=live)
+            made["part"] = dense_matmul(made["packed"].values, w, precision=precision)
+        return made["packed"]
 
-    (dense,) = policy.records("dense", m, k, n, **counts)
-    timed(dense, lambda: dense_matmul(a, w, precision=precision, out=out))
-    tile_records = policy.records("tile_sparse", m, k, n, **counts)
-    operand = tile_operand(tile_records, tiles, counted.tile_nnz)
-    for record in tile_records:
-        if record.kernel == LIST_TILES:
-            timed(record, lambda: tile_list(counted.tile_nnz, a.shape, policy.tile))
-        else:
+    def csr():
+        if "csr" not in made:
+            import cupyx.scipy.sparse as sparse
+
+            made["csr"] = sparse.csr_matrix(a)
+        return made["csr"]
+
+    def epilogue_operands():
+        if "z" not in made:
+            made["z"] = dense_matmul(a, w, precision=precision)
+            made["y"] = cp.empty_like(made["z"])
+        return made["z"], made["y"]
+
+    def work_of(role: str, record: TraceRecord):
+        if role == "dense":
+            return lambda: dense_matmul(a, w, precision=precision, out=out)
+        if role == "list":
+            return lambda: tile_list(counted.tile_nnz, a.shape, policy.tile)
+        if role == "tile":
             schedule = tile_gemm_schedule(record)
-            timed(record, lambda: tile_sparse_matmul(a, w, operand, precision=precision, schedule=schedule, out=out))
-    gather, live_gemm, expand = policy.records("row_compact", m, k, n, **counts)
-    packed = compact_rows(a, counted.row_nnz, live=live)
-    timed(gather, lambda: compact_rows(a, counted.row_nnz, live=live))
-    if packed.live:
-        part = dense_matmul(packed.values, w, precision=precision)
-        timed(live_gemm, lambda: dense_matmul(packed.values, w, precision=precision, out=part))
+            return lambda: tile_sparse_matmul(a, w, operand, precision=precision, schedule=schedule, out=out)
+        if role == "gather":
+            return lambda: compact_rows(a, counted.row_nnz, live=live)
+        if role == "live_gemm":
+            rows = packed()
+            return lambda: dense_matmul(rows.values, w, precision=precision, out=made["part"])
+        if role == "expand":
+            rows = replace(packed(), values=made["part"])
+            return lambda: expand_rows(rows, out=out)
+        if role == "csr_convert":
+            import cupyx.scipy.sparse as sparse
 
-        timed(expand, lambda: expand_rows(replace(packed, values=part), out=out))
-    if precision == "fp32" and counted.density <= CSR_MAX_DENSITY:
-        import cupyx.scipy.sparse as sparse
+            return lambda: sparse.csr_matrix(a)
+        if role == "csr_spmm":
+            matrix = csr()
+            return lambda: matrix @ w
+        z, y = epilogue_operands()
+        if role == "count":
+            return lambda: software_pass(y, policy.tile, timed=False)
+        monitor = SparsityMonitor(tile=policy.tile, mode="off" if role == "plain" else "fused", timed=False)
+        return lambda: monitor.epilogue(z, out=y)
 
-        convert, spmm = policy.records("csr", m, k, n, **counts)
-        timed(convert, lambda: sparse.csr_matrix(a))
-        csr = sparse.csr_matrix(a)
-        timed(spmm, lambda: csr @ w)
-    z = dense_matmul(a, w, precision=precision)
-    y = cp.empty_like(z)
-    out_bytes = 4 * m * n
-    tiles_out = int(np.prod(policy.tile.grid((m, n))))
-    monitor_bytes = 4 * tiles_out + 4 * m
-    base = TraceRecord(
-        run="",
-        layer=0,
-        kernel=EPILOGUE,
-        rows_in=m,
-        rows_out=m,
-        cols=n,
-        bytes_read=out_bytes,
-        bytes_written=out_bytes,
-        device="policy",
-    )
-    plain = SparsityMonitor(tile=policy.tile, mode="off", timed=False)
-    fused = SparsityMonitor(tile=policy.tile, mode="fused", timed=False)
-    timed(replace(base, variant="plain", monitor_mode="off"), lambda: plain.epilogue(z, out=y))
-    timed(
-        replace(
-            base,
-            variant="fused",
-            monitor_mode="fused",
-            bytes_written=out_bytes + monitor_bytes,
-            monitor_bytes=monitor_bytes,
-        ),
-        lambda: fused.epilogue(z, out=y),
-    )
-    count_pass = replace(
-        base,
-        kernel=MONITOR_PASS,
-        variant="count",
-        monitor_mode="software",
-        bytes_written=monitor_bytes,
-        monitor_bytes=monitor_bytes,
-    )
-    timed(count_pass, lambda: software_pass(y, policy.tile, timed=False))
+    # two medians, the smaller kept: a burst of host or device interference (seen as a 50x
+    # slower median of one launch among hundreds) does not become the launch's time
+    records = []
+    for role, record in plan:
+        work = work_of(role, record)
+        records.append(replace(record, measured_us=min(clock(work), clock(work))))
     return records

@@ -150,6 +150,10 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         from spartan_py.runner.conv_trace import every_kernel_records
 
         chosen_records = every_kernel_records(a, w, counted, policy, clock, tiles)
+    elif config.trace == "all" and clock is None:  # simulated: the same launches, priced by the model
+        from spartan_py.runner.conv_trace import every_kernel_plan
+
+        chosen_records = [record for _, record in every_kernel_plan(a.shape[0], a.shape[1], n, counted, policy)]
     row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
     row["speedup_tile_sparse_with_list"] = row["dense_us"] / (row["tile_sparse_us"] + row["tile_list_us"])
     row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]

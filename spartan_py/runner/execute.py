@@ -46,6 +46,7 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
     """A point's ``machines`` entry: its trace (records or a table) replayed on each listed
     machine, ``{name: {"seconds": ...}}``, or ``None`` with a note where the machine cannot
     run the kernel configuration."""
+    from spartan_py.costmodel.intervals import interval_us, run_kind, spread_for
     from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
 
     frame = trace if isinstance(trace, pd.DataFrame) else to_frame(trace)
@@ -53,8 +54,14 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
     for name in machines:
         machine, variant = resolve_machine(name)
         try:
-            seconds, _ = simulate_trace(frame, machine, variant)
-            out[name] = {"seconds": seconds}
+            seconds, predicted = simulate_trace(frame, machine, variant)
+            spread, kind = spread_for(machine, run_kind(predicted.loc[predicted["predicted_us"].notna(), "kernel"]))
+            bounds = interval_us(seconds, spread)
+            out[name] = {
+                "seconds": seconds,
+                "interval_seconds": list(bounds) if bounds else None,
+                "interval_from": kind,
+            }
         except SpartanError as exc:
             out[name] = {"seconds": None, "note": str(exc)}
     return out

@@ -270,6 +270,9 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
                     "machine": machine,
                     "trust": trusts[machine],
                     "predicted_seconds": predicted["seconds"],
+                    # the 80% interval from the machine's leave-one-point-out spreads (none: no spreads)
+                    "low_seconds": (predicted.get("interval_seconds") or [None, None])[0],
+                    "high_seconds": (predicted.get("interval_seconds") or [None, None])[1],
                     "note": predicted.get("note", ""),
                     "own_seconds": point["summary"]["seconds"],
                     "own_device": point["summary"]["device"],

@@ -1,0 +1,194 @@
+"""A model release on a drawn validation set: predictions committed first, then the comparison.
+
+    python -m benchmarks.drawn_release predict RUN_SIMULATED    # the frozen model's predictions, per GPU
+    python -m benchmarks.drawn_release compare RUN --predictions FILE [--host-latency FILE] [--first RUN_H100]
+
+``predict`` reads the run folder of the drawn set's simulated file (``python -m
+benchmarks.draw_validation --mode simulated``; its CPU twins list the launches the GPUs will
+run) and writes every listed machine's predictions (per launch, per whole run with the 80%
+interval) to ``benchmarks/results/fidelity/``: commit it before any GPU runs the measured file.
+``compare`` matches a GPU's measured run of the same points to them: whole runs within 10%,
+per-launch medians per family, how many measurements fall inside their intervals, and, with
+``--host-latency`` (``python -m benchmarks.host_latency`` on that GPU's machine, apart from the
+points), the same with the host's part of the error taken out: the predictions moved by the
+difference between that host's latencies and the assumed host's. ``--first`` (the H100's run)
+adds the measured and predicted speed-ups per family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks._results import ROOT, commit, write_result
+from spartan_py.costmodel import load_machine
+from spartan_py.costmodel.families import FAMILIES
+from spartan_py.costmodel.fidelity import (
+    MIN_FAMILY_LAUNCHES,
+    attach_predictions,
+    family_errors,
+    interval_coverage,
+    predictions,
+    run_traces,
+)
+from spartan_py.costmodel.hosts import load_host
+from spartan_py.costmodel.machine import machine_for_device
+from spartan_py.errors import InputError
+from spartan_py.trace import read_trace
+
+OUT = ROOT / "benchmarks" / "results" / "fidelity"
+WITHIN_PCT = 10.0
+"""The whole-run bar: within 10% of the measurement."""
+
+
+def point_label(label: str) -> str:
+    """A point's label as the measured run writes it: a simulated conv point runs backend
+    ``auto`` (the CPU path) where the measured one runs ``gpu``."""
+    return label.replace("backend=auto,", "backend=gpu,", 1)
+
+
+def simulated_records(run_dir: Path) -> pd.DataFrame:
+    """Every GPU launch a simulated run's twins listed, with ``point`` (the measured label)."""
+    frames = []
+    for path in sorted((run_dir / "points").glob("*.json")):
+        record = json.loads(path.read_text())
+        trace_path = path.with_suffix("").with_suffix(".trace.csv")
+        if record.get("status") != "ok" or not trace_path.is_file():
+            raise InputError(
+                f"point {record.get('label')} did not finish: every drawn point needs its records", path=path
+            )
+        trace = read_trace(trace_path)
+        frames.append(trace[trace["kernel"].isin(list(FAMILIES))].assign(point=point_label(record["label"])))
+    if not frames:
+        raise InputError("no points in the simulated run", path=run_dir)
+    return pd.concat(frames, ignore_index=True)
+
+
+def cmd_predict(args) -> tuple[str, dict]:
+    records = simulated_records(args.run)
+    machines = args.machines.split(",")
+    config = json.loads(next((args.run / "points").glob("*.json")).read_text())["config"]
+    return "drawn-predictions", {
+        "drawn_set": str(args.experiment),
+        "model_commit": commit().removesuffix("+dirty"),
+        "records_from": f"{args.run} (the CPU twins of the simulated file; the GPUs launch the same kernels)",
+        "points": int(records["point"].nunique()),
+        "machines": {name: predictions(records, load_machine(name)) for name in machines},
+        "simulated_config_mode": config.get("mode"),
+    }
+
+
+def _host_adjusted(measured: pd.DataFrame, blind: dict, host_figures: dict) -> pd.DataFrame:
+    """The blind per-launch predictions moved to the measured host: each launch by the
+    difference of launch latencies, each host synchronisation by the difference of round trips."""
+    assumed = load_host(blind["host"])
+    launch = host_figures["launch_us"] - assumed.launch_us
+    sync = host_figures["sync_us"] - assumed.sync_us
+    frame = attach_predictions(measured, blind)
+    syncs = frame["kernel"].map(lambda k: FAMILIES[k].host_syncs).to_numpy(float)
+    return frame.assign(predicted_us=frame["predicted_us"] + launch + syncs * sync)
+
+
+def _summary(frame: pd.DataFrame, coverage: pd.DataFrame) -> dict:
+    families = family_errors(frame)
+    held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
+    within = coverage["error_pct"].abs() <= WITHIN_PCT
+    inside = coverage["inside"].dropna()
+    return {
+        "whole_runs": int(len(coverage)),
+        "within_10pct": int(within.sum()),
+        "within_10pct_share": round(float(within.mean()), 4),
+        "worst_whole_run_pct": round(float(coverage["error_pct"].abs().max()), 2),
+        "median_abs_whole_run_pct": round(float(coverage["error_pct"].abs().median()), 2),
+        "inside_interval": int(inside.sum()),
+        "with_interval": int(len(inside)),
+        "families_within_15pct": int((held["median_pct"] <= 15).sum()),
+        "families_held": int(len(held)),
+    }
+
+
+def cmd_compare(args) -> tuple[str, dict]:
+    measured = run_traces(args.run)
+    device = str(measured["device"].iloc[0])
+    blind_all = json.loads(args.predictions.read_text())
+    name = machine_for_device(device, list(blind_all["machines"]))
+    if name is None:
+        raise InputError(f"the predictions name no machine for {device}", path=args.predictions)
+    blind = blind_all["machines"][name]
+    frame = attach_predictions(measured, blind)
+    coverage = interval_coverage(measured, blind)
+    payload = {
+        "device": device,
+        "machine": name,
+        "predictions": str(args.predictions.relative_to(ROOT) if args.predictions.is_absolute() else args.predictions),
+        "predictions_commit": blind_all["model_commit"],
+        "host_assumed": blind["host"],
+        "blind": _summary(frame, coverage),
+        "families": family_errors(frame).round(3).to_dict(orient="records"),
+        "whole_runs": coverage.round(4).to_dict(orient="records"),
+    }
+    if args.host_latency is not None:
+        figures = json.loads(args.host_latency.read_text())
+        adjusted = _host_adjusted(measured, blind, figures)
+        shift = adjusted["predicted_us"].sum() - frame["predicted_us"].sum()
+        payload["host_measured"] = {"file": str(args.host_latency), **{k: figures[k] for k in ("launch_us", "sync_us")}}
+        payload["with_measured_host"] = _summary(adjusted, whole_with(adjusted, coverage))
+        payload["host_part_us"] = round(float(shift), 3)
+    if args.first is not None:
+        first = attach_predictions(run_traces(args.first), blind_all["machines"][args.first_machine])
+        sums = lambda f: f.groupby("kernel")[["measured_us", "predicted_us"]].sum()  # noqa: E731
+        a, b = sums(first), sums(frame)
+        both = a.join(b, lsuffix="_first", rsuffix="_second", how="inner")
+        payload["speedups"] = [
+            {
+                "family": kernel,
+                "measured": round(float(row["measured_us_first"] / row["measured_us_second"]), 4),
+                "predicted": round(float(row["predicted_us_first"] / row["predicted_us_second"]), 4),
+            }
+            for kernel, row in both.iterrows()
+        ]
+    return f"drawn-fidelity-{name}", payload
+
+
+def whole_with(adjusted: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFrame:
+    """``coverage``'s runs with the errors of the host-adjusted predictions (intervals moved alike)."""
+    from spartan_py.costmodel.fidelity import whole_run_errors
+
+    runs = whole_run_errors(adjusted).set_index("run")
+    out = coverage.set_index("run").copy()
+    shift = runs["predicted_us"] - out["predicted_us"]
+    out["predicted_us"] = runs["predicted_us"]
+    out["error_pct"] = runs["error_pct"]
+    for end in ("low_us", "high_us"):
+        out[end] = out[end].astype(float) + shift
+    inside = (out["low_us"] <= out["measured_us"]) & (out["measured_us"] <= out["high_us"])
+    out["inside"] = inside.where(out["low_us"].notna(), np.nan)
+    return out.reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    pre = sub.add_parser("predict")
+    pre.add_argument("run", type=Path, help="the run folder of the drawn set's simulated file")
+    pre.add_argument("--experiment", type=Path, required=True, help="the drawn (measured) experiment file")
+    pre.add_argument("--machines", default="h100-sxm,h200-sxm")
+    cmp_ = sub.add_parser("compare")
+    cmp_.add_argument("run", type=Path, help="a GPU's run folder of the drawn set")
+    cmp_.add_argument("--predictions", type=Path, required=True)
+    cmp_.add_argument("--host-latency", type=Path, help="host_latency-*.json measured on that GPU's machine")
+    cmp_.add_argument("--first", type=Path, help="the calibration GPU's run of the same set (speed-ups)")
+    cmp_.add_argument("--first-machine", default="h100-sxm")
+    args = parser.parse_args(argv)
+    name, payload = {"predict": cmd_predict, "compare": cmd_compare}[args.command](args)
+    path = write_result(name, "cpu (the cost model's replay)", payload, OUT)
+    print(path.relative_to(ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
