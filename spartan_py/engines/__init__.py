@@ -71,7 +71,7 @@ def resolve_backend(name: str) -> str:
 _SUGGESTED = ("gpu-merged", "gpu", "cpu")
 
 
-def _holds_width(backend: str, neurons: int) -> bool:
+def runs_width(backend: str, neurons: int) -> bool:
     """Whether ``backend`` runs networks of ``neurons`` (its ``supported_neurons``; None: any)."""
     sizes = engine_class(backend).supported_neurons
     return sizes is None or neurons in sizes
@@ -88,11 +88,11 @@ def check_backend(name: str, neurons: int) -> None:
         usable = [
             b
             for b in _SUGGESTED
-            if b != name and _holds_width(b, neurons) and engine_class(b).unavailable_reason() is None
+            if b != name and runs_width(b, neurons) and engine_class(b).unavailable_reason() is None
         ]
         return f"use {' or '.join(usable)}" if usable else "no backend here runs it"
 
-    if not _holds_width(name, neurons):
+    if not runs_width(name, neurons):
         sizes = ", ".join(str(n) for n in cls.supported_neurons or ())
         raise InputError(f"backend {name!r} runs networks of {sizes} neurons, not {neurons}; {instead()}")
     reason = cls.unavailable_reason()
@@ -126,7 +126,7 @@ def gpu_backend_for(network: Network) -> str:
 
     if worth_merging(network):
         return "gpu-merged"
-    return "gpu" if _holds_width("gpu", network.neurons) else "cpu"
+    return "gpu" if runs_width("gpu", network.neurons) else "cpu"
 
 
 def choose_backend(name: str, network: Network) -> str:
