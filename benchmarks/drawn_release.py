@@ -196,12 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name, payload = {"predict": cmd_predict, "compare": cmd_compare}[args.command](args)
     path = write_result(name, "cpu (the cost model's replay)", payload, OUT)
-    if args.command == "predict":  # every launch's price: kept compressed
-        packed = path.with_suffix(".json.gz")
-        atomic_write_bytes(packed, gzip.compress(path.read_bytes(), mtime=0))
-        path.unlink()
-        path = packed
-    print(path.relative_to(ROOT))
+    packed = path.with_suffix(".json.gz")  # every launch's price, every whole run: kept compressed
+    atomic_write_bytes(packed, gzip.compress(path.read_bytes(), mtime=0))
+    path.unlink()
+    print(packed.relative_to(ROOT))
     return 0
 
 

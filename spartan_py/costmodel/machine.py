@@ -122,6 +122,28 @@ class Validation(_Frozen):
     per_launch_median_error_pct: float = Field(
         description="the worst per-launch median error of a kernel family with 5 or more launches (percent)"
     )
+    runs: int | None = Field(None, ge=1, description="whole runs compared (a drawn set's)")
+    runs_within_10pct: int | None = Field(None, ge=0, description="of them, within 10% of the measurement")
+    runs_inside_interval: int | None = Field(None, ge=0, description="of them, inside their 80% interval")
+
+    def figures(self) -> str:
+        """The set's figures in words: runs within 10% (and inside their intervals) where
+        counted, the worst whole run, the worst per-launch family median."""
+        counted = (
+            f"{self.runs_within_10pct} of {self.runs} whole runs within 10%"
+            + (
+                f", {self.runs_inside_interval} inside their 80% interval"
+                if self.runs_inside_interval is not None
+                else ""
+            )
+            + "; "
+            if self.runs is not None and self.runs_within_10pct is not None
+            else ""
+        )
+        return (
+            f"{counted}whole runs within {self.whole_run_error_pct:.1f}%, per-launch median error at most "
+            f"{self.per_launch_median_error_pct:.1f}% per family"
+        )
 
 
 class Machine(_Frozen):
@@ -178,9 +200,7 @@ class Machine(_Frozen):
                 why = "no measurement on it"
             return f"not validated ({why}): what-if estimates, their error unmeasured"
         parts = [
-            f"{v.scope} ({'blind' if v.blind else 'fitted here'}, {v.device}): whole runs within "
-            f"{v.whole_run_error_pct:.1f}%, per-launch median error at most {v.per_launch_median_error_pct:.1f}% "
-            f"per family ({v.result})"
+            f"{v.scope} ({'blind' if v.blind else 'fitted here'}, {v.device}): {v.figures()} ({v.result})"
             for v in self.validation
         ]
         return "validated: " + "; ".join(parts)

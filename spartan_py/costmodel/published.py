@@ -32,9 +32,7 @@ def _figures(machine: Machine) -> str:
     if not machine.validation:
         return "what-if estimates"
     return "; ".join(
-        f"{v.scope} on {v.device} at `{v.commit[:7]}`: whole runs within {v.whole_run_error_pct:.1f}%, "
-        f"per-launch median error at most {v.per_launch_median_error_pct:.1f}% per family (`{v.result}`)"
-        for v in machine.validation
+        f"{v.scope} on {v.device} at `{v.commit[:7]}`: {v.figures()} (`{v.result}`)" for v in machine.validation
     )
 
 
