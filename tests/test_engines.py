@@ -558,3 +558,15 @@ def test_pinned_upload_converts_and_copies(monkeypatch):
     monkeypatch.setattr(cupyx, "empty_pinned", no_pinning)
     device, seconds = cuda.upload_pinned(cp, host[:2])
     assert seconds > 0 and np.array_equal(device[1].get(), host[1][0].astype(np.float32))
+
+
+def test_merged_engine_refuses_a_network_too_wide_for_shared_memory():
+    """An unmergeable 65536-neuron network keeps 65536 merged columns, 520 KiB a row, more than a
+    block's shared memory: the engine says so before launching (it failed with CUDA's 'invalid
+    argument' when the drawn validation set ran it); a mergeable one of the same size plans."""
+    from spartan_py.engines.merged.plan import merged_tile_rows
+    from spartan_py.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="65536 merged columns need 520 KiB a row.*use backend cpu$"):
+        merged_tile_rows(65536, 65536)
+    assert merged_tile_rows(65536, 1024)[0] >= 1

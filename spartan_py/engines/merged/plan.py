@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spartan_py.engines.shared.column_merge import MergedLayer
-from spartan_py.errors import InputError
+from spartan_py.errors import BackendUnavailableError, InputError
 
 #: Widest merged layer for which the monitor's per-tile masks are built (wider layers count
 #: each tile by looking up its 32 columns' groups).
@@ -80,9 +80,17 @@ def merged_tile_rows(
     The tile is the largest (at most 16 rows) whose two buffers fit
     :data:`BUFFER_BUDGET_BYTES`; the first launch takes the largest tile, no taller, whose
     input rows fit too, and gathers from the expanded inputs in device memory when not even
-    one row fits.
+    one row fits. A network whose one row does not fit a block at all (an unmergeable 65536-neuron
+    one: 520 KiB a row) is refused with :class:`~spartan_py.errors.BackendUnavailableError`.
     """
     row_bytes = 2 * (width + 32) * 4 + width // 32 * 4  # two buffers and the monitor's bits
+    if row_bytes > block_shared_limit:
+        raise BackendUnavailableError(
+            f"gpu-merged holds each row of the merged network in shared memory: {width} merged columns need "
+            f"{row_bytes // 1024} KiB a row, more than the {block_shared_limit // 1024} KiB a block may have "
+            f"(this network's {neurons} neurons merge into no fewer columns); use backend cpu"
+            + (" or gpu" if neurons <= 16384 else "")
+        )
     if rows_per_tile is None:
         fitting = [r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= BUFFER_BUDGET_BYTES]
         rows_per_tile = max(fitting, default=1)
