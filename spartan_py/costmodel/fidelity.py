@@ -20,26 +20,15 @@ import numpy as np
 import pandas as pd
 
 from spartan_py.costmodel.families import (
-    EPILOGUE,
-    EXPAND,
     FAMILIES,
-    GC_LAYER,
-    GC_MERGED,
-    MONITOR_PASS,
-    SCATTER_ROWS,
-    TIMED_FAMILIES,
 )
 from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import predict, run_totals
 from spartan_py.costmodel.validation import kernel_error_table
+from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_names
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace
 
-WHOLE_RUN_FAMILIES = (*TIMED_FAMILIES, EPILOGUE, MONITOR_PASS)
-"""The families a whole run's time sums: the layer kernels and every dense-layer kernel
-(copies and host syncs are reported as families of their own)."""
-GC_FAMILIES = (GC_LAYER, GC_MERGED, SCATTER_ROWS, EXPAND)
-"""The Graph Challenge engines' timed launches: a point with them is one whole run."""
 MIN_FAMILY_LAUNCHES = 5
 """Families with fewer measured launches are listed but not held to the per-launch bar."""
 
@@ -87,13 +76,6 @@ def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     bias = with_errors(predicted).groupby("kernel")["error_pct"].median()
     table["bias_pct"] = table["family"].map(bias)
     return table[["family", "launches", "median_pct", "p90_pct", "bias_pct"]]
-
-
-def run_names(frame: pd.DataFrame) -> pd.Series:
-    """The whole run each launch belongs to: its point, or ``point / family`` in a point
-    without a Graph Challenge layer kernel (a dense-layer point)."""
-    layer_points = set(frame.loc[frame["kernel"].isin(GC_FAMILIES), "point"])
-    return frame["point"].where(frame["point"].isin(layer_points), frame["point"] + " / " + frame["kernel"])
 
 
 def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:

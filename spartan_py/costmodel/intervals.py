@@ -19,9 +19,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import GC_LAYER, GC_MERGED
 from spartan_py.costmodel.machine import ErrorSpread, Machine
 from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_kind, run_names
 
 INTERVAL_QUANTILES = (0.1, 0.9)
 """The interval's quantiles of the held-out ratios: an 80% interval."""
@@ -31,16 +31,6 @@ POOLED = "all runs"
 """The spread of every held-out run, for kinds with fewer than :data:`MIN_RUNS`."""
 
 
-def run_kind(kernels: pd.Series) -> str:
-    """The kind of a whole run from the families it launches: a Graph Challenge run is judged
-    by its layer kernel (``graph-challenge/gpu.gc_layer``), a dense-layer run by its family."""
-    present = set(kernels)
-    for layer in (GC_MERGED, GC_LAYER):
-        if layer in present:
-            return f"graph-challenge/{layer}"
-    return str(sorted(present)[0]) if len(present) == 1 else "mixed"
-
-
 Refit = Callable[[pd.DataFrame, Machine, tuple[str, ...]], Machine]
 """``refit(launches, machine, families)``: the machine with ``families`` fitted on ``launches``."""
 
@@ -48,8 +38,6 @@ Refit = Callable[[pd.DataFrame, Machine, tuple[str, ...]], Machine]
 def held_out_runs(trace: pd.DataFrame, machine: Machine, point: str, refit: Refit) -> list[dict]:
     """The whole runs of ``point`` predicted by a fit of its families on every other point of
     ``trace`` (measured launches with ``point``): run, kind, measured and predicted microseconds."""
-    from spartan_py.costmodel.fidelity import WHOLE_RUN_FAMILIES, run_names
-
     launches, others = trace[trace["point"] == point], trace[trace["point"] != point]
     if not set(launches["kernel"]) & set(WHOLE_RUN_FAMILIES):
         return []
@@ -143,8 +131,6 @@ def interval_us(predicted_us: float, spread: ErrorSpread | None) -> tuple[float,
 def run_intervals(predicted: pd.DataFrame, machine: Machine) -> pd.DataFrame:
     """Per whole run of a predicted trace (``point`` or ``run`` naming the point): the
     predicted total, its kind, the spread's kind and the 80% interval (NaN without a spread)."""
-    from spartan_py.costmodel.fidelity import WHOLE_RUN_FAMILIES, run_names
-
     frame = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
     if "point" not in frame:
         frame = frame.assign(point=frame["run"])
