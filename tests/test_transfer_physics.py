@@ -177,3 +177,21 @@ def test_leave_one_point_out_never_fits_on_the_point_it_predicts():
     assert seen == [{"p1", "p2", "p3"}, {"p0", "p2", "p3"}, {"p0", "p1", "p3"}, {"p0", "p1", "p2"}]
     assert list(errors["point"]) == ["p0", "p1", "p2", "p3"]
     assert errors["ratio"].to_numpy() == pytest.approx(errors["predicted_us"] / errors["measured_us"])
+
+
+def test_run_predictions_carry_their_interval():
+    """A point's replay on each listed machine (what simulated.csv and the report's what-if
+    table show) carries the 80% interval from the machine's spreads; the H200's, carried over
+    from the H100's, is the same relative width."""
+    from spartan_py.api import infer, resolve_inputs, resolve_network
+    from spartan_py.runner.execute import replay_on_machines
+
+    network = resolve_network("generated:1024", 8)
+    result = infer(network, resolve_inputs("generated:500", 1024), backend="gpu-merged-twin", run_id="t")
+    replayed = replay_on_machines(result.trace, ["h100-sxm", "h200-sxm"])
+    for name, entry in replayed.items():
+        low, high = entry["interval_seconds"]
+        assert low < entry["seconds"] < high, name
+        assert entry["interval_from"] == "graph-challenge/gpu.gc_merged"
+    ratio = [entry["interval_seconds"][1] / entry["interval_seconds"][0] for entry in replayed.values()]
+    assert ratio[0] == pytest.approx(ratio[1])

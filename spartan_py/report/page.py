@@ -277,8 +277,20 @@ def write_report(
     if not simulated.empty:
         sections.append(
             (
-                "What if (predicted seconds of the kernel launches)",
-                simulated[["label", "machine", "predicted_seconds", "own_seconds", "own_device", "trust", "note"]],
+                "What if (predicted seconds of the kernel launches, with the 80% interval: low_seconds - high_seconds)",
+                simulated[
+                    [
+                        "label",
+                        "machine",
+                        "predicted_seconds",
+                        "low_seconds",
+                        "high_seconds",
+                        "own_seconds",
+                        "own_device",
+                        "trust",
+                        "note",
+                    ]
+                ],
             )
         )
     if not model.empty:
