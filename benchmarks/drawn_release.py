@@ -38,6 +38,7 @@ from spartan_py.costmodel.fidelity import (
 )
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import machine_for_device
+from spartan_py.costmodel.model import host_added_us
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes
 from spartan_py.trace import read_trace
@@ -91,11 +92,12 @@ def _host_adjusted(measured: pd.DataFrame, blind: dict, host_figures: dict) -> p
     """The blind per-launch predictions moved to the measured host: each launch by the
     difference of launch latencies, each host synchronisation by the difference of round trips."""
     assumed = load_host(blind["host"])
-    launch = host_figures["launch_us"] - assumed.launch_us
-    sync = host_figures["sync_us"] - assumed.sync_us
+    shift = (host_figures["launch_us"] - assumed.launch_us, host_figures["sync_us"] - assumed.sync_us)
     frame = attach_predictions(measured, blind)
-    syncs = frame["kernel"].map(lambda k: FAMILIES[k].host_syncs).to_numpy(float)
-    return frame.assign(predicted_us=frame["predicted_us"] + launch + syncs * sync)
+    added = pd.Series(0.0, index=frame.index)
+    for kernel, group in frame.groupby("kernel", sort=False):
+        added[group.index] = host_added_us(FAMILIES[kernel], shift, group["host_syncs"].to_numpy(float))
+    return frame.assign(predicted_us=frame["predicted_us"] + added)
 
 
 def _summary(frame: pd.DataFrame, coverage: pd.DataFrame) -> dict:

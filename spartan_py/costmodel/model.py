@@ -4,7 +4,9 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
 
     predicted = launch + max(compute, memory) + (1 - hidden) x min(compute, memory)
     hidden    = overlap x (1 - 1 / co-resident blocks per SM)   (overlap, for a kernel that prefetches)
-    memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency)
+    memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency), or for a
+                memory-bound family with a fitted ``bytes_in_flight_kib`` (Little's law, :func:`dram_time_us`)
+                bytes / (DRAM bandwidth x streaming_efficiency) + memory latency x max(1, bytes / in flight)
     compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
                          + wave_overhead)
@@ -250,6 +252,15 @@ def host_shift_us(machine: Machine, host: str | None = None) -> tuple[float, flo
     return there.launch_us - fitted.launch_us, there.sync_us - fitted.sync_us
 
 
+def host_added_us(family: KernelFamily, shift: tuple[float, float], host_syncs: np.ndarray) -> np.ndarray:
+    """What another host adds to each record of ``family`` (``shift``: :func:`host_shift_us`):
+    a host synchronisation record, the round trips it counts (``host_syncs``); any other, the
+    launch latency once and the round trip of each synchronisation its work holds."""
+    if family.unit == "sync":
+        return host_syncs * shift[1]
+    return np.full(len(host_syncs), shift[0] + family.host_syncs * shift[1])
+
+
 def _predict_family(
     rows: pd.DataFrame,
     machine: Machine,
@@ -297,9 +308,11 @@ def _predict_family(
             "memory_us": transfer,
             "bound": np.full(n, "link", dtype=object),
         }
+    syncs = rows["host_syncs"].to_numpy(float) if "host_syncs" in rows else np.zeros(n)
+    added = host_added_us(family, shift, syncs)  # another host's latencies than the fit's
     if family.unit == "sync":
-        per_sync = (params.launch_us if calibrated else specs.sync_latency_us) + shift[1]
-        latency = rows["host_syncs"].to_numpy(float) * per_sync
+        per_sync = params.launch_us if calibrated else specs.sync_latency_us
+        latency = syncs * per_sync + added
         return {
             **result,
             "predicted_us": latency,
@@ -309,10 +322,8 @@ def _predict_family(
             "bound": np.full(n, "latency", dtype=object),
         }
     predicted = _predict_kernels(rows, machine, family, params)
-    added = shift[0] + family.host_syncs * shift[1]  # another host's latencies than the fit's
-    if added:
-        predicted["launch_us"] = predicted["launch_us"] + added
-        predicted["predicted_us"] = predicted["predicted_us"] + added
+    predicted["launch_us"] = predicted["launch_us"] + added
+    predicted["predicted_us"] = predicted["predicted_us"] + added
     return {**result, **predicted}
 
 
