@@ -103,11 +103,14 @@ def test_the_script_writes_the_file_for_a_given_commit(tmp_path, capsys):
 def test_drawn_points_run_on_their_backend():
     """Every Graph Challenge point names a backend that runs its width: the rows kernel stops at
     16384 neurons, so a drawn 65536-neuron point is merged (the first draw of a550aca's seed gave
-    four 65536-neuron `gpu` points that could only fail)."""
+    four 65536-neuron `gpu` points that could only fail), and never unmergeable, whose merged rows
+    do not fit a block."""
     from spartan_py.engines import runs_width
     from spartan_py.runner.drawn_set import draw_set
 
     for seed in range(20):
         for case in draw_set(seed, graph_challenge=16, conv=0).cases:
-            width = int(case["workload"]["network"].split(":")[1])
-            assert runs_width(case["backend"], width), case
+            family, width = case["workload"]["network"].split(":")
+            assert runs_width(case["backend"], int(width)), case
+            # a merged row of an unmergeable 65536-neuron network does not fit a block (a550aca's set held two)
+            assert (family, width, case["backend"]) != ("generated-unmergeable", "65536", "gpu-merged"), case

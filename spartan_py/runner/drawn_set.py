@@ -83,6 +83,23 @@ def seed_from_commit(commit: str) -> int:
     return int(digits[:16], 16)
 
 
+def _runs(backend: str, family: str, neurons: int) -> bool:
+    """Whether ``backend`` runs a generated network of ``family`` and ``neurons``: the rows kernel
+    stops at 16384 neurons; the merged kernel holds a merged row in a block, and an unmergeable
+    network keeps all its columns (65536: too wide)."""
+    if not runs_width(backend, neurons):
+        return False
+    if backend == "gpu-merged" and family == "generated-unmergeable":
+        from spartan_py.engines.merged.plan import merged_tile_rows
+        from spartan_py.errors import BackendUnavailableError
+
+        try:
+            merged_tile_rows(neurons, neurons)
+        except BackendUnavailableError:
+            return False
+    return True
+
+
 def _log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
     return int(min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high)))))))
 
@@ -94,9 +111,11 @@ def draw_set(seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: st
     rng = np.random.default_rng(seed)
     cases: list[dict] = []
     for _ in range(graph_challenge):
-        family = str(rng.choice(GC_FAMILIES))
-        width = int(rng.choice(GC_WIDTHS))
-        backends = [name for name in GC_BACKENDS if runs_width(name, width)]  # the rows kernel stops at 16384
+        backends: list[str] = []
+        while not backends:  # an unmergeable 65536-neuron network runs on no GPU backend: draw again
+            family = str(rng.choice(GC_FAMILIES))
+            width = int(rng.choice(GC_WIDTHS))
+            backends = [name for name in GC_BACKENDS if _runs(name, family, width)]
         cases.append(
             {
                 "backend": str(rng.choice(backends)),
