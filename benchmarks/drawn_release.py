@@ -35,6 +35,7 @@ from spartan_py.costmodel.fidelity import (
     interval_coverage,
     predictions,
     run_traces,
+    speedups,
 )
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import machine_for_device
@@ -88,12 +89,12 @@ def cmd_predict(args) -> tuple[str, dict]:
     }
 
 
-def _host_adjusted(measured: pd.DataFrame, blind: dict, host_figures: dict) -> pd.DataFrame:
-    """The blind per-launch predictions moved to the measured host: each launch by the
-    difference of launch latencies, each host synchronisation by the difference of round trips."""
+def _host_adjusted(frame: pd.DataFrame, blind: dict, host_figures: dict) -> pd.DataFrame:
+    """``frame``'s blind per-launch predictions (attached to the measured launches) moved to the
+    measured host: each launch by the difference of launch latencies, each host synchronisation
+    by the difference of round trips."""
     assumed = load_host(blind["host"])
     shift = (host_figures["launch_us"] - assumed.launch_us, host_figures["sync_us"] - assumed.sync_us)
-    frame = attach_predictions(measured, blind)
     added = pd.Series(0.0, index=frame.index)
     for kernel, group in frame.groupby("kernel", sort=False):
         added[group.index] = host_added_us(FAMILIES[kernel], shift, group["host_syncs"].to_numpy(float))
@@ -131,7 +132,7 @@ def cmd_compare(args) -> tuple[str, dict]:
         raise InputError(f"the predictions name no machine for {device}", path=args.predictions)
     blind = blind_all["machines"][name]
     frame = attach_predictions(measured, blind)
-    coverage = interval_coverage(measured, blind)
+    coverage = interval_coverage(frame, blind)
     payload = {
         "device": device,
         "machine": name,
@@ -144,24 +145,17 @@ def cmd_compare(args) -> tuple[str, dict]:
     }
     if args.host_latency is not None:
         figures = json.loads(args.host_latency.read_text())
-        adjusted = _host_adjusted(measured, blind, figures)
+        adjusted = _host_adjusted(frame, blind, figures)
         shift = adjusted["predicted_us"].sum() - frame["predicted_us"].sum()
         payload["host_measured"] = {"file": str(args.host_latency), **{k: figures[k] for k in ("launch_us", "sync_us")}}
         payload["with_measured_host"] = _summary(adjusted, whole_with(adjusted, coverage))
         payload["host_part_us"] = round(float(shift), 3)
     if args.first is not None:
         first = attach_predictions(run_traces(args.first), blind_all["machines"][args.first_machine])
-        sums = lambda f: f.groupby("kernel")[["measured_us", "predicted_us"]].sum()  # noqa: E731
-        a, b = sums(first), sums(frame)
-        both = a.join(b, lsuffix="_first", rsuffix="_second", how="inner")
-        payload["speedups"] = [
-            {
-                "family": kernel,
-                "measured": round(float(row["measured_us_first"] / row["measured_us_second"]), 4),
-                "predicted": round(float(row["predicted_us_first"] / row["predicted_us_second"]), 4),
-            }
-            for kernel, row in both.iterrows()
-        ]
+        table = speedups(first, frame).rename(
+            columns={"measured_speedup": "measured", "predicted_speedup": "predicted"}
+        )
+        payload["speedups"] = table.round(4).to_dict(orient="records")
     return f"drawn-fidelity-{name}", payload
 
 

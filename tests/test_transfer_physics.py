@@ -84,10 +84,12 @@ def test_h200_speedup_of_memory_families_below_the_bandwidth_ratio():
         assert 1.0 <= speedup < ratio - 0.05, key
 
 
-def test_hosts_shift_launch_and_sync_costs():
+def test_hosts_shift_launch_and_sync_costs(monkeypatch):
     """Another host moves every launch by the difference of the hosts' launch latencies and
     each host synchronisation inside a record by the difference of their round trips; the
     machine's own host (the calibration's) moves nothing."""
+    import spartan_py.costmodel.model as model
+
     h100 = load_machine("h100-sxm")
     assert h100.host == h100.calibration_host == "h100-vm"
     assert host_shift_us(h100) == (0.0, 0.0)
@@ -95,20 +97,14 @@ def test_hosts_shift_launch_and_sync_costs():
     slow = fitted.model_copy(
         update={"name": "slow-vm", "launch_us": fitted.launch_us + 2, "sync_us": fitted.sync_us + 5}
     )
-    import spartan_py.costmodel.hosts as hosts
-
-    original = hosts.load_host
-    hosts.load_host = lambda name: slow if name == "slow-vm" else original(name)
-    try:
-        assert host_shift_us(h100, "slow-vm") == pytest.approx((2.0, 5.0))
-        records = pd.concat([_memory_records(kernel, [8e6]) for kernel in (EPILOGUE, MONITOR_PASS, CSR_CONVERT)])
-        here = predict(records.reset_index(drop=True), h100)
-        there = predict(records.reset_index(drop=True), h100, host="slow-vm")
-        added = (there["predicted_us"] - here["predicted_us"]).to_numpy()
-        assert added == pytest.approx([2.0, 7.0, 7.0])  # the pass and the conversion wait on the host once
-        assert set(there["host"]) == {"slow-vm"} and set(here["host"]) == {"h100-vm"}
-    finally:
-        hosts.load_host = original
+    monkeypatch.setattr(model, "load_host", lambda name: slow if name == "slow-vm" else load_host(name))
+    assert host_shift_us(h100, "slow-vm") == pytest.approx((2.0, 5.0))
+    records = pd.concat([_memory_records(kernel, [8e6]) for kernel in (EPILOGUE, MONITOR_PASS, CSR_CONVERT)])
+    here = predict(records.reset_index(drop=True), h100)
+    there = predict(records.reset_index(drop=True), h100, host="slow-vm")
+    added = (there["predicted_us"] - here["predicted_us"]).to_numpy()
+    assert added == pytest.approx([2.0, 7.0, 7.0])  # the pass and the conversion wait on the host once
+    assert set(there["host"]) == {"slow-vm"} and set(here["host"]) == {"h100-vm"}
     with pytest.raises(InputError, match="unknown host"):
         predict(_memory_records(EPILOGUE, [8e6]), h100, host="no-such-host")
 

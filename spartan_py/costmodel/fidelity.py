@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import (
-    FAMILIES,
-)
+from spartan_py.costmodel.families import FAMILIES
+from spartan_py.costmodel.intervals import run_intervals
 from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import predict, run_totals
 from spartan_py.costmodel.validation import kernel_error_table
@@ -114,8 +113,6 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
                 for kernel, group in rows.groupby("kernel", sort=False)
             }
         }
-    from spartan_py.costmodel.intervals import run_intervals
-
     timed = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
     launches = timed.groupby(run_names(timed), sort=False).size()
     runs = {
@@ -131,10 +128,11 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
     return {"machine": machine.name, "host": machine.host, "runs": points, "whole_runs": runs}
 
 
-def interval_coverage(measured: pd.DataFrame, blind: dict) -> pd.DataFrame:
-    """Per whole run of a measured trace (``point`` per launch): measured microseconds beside
-    the committed prediction and its 80% interval, and whether the measurement is inside."""
-    runs = whole_run_errors(attach_predictions(measured, blind))
+def interval_coverage(attached: pd.DataFrame, blind: dict) -> pd.DataFrame:
+    """Per whole run of a measured trace with ``blind``'s predictions attached
+    (:func:`attach_predictions`): measured microseconds beside the committed prediction and its
+    80% interval, and whether the measurement is inside."""
+    runs = whole_run_errors(attached)
     rows = []
     for _, run in runs.iterrows():
         entry = blind["whole_runs"].get(str(run["run"]), {})

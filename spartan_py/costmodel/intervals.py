@@ -128,6 +128,13 @@ def interval_us(predicted_us: float, spread: ErrorSpread | None) -> tuple[float,
     return predicted_us / spread.high_ratio, predicted_us / spread.low_ratio
 
 
+def run_interval(machine: Machine, kernels: pd.Series, predicted_us: float) -> tuple[tuple[float, float] | None, str]:
+    """(the 80% interval of a whole run that launched ``kernels`` and is predicted at
+    ``predicted_us`` on ``machine``, or None; the kind whose spread gave it)."""
+    spread, used = spread_for(machine, run_kind(kernels))
+    return interval_us(predicted_us, spread), used
+
+
 def run_intervals(predicted: pd.DataFrame, machine: Machine) -> pd.DataFrame:
     """Per whole run of a predicted trace (``point`` or ``run`` naming the point): the
     predicted total, its kind, the spread's kind and the 80% interval (NaN without a spread)."""
@@ -137,10 +144,16 @@ def run_intervals(predicted: pd.DataFrame, machine: Machine) -> pd.DataFrame:
     rows = []
     for run, group in frame.groupby(run_names(frame), sort=False):
         total = float(group["predicted_us"].sum(min_count=1))
-        kind = run_kind(group["kernel"])
-        spread, used = spread_for(machine, kind)
-        bounds = interval_us(total, spread) or (np.nan, np.nan)
+        bounds, used = run_interval(machine, group["kernel"], total)
+        low, high = bounds or (np.nan, np.nan)
         rows.append(
-            {"run": run, "kind": kind, "spread": used, "predicted_us": total, "low_us": bounds[0], "high_us": bounds[1]}
+            {
+                "run": run,
+                "kind": run_kind(group["kernel"]),
+                "spread": used,
+                "predicted_us": total,
+                "low_us": low,
+                "high_us": high,
+            }
         )
     return pd.DataFrame(rows, columns=["run", "kind", "spread", "predicted_us", "low_us", "high_us"])

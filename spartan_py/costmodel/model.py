@@ -50,6 +50,7 @@ from spartan_py.costmodel.families import (
     calibration_key,
     instance_of,
 )
+from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
@@ -243,8 +244,6 @@ def host_shift_us(machine: Machine, host: str | None = None) -> tuple[float, flo
     """(per launch, per host synchronisation) microseconds that running on ``host`` (default
     the machine's ``host``) adds to the machine's fitted costs, which include the latencies of
     its ``calibration_host``; (0, 0) when either is not named or they are the same host."""
-    from spartan_py.costmodel.hosts import load_host
-
     target = host or machine.host
     if target is None or machine.calibration_host is None or target == machine.calibration_host:
         return 0.0, 0.0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
-from spartan_py.costmodel.intervals import interval_us, run_kind, spread_for
+from spartan_py.costmodel.intervals import run_interval
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
 from spartan_py.costmodel.model import GUESSED_KINDS, predict
 from spartan_py.errors import InputError
@@ -131,8 +131,7 @@ def replay_summary(trace: pd.DataFrame, name: str, host: str | None = None) -> t
     intervals: dict[str, dict] = {}
     unpriced: dict[str, str] = {}
     for run, rows in timed.groupby("run", sort=False):
-        spread, kind = spread_for(machine, run_kind(rows["kernel"]))
-        bounds = interval_us(float(rows["predicted_us"].sum()), spread)
+        bounds, kind = run_interval(machine, rows["kernel"], float(rows["predicted_us"].sum()))
         if bounds is not None and not rows["predicted_us"].isna().any():
             intervals[str(run)] = {"low_us": bounds[0], "high_us": bounds[1], "from": kind}
         missing = rows["predicted_us"].isna()

@@ -46,7 +46,7 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
     """A point's ``machines`` entry: its trace (records or a table) replayed on each listed
     machine, ``{name: {"seconds": ...}}``, or ``None`` with a note where the machine cannot
     run the kernel configuration."""
-    from spartan_py.costmodel.intervals import interval_us, run_kind, spread_for
+    from spartan_py.costmodel.intervals import run_interval
     from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
 
     frame = trace if isinstance(trace, pd.DataFrame) else to_frame(trace)
@@ -55,8 +55,7 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
         machine, variant = resolve_machine(name)
         try:
             seconds, predicted = simulate_trace(frame, machine, variant)
-            spread, kind = spread_for(machine, run_kind(predicted.loc[predicted["predicted_us"].notna(), "kernel"]))
-            bounds = interval_us(seconds, spread)
+            bounds, kind = run_interval(machine, predicted.loc[predicted["predicted_us"].notna(), "kernel"], seconds)
             out[name] = {
                 "seconds": seconds,
                 "interval_seconds": list(bounds) if bounds else None,
