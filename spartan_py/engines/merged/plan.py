@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spartan_py.engines.rows.plan import ROWS_PER_TILE
 from spartan_py.engines.shared.column_merge import MergedLayer
 from spartan_py.errors import BackendUnavailableError, InputError
 
@@ -89,7 +90,7 @@ def merged_tile_rows(
             f"gpu-merged holds each row of the merged network in shared memory: {width} merged columns need "
             f"{row_bytes // 1024} KiB a row, more than the {block_shared_limit // 1024} KiB a block may have "
             f"(this network's {neurons} neurons merge into no fewer columns); use backend cpu"
-            + (" or gpu" if neurons <= 16384 else "")
+            + (" or gpu" if neurons in ROWS_PER_TILE else "")  # the widths the rows kernel runs
         )
     if rows_per_tile is None:
         fitting = [r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= BUFFER_BUDGET_BYTES]
