@@ -73,7 +73,57 @@ def test_a_measured_step_runs_each_sparse_gemm_and_checks_it(tmp_path, backend, 
     assert set(sparse["kernel"]) == {"tile_sparse"} and len(sparse) == 5
     assert (table["chosen_max_rel_diff"] < bound).all() and (table["tile_sparse_max_rel_diff"] < bound).all()
     assert (table.loc[table["gemm"] == "forward", "im2col_us"] > 0).all()
-    assert summary["im2col_seconds"] > 0 and summary["max_rel_diff"] < bound
+    assert (table.loc[table["gemm"] == "forward", "col2im_us"] > 0).all()
+    assert summary["im2col_seconds"] > 0 and summary["col2im_seconds"] > 0 and summary["max_rel_diff"] < bound
+    # the software monitor (a counting pass and a wait for its counts) beside the fused one
+    assert summary["software_monitor_seconds"] > 0
+    assert summary["profiling_ratio"] == pytest.approx(summary["software_monitor_seconds"] / summary["monitor_seconds"])
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_each_precision_reports_its_error_against_float64(tmp_path, backend):
+    """Every GEMM row carries the dense product's error against float64; fp32x3 (three TF32
+    products) lands near FP32's error, far under TF32's, and the appendix sets them side by side."""
+    from spartan_py.runner.store import load_points, precision_table
+
+    path = tmp_path / "precisions.yaml"
+    path.write_text(
+        "name: precisions\nworkload:\n  kind: conv_layers\n  step: training\n  layers: [vgg16/conv5_1]\n"
+        f"  batch: 1\n  density: 0.2\nbackend: {backend}\nrepeats: 1\n"
+        "sweep:\n  grid:\n    precision: [fp32, tf32, fp32x3]\n"
+    )
+    experiment, points = load_experiment(path)
+    assert run_experiment(experiment, points, tmp_path / "run").failed == 0
+    appendix = precision_table(load_points(tmp_path / "run"))
+    (row,) = appendix.to_dict("records")
+    assert row["layer"] == "vgg16/conv5_1" and row["fp32x3_vs_fp32"] > 0
+    assert row["fp32_max_rel_err"] < 1e-6 and row["fp32x3_max_rel_err"] < 1e-6
+    assert row["tf32_max_rel_err"] > 20 * max(row["fp32x3_max_rel_err"], row["fp32_max_rel_err"])
+
+
+def test_no_precision_appendix_without_fp32x3():
+    """The appendix is for fp32x3: runs without it get none."""
+    from spartan_py.runner.store import precision_table
+
+    point = {
+        "status": "ok",
+        "config": {"precision": "fp32", "workload": {"batch": 1, "density": 0.1}},
+        "summary": {"step": "training", "layers": [{"layer": "a", "dense_us": 1.0, "dense_max_rel_err": 1e-7}]},
+    }
+    assert precision_table([point]).empty
+
+
+def test_fp32x3_with_every_launch_traced_is_refused(tmp_path):
+    """trace: all times the fp32 and tf32 families one launch at a time; fp32x3 is refused there."""
+    from spartan_py.config.validate import ConfigError
+
+    path = tmp_path / "all.yaml"
+    path.write_text(
+        "name: all\nworkload:\n  kind: conv_layers\n  layers: [vgg16/conv5_1]\n  batch: 1\n"
+        "precision: fp32x3\ntrace: all\n"
+    )
+    with pytest.raises(ConfigError, match="fp32x3 runs the tf32 ones"):
+        load_experiment(path)
 
 
 def test_the_transposed_profile_counts_x_transposed():
@@ -102,10 +152,11 @@ def test_a_whole_network_is_labelled_by_its_name():
     from spartan_py.sparsity.workloads import layers_name
 
     _, points = load_experiment(ROOT / "experiments" / "spartan-table.yaml")
-    assert [p.label for p in points[:3]] == [
-        "density=0.1, layers=alexnet, precision=fp32",
-        "density=0.1, layers=alexnet, precision=tf32",
-        "density=0.1, layers=vgg16, precision=fp32",
+    assert [p.label for p in points[:4]] == [
+        "layers=alexnet, batch=32, precision=fp32",
+        "layers=alexnet, batch=32, precision=tf32",
+        "layers=alexnet, batch=32, precision=fp32x3",
+        "layers=alexnet, batch=64, precision=fp32",
     ]
     whole = [layer.label for layer in CONV_LAYERS["resnet18"]]
     assert layers_name([*whole, "alexnet/conv3"]) == "resnet18+alexnet/conv3"

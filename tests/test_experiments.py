@@ -85,6 +85,8 @@ def small_copy(data: dict, gpu: bool) -> dict:
     for case in sweep.get("cases", []):
         if "repeats" in case:  # a case's own repeats (validate-h200's 20) would override the file's
             case["repeats"] = 1
+        for key in [key for key in case if key.startswith("workload.")]:  # one field of the workload
+            case[key] = _small_workload_value(key.split(".", 1)[1], case[key])
         case_workload = case.get("workload", workload)
         if "workload" in case:
             case["workload"] = {key: _small_workload_value(key, value) for key, value in case_workload.items()}

@@ -708,3 +708,101 @@ def test_policy_scales_another_batchs_counts_and_profiles_prefetch(xp):
     assert "scaled to 1024" in double.reason and "scaled" not in same.reason
     with pytest.raises(InputError, match="positive row count"):
         policy.choose(profile, 96, m=0)
+
+
+# -- fp32x3: three TF32 products ---------------------------------------------------------------
+@pytest.mark.parametrize("on_gpu", [False, pytest.param(True, marks=pytest.mark.gpu)])
+def test_split_tf32_is_exact_and_its_head_is_tf32(on_gpu):
+    """hi + lo is x exactly, hi is x rounded to TF32 (round_to_tf32's rounding, on either device)."""
+    from spartan_py.sparsity.three_tf32 import split_tf32
+
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 1e3
+    x[:3] = [np.inf, -np.inf, 0.0]
+    if on_gpu:
+        import cupy
+
+        hi, lo = (host(part) for part in split_tf32(cupy.asarray(x)))
+    else:
+        hi, lo = split_tf32(x)
+    assert np.array_equal(hi, round_to_tf32(x))
+    assert np.array_equal(hi[3:] + lo[3:], x[3:]) and (lo[:3] == 0).all()
+    assert np.array_equal(hi, round_to_tf32(hi))  # the head is already TF32: a tensor core takes it as is
+
+
+@pytest.mark.parametrize("on_gpu", [False, pytest.param(True, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32x3_products_land_near_fp32_far_under_tf32(on_gpu, transposed):
+    """Dense and tile-sparse fp32x3 against float64: within a few FP32 roundings, at least 50
+    times under TF32's error, on the listed tiles alone (A zero elsewhere)."""
+    a = sparse_matrix(m=512, k=256, tile_density=0.4, seed=7)
+    w = np.random.default_rng(8).standard_normal((256, 128)).astype(np.float32)
+    a_op = np.ascontiguousarray(a.T) if transposed else a
+    xp = np
+    if on_gpu:
+        import cupy as xp
+    a_dev, w_dev = xp.asarray(a_op), xp.asarray(w)
+    errors = {}
+    for precision in ("fp32", "tf32", "fp32x3"):
+        c = dense_matmul(a_dev, w_dev, precision=precision, transposed_a=transposed)
+        errors[precision] = matmul_error(c, a, w)["max_rel"]
+    tiles = TileCounts(a.shape, DEFAULT_TF32_GEMM_TILE, xp.asarray(tile_counts(a, DEFAULT_TF32_GEMM_TILE)))
+    tiled = tile_sparse_matmul(a_dev, w_dev, tiles, precision="fp32x3", transposed_a=transposed)
+    assert errors["fp32x3"] < 4 * max(errors["fp32"], 1e-7)
+    assert errors["tf32"] > 50 * errors["fp32x3"]
+    assert matmul_error(tiled, a, w)["max_rel"] < 4 * max(errors["fp32"], 1e-7)
+
+
+def test_fp32x3_records_are_a_split_and_three_tf32_gemms():
+    """The model prices an fp32x3 candidate as its TF32 launches with each GEMM split and run
+    three times; the tile GEMM's three outputs are added by passes of their own."""
+    from spartan_py.costmodel.families import COMPACT, LIST_TILES, dense_gemm, tile_gemm
+    from spartan_py.sparsity.candidates import candidate_records
+
+    counts = dict(nnz=9000, tiles_active=20, live_rows=400, tile=TileShape(64, 32), precision="fp32x3")
+    dense = candidate_records("dense", 512, 256, 128, **counts)
+    assert [r.kernel for r in dense] == [COMPACT] + [dense_gemm("tf32")] * 3
+    assert dense[0].variant == "split-tf32" and dense[0].bytes_written == 2 * dense[0].bytes_read
+    assert dense[2].bytes_read == dense[1].bytes_read + 4 * 512 * 128  # the second adds into C
+    tiled = candidate_records("tile_sparse", 512, 256, 128, **counts)
+    assert [r.kernel for r in tiled].count(tile_gemm("tf32")) == 3 and tiled[0].kernel == LIST_TILES
+    assert [r.variant for r in tiled if r.kernel == COMPACT] == ["split-tf32", "add", "add"]
+    with pytest.raises(InputError, match="precision"):
+        KernelPolicy("h100-sxm", precision="fp16")
+    assert "csr" not in KernelPolicy("h100-sxm", precision="fp32x3").kernels
+
+
+def test_matmul_error_on_sampled_rows_and_a_transposed_operand():
+    """Sampled rows give the error of those rows; a transposed operand reads as its transpose."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 20)).astype(np.float32)
+    c = a @ w
+    c[299, 0] += 1.0  # the last row is always sampled
+    full, sampled = matmul_error(c, a, w), matmul_error(c, a, w, rows=7)
+    assert sampled["max_abs"] == pytest.approx(full["max_abs"]) and sampled["max_rel"] == pytest.approx(full["max_rel"])
+    assert matmul_error(c, np.ascontiguousarray(a.T), w, transposed_a=True) == full
+
+
+@pytest.mark.parametrize("on_gpu", [False, pytest.param(True, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(("kernel", "stride", "pad"), [(3, 1, 1), (5, 2, 2), (1, 2, 0), (3, 2, 1)])
+def test_col2im_is_the_adjoint_of_im2col(on_gpu, kernel, stride, pad):
+    """<im2col(x), y> = <x, col2im(y)> for any y (padding rows and columns past the GEMM's ignored)."""
+    from spartan_py.sparsity.workloads import col2im
+
+    rng = np.random.default_rng(kernel + stride)
+    x = rng.standard_normal((2, 3, 11, 11)).astype(np.float32)
+    cols = im2col(x, kernel, stride, pad)
+    y = np.zeros((cols.shape[0] + 5, cols.shape[1] + 3), dtype=np.float32)
+    y[: cols.shape[0], : cols.shape[1]] = rng.standard_normal(cols.shape)
+    if on_gpu:
+        import cupy
+
+        back = host(col2im(cupy.asarray(y), x.shape, kernel, stride, pad))
+    else:
+        back = col2im(y, x.shape, kernel, stride, pad)
+    assert back.shape == x.shape
+    assert np.vdot(x.astype(np.float64), back) == pytest.approx(
+        np.vdot(cols.astype(np.float64), y[: cols.shape[0], : cols.shape[1]]), rel=1e-5
+    )
+    with pytest.raises(InputError, match="col2im"):
+        col2im(y[:10], x.shape, kernel, stride, pad)

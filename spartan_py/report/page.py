@@ -22,6 +22,7 @@ from spartan_py.runner.store import (
     device_machine,
     is_graph_challenge,
     load_points,
+    precision_table,
     results_table,
     simulated_table,
     training_step_table,
@@ -202,7 +203,7 @@ def write_report(
     points = sorted(load_points(out), key=lambda p: order.get(p["id"], len(order)))  # the sweep's order
     results, simulated, dense_layers = results_table(points), simulated_table(points), dense_layer_table(points)
     forward_layers = dense_layers[dense_layers["gemm"] == "forward"] if "gemm" in dense_layers else dense_layers
-    training = training_step_table(points)
+    training, precisions = training_step_table(points), precision_table(points)
     traces = _traces(out, points)
     model = _measured_vs_model(traces, points)
     overhead = _monitor_overhead(points)
@@ -309,6 +310,14 @@ def write_report(
                 "monitor, lists and copies; bound: every skipped tile free; spartan_published: the paper's "
                 "simulated speed-up)",
                 training,
+            )
+        )
+    if not precisions.empty:
+        sections.append(
+            (
+                "Precision appendix: each layer's dense step (three GEMMs, µs) and largest error against float64 "
+                "(|error| over |A||W|) at FP32, TF32 and fp32x3 (three TF32 products, opt-in)",
+                precisions,
             )
         )
     if not dense_layers.empty:

@@ -29,7 +29,10 @@ decides from the previous step's counts, copied to the host while the GPU works
 dense pick runs the cuBLAS call the dense step runs: it carries that one time. The monitor's
 cost is its epilogue timed with and without counting, by the same clock. The
 bound of a GEMM is its dense time scaled by its sparse operand's tile density: the time if every
-skipped tile cost nothing. im2col is timed apart (the same in both); col2im is not timed.
+skipped tile cost nothing. im2col and col2im (the input gradient's columns back to maps) are
+timed apart: the same in both steps. Each row gives the dense product's error against float64
+(at the point's precision, on :data:`ERROR_ROWS` of its output rows), and the layer's first row
+the software monitor's cost beside the fused one's (Spartan's profiling overhead ratio).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from spartan_py.trace import TraceRecord
 
 #: The three GEMMs of a layer's training step, in the order a step runs them per layer.
 TRAINING_GEMMS = ("forward", "weight_grad", "input_grad")
+#: Output rows (evenly spaced) on which each GEMM's error against float64 is measured.
+ERROR_ROWS = 1024
 
 
 @functools.lru_cache(maxsize=32)
@@ -129,7 +134,14 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     kernels the adaptive step launched."""
     from spartan_py.costmodel.families import COMPACT
     from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
-    from spartan_py.sparsity import KernelPolicy, SparsityMonitor, dense_matmul, tile_sparse_matmul, tile_utilization
+    from spartan_py.sparsity import (
+        KernelPolicy,
+        SparsityMonitor,
+        dense_matmul,
+        matmul_error,
+        tile_sparse_matmul,
+        tile_utilization,
+    )
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import TileCounts
     from spartan_py.sparsity.workloads import conv_layer
@@ -167,6 +179,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         monitored.append(mask)
         gradient *= mask > 0
     monitor_us = _monitor_us(monitored, config.monitor, counting_tile(tile), clock) if clock is not None else 0.0
+    software_us = _monitor_us(monitored, "software", counting_tile(tile), clock) if clock is not None else float("nan")
     predicted_monitor = {on: 0.0 for on in (machine, hw_machine)}
     if config.monitor != "off":
         for matrix in monitored:
@@ -275,6 +288,9 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             "reason": decision.reason,
             "tile_sparse_max_rel_diff": relative_diff(sparse, reference),
             "chosen_max_rel_diff": relative_diff(chosen, reference),
+            "dense_max_rel_err": matmul_error(reference, gemm.a, gemm.w, transposed_a=gemm.transposed, rows=ERROR_ROWS)[
+                "max_rel"
+            ],
             "tile_list_us": 0.0,
         }
         first = gemm.name == "forward"  # the layer's monitor cost sits on its first row
@@ -308,21 +324,40 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
                 else clock(lambda run_chosen=run_chosen: run_chosen(scratch))
             )
             row["monitor_us"] = monitor_us if first else 0.0
+            row["software_monitor_us"] = software_us if first else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
         row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
         row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
         row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
         row["speedup_bound"] = row["dense_us"] / row["bound_us"] if row["bound_us"] > 0 else float("inf")
+        if gemm.name == "input_grad":
+            input_gradient = reference
         rows.append(row)
         trace += [replace(r, variant=f"{r.variant}/{gemm.name}".lstrip("/")) for r in chosen_records]
     if clock is not None:  # the same in a dense and an adaptive step: timed apart
         from spartan_py.runner.conv_operands import layer_maps
-        from spartan_py.sparsity.workloads import im2col
+        from spartan_py.sparsity.workloads import col2im, im2col
 
         maps = xp.asarray(layer_maps(label, workload))
         rows[0]["im2col_us"] = clock(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad))
+        rows[0]["col2im_us"] = clock(lambda: col2im(input_gradient, maps.shape, layer.kernel, layer.stride, layer.pad))
     return rows, trace
+
+
+def cudnn_baseline(xp) -> str:
+    """Why the step has no cuDNN convolution baseline, in one line: the GPU path needs a cuDNN
+    binding, which CuPy removed in v14 (cuDNN Frontend's Python package would be one; none is
+    wired in yet), and the CPU has none."""
+    if xp is np:
+        return "not run: no cuDNN on the CPU"
+    import cupy
+
+    try:
+        import cudnn  # noqa: F401  (cuDNN Frontend's Python package)
+    except ImportError:
+        return f"not run: CuPy {cupy.__version__} has no cuDNN binding and cuDNN Frontend is not installed"
+    return "not run: cuDNN Frontend is installed, but the step does not call it yet"
 
 
 def step_totals(rows: list[dict]) -> dict:
@@ -331,6 +366,7 @@ def step_totals(rows: list[dict]) -> dict:
     from the GEMM rows of every layer."""
     dense = sum(r["dense_us"] for r in rows) * 1e-6
     monitor = sum(r["monitor_us"] for r in rows) * 1e-6
+    software = sum(r.get("software_monitor_us", float("nan")) for r in rows) * 1e-6
     adaptive = sum(r["chosen_us"] for r in rows) * 1e-6 + monitor
     bound = sum(r["bound_us"] for r in rows) * 1e-6
 
@@ -345,8 +381,12 @@ def step_totals(rows: list[dict]) -> dict:
         "seconds": adaptive,
         "bound_seconds": bound,
         "monitor_seconds": monitor,
+        "software_monitor_seconds": software,
+        "profiling_ratio": software / monitor if monitor > 0 else float("nan"),
         "im2col_seconds": sum(r.get("im2col_us", 0.0) for r in rows) * 1e-6,
+        "col2im_seconds": sum(r.get("col2im_us", 0.0) for r in rows) * 1e-6,
         "speedup": dense / adaptive if adaptive > 0 else float("nan"),
         "speedup_bound": dense / bound if bound > 0 else float("nan"),
         "max_rel_diff": max(r["chosen_max_rel_diff"] for r in rows),
+        "max_rel_err": max(r["dense_max_rel_err"] for r in rows),
     }

@@ -200,8 +200,9 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         "layers": rows,
     }
     if training:
-        from spartan_py.runner.conv_training import step_totals
+        from spartan_py.runner.conv_training import cudnn_baseline, step_totals
 
         summary |= step_totals(rows)
+        summary["cudnn_baseline"] = cudnn_baseline(xp)
     summary["wall_seconds"] = time.perf_counter() - started
     return summary, trace

@@ -277,7 +277,11 @@ class Experiment(EngineOptions, _ExperimentHead):
     policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
         "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed"
     )
-    precision: Literal["fp32", "tf32"] = Field("fp32", description="conv_layers: GEMM precision (tf32: tensor cores)")
+    precision: Literal["fp32", "tf32", "fp32x3"] = Field(
+        "fp32",
+        description="conv_layers: GEMM precision (tf32: tensor cores; fp32x3, opt-in: every product as three "
+        "TF32 products of split operands, near FP32's error on tensor cores; never chosen unless set here)",
+    )
     trace: Literal["chosen", "all"] = Field(
         "chosen",
         description="conv_layers: which launches the point's trace records: the policy's choice, or every "
@@ -349,6 +353,11 @@ class Experiment(EngineOptions, _ExperimentHead):
             if self.mode == "simulated" and self.backend == "gpu":
                 raise ValueError(
                     "mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu"
+                )
+            if self.trace == "all" and self.precision == "fp32x3":
+                raise ValueError(
+                    "trace: all times each candidate's launches for the cost model's fp32 and tf32 families; "
+                    "fp32x3 runs the tf32 ones: use precision tf32 (or trace: chosen)"
                 )
         elif self.mode == "simulated":
             from spartan_py.engines import twin_backend

@@ -231,16 +231,55 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
                 "model_error": summary["predicted_seconds"] / summary["seconds"] - 1,
                 "hw_monitor_ms": summary["hw_monitor_seconds"] * 1e3,
                 "monitor_ms": summary["monitor_seconds"] * 1e3,
+                "software_monitor_ms": summary.get("software_monitor_seconds", float("nan")) * 1e3,
+                "profiling_ratio": summary.get("profiling_ratio", float("nan")),
                 "im2col_ms": summary["im2col_seconds"] * 1e3,
+                "col2im_ms": summary.get("col2im_seconds", float("nan")) * 1e3,
                 "sparse_picks": sum(row["kernel"] != "dense" for row in layers),
                 "gemms": len(layers),
                 "max_rel_diff": summary["max_rel_diff"],
+                "max_rel_err": summary.get("max_rel_err", float("nan")),
                 "spartan_published": SPARTAN_TRAINING_SPEEDUP.get(networks[0], float("nan"))
                 if len(networks) == 1
                 else float("nan"),
             }
         )
     return pd.DataFrame(rows)
+
+
+def precision_table(points: list[dict]) -> pd.DataFrame:
+    """Per training-step layer, each precision's dense time (the layer's three GEMMs, µs) and
+    largest error against float64 (``|error|`` over ``|A| |W|``), side by side: the ``fp32x3``
+    appendix. Empty unless some point ran ``fp32x3``."""
+    rows = []
+    for point in points:
+        summary = point.get("summary") or {}
+        if point["status"] != "ok" or summary.get("step") != "training":
+            continue
+        config = point["config"]
+        for layer in summary["layers"]:
+            rows.append(
+                {
+                    "batch": config["workload"]["batch"],
+                    "map_density": config["workload"]["density"],
+                    "layer": layer["layer"],
+                    "precision": config["precision"],
+                    "dense_us": layer["dense_us"],
+                    "max_rel_err": layer.get("dense_max_rel_err", float("nan")),
+                }
+            )
+    frame = pd.DataFrame(rows)
+    if frame.empty or "fp32x3" not in set(frame["precision"]):
+        return pd.DataFrame()
+    keys = ["batch", "map_density", "layer"]
+    by_layer = frame.groupby([*keys, "precision"], sort=False).agg(
+        dense_us=("dense_us", "sum"), err=("max_rel_err", "max")
+    )
+    wide = by_layer.unstack("precision")
+    wide.columns = [f"{precision}_{'us' if what == 'dense_us' else 'max_rel_err'}" for what, precision in wide.columns]
+    if {"fp32_us", "fp32x3_us"} <= set(wide.columns):
+        wide["fp32x3_vs_fp32"] = wide["fp32x3_us"] / wide["fp32_us"]
+    return wide.reset_index()
 
 
 def _trust(machine: str) -> str:

@@ -8,6 +8,9 @@ records it launches (which the cost model times) and how it runs.
 ``row_compact``  gather the live rows, cuBLAS on them, scatter the result back.
 ``csr``          convert the input to CSR and multiply with cuSPARSE (SpMM; FP32 only).
 
+At ``fp32x3`` (opt-in) each GEMM of a candidate is three TF32 products of split operands
+(:mod:`~spartan_py.sparsity.three_tf32`), and its records say so (:func:`three_tf32_records`).
+
 A candidate's ``run`` takes the policy (its tile, precision and counts) and the input's
 profile when it is fresh (None when stale or absent: the counts are recomputed).
 """
@@ -295,7 +298,7 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("dense", _dense_records, _run_dense),
     Candidate("tile_sparse", _tile_sparse_records, _run_tile_sparse, executed_part=_tiles_part),
     Candidate("row_compact", _row_compact_records, _run_row_compact, executed_part=_rows_part),
-    Candidate("csr", _csr_records, _run_csr, precisions=("fp32",)),  # cuSPARSE has no TF32 SpMM
+    Candidate("csr", _csr_records, _run_csr, precisions=("fp32",)),  # cuSPARSE has no TF32 SpMM (nor fp32x3)
 )
 """Every candidate, ``dense`` first (the one a sparse pick must beat by the policy's margin)."""
 
@@ -323,5 +326,36 @@ def candidate_records(kernel: str, m: int, k: int, n: int, **counts) -> list[Tra
     no times): ``nnz``, ``tiles_active``, ``live_rows``, ``tile``, ``precision``, ``layer``,
     and ``resident_blocks``, blocks the GPU holds at once, which decides the FP32 tile GEMM's
     schedule (:func:`~spartan_py.sparsity.tile_gemm.fp32_schedule`; 0: ``tiles``). A
-    ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly."""
-    return candidate(kernel).records(_Product(m, k, n, **counts))
+    ``balanced`` launch is recorded with its BK-steps as blocks, the units it spreads evenly.
+    ``fp32x3``: the TF32 launches, each GEMM as its operands' split and three TF32 GEMMs
+    (:func:`three_tf32_records`)."""
+    product = _Product(m, k, n, **counts)
+    if product.precision == "fp32x3":
+        return three_tf32_records(candidate(kernel).records(replace(product, precision="tf32")), k, n)
+    return candidate(kernel).records(product)
+
+
+def three_tf32_records(records: list[TraceRecord], k: int, n: int) -> list[TraceRecord]:
+    """``records`` of TF32 launches with each GEMM (``rows_in`` rows, contraction ``k``, ``n``
+    columns) made an ``fp32x3`` product: one pass splitting both operands (read once, two
+    parts written), then three TF32 GEMMs; cuBLAS's second and third add into the output
+    (reading it), the tile GEMM's are written apart and added by a pass of their own each."""
+    out: list[TraceRecord] = []
+    for record in records:
+        if record.kernel not in (dense_gemm("tf32"), tile_gemm("tf32")):
+            out.append(record)
+            continue
+        operands = 4 * (record.rows_in * k + k * n)
+        split: dict[str, Any] = dict(
+            run=record.run, layer=record.layer, device=record.device, kernel=COMPACT, rows_in=record.rows_in
+        )
+        out.append(TraceRecord(variant="split-tf32", bytes_read=operands, bytes_written=2 * operands, **split))
+        c_bytes = 4 * record.rows_out * n
+        for term in range(3):
+            if term and record.kernel == dense_gemm("tf32"):
+                out.append(replace(record, variant="3xtf32", bytes_read=record.bytes_read + c_bytes))
+                continue
+            out.append(replace(record, variant="-".join(filter(None, (record.variant, "3xtf32")))))
+            if term:
+                out.append(TraceRecord(variant="add", bytes_read=2 * c_bytes, bytes_written=c_bytes, **split))
+    return out

@@ -1,10 +1,11 @@
 """Tile-sparse GEMM ``A @ W`` skipping ``A``'s zero tiles, its dense cuBLAS baseline, and
 the error of either against a float64 reference.
 
-Precisions: ``fp32`` (CUDA cores) and ``tf32`` (tensor cores; operands rounded to TF32,
-10 mantissa bits, to nearest with ties away from zero, then accumulated in FP32). The CPU
-path emulates TF32 by rounding the operands the same way, so CPU and GPU results differ
-only by FP32 summation order.
+Precisions: ``fp32`` (CUDA cores), ``tf32`` (tensor cores; operands rounded to TF32,
+10 mantissa bits, to nearest with ties away from zero, then accumulated in FP32) and the
+opt-in ``fp32x3`` (three TF32 products of split operands, :mod:`~spartan_py.sparsity.three_tf32`).
+The CPU path emulates TF32 by rounding the operands the same way, so CPU and GPU results
+differ only by FP32 summation order (and, for ``fp32x3``, by how cuBLAS rounds the residuals).
 
 GPU kernels (``kernels/tile_gemm.cu``) take the tile list as CSR over row blocks: the
 tile's rows are the kernel's block height (16, 32, 64 or 128 for ``fp32``, 64 or 128 for
@@ -43,7 +44,7 @@ from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, sa
 from spartan_py.sparsity.compaction import CompactTiles
 from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "fp32x3")
 SCHEDULES = ("balanced", "tiles")
 #: Fewest BK-steps a block of the balanced schedule takes: merging a shared output costs
 #: about half a step, so sparser lists use fewer blocks rather than many one-step ones.
@@ -89,7 +90,7 @@ DEFAULT_TF32_GEMM_TILE = TileShape(64, 32)
 
 def default_gemm_tile(precision: str = "fp32") -> TileShape:
     """The tile the tile GEMM of ``precision`` uses when none is given."""
-    return DEFAULT_TF32_GEMM_TILE if precision == "tf32" else DEFAULT_GEMM_TILE
+    return DEFAULT_GEMM_TILE if precision == "fp32" else DEFAULT_TF32_GEMM_TILE
 
 
 def block_width(n: int) -> int:
@@ -176,6 +177,15 @@ def tile_sparse_matmul(
     # row_ptr, not coords: coords reads the tile count from the device (a host round trip)
     if is_gpu_array(a) != is_gpu_array(tiles.row_ptr if isinstance(tiles, TileList) else tiles.nnz):
         raise InputError("the tiles must be described on the same device as A")
+    if precision == "fp32x3":
+        from spartan_py.sparsity.three_tf32 import summed_product, three_tf32_product
+
+        listed = _listed(tiles) if isinstance(tiles, TileCounts) else tiles  # listed once, used thrice
+        if out is None:
+            out = array_module(a).empty((a.shape[0], w.shape[1]), dtype=np.float32)
+        return three_tf32_product(
+            a, w, summed_product(lambda x, y, c: tile_sparse_matmul(x, y, listed, precision="tf32", out=c)), out
+        )
     if is_gpu_array(a):
         return _gpu_tile_matmul(a, w, tiles, precision, out, schedule=schedule, transposed_a=transposed_a)
     if isinstance(tiles, TileCounts):
@@ -343,14 +353,37 @@ def _launch_balanced(
 
 
 def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool = False):
-    """Dense ``A @ W``: cuBLAS (``cublasGemmEx``, FP32 or FP32-fast-TF32 compute) on the GPU,
-    NumPy on the CPU (TF32 emulated by rounding the operands). ``transposed_a``: ``a`` holds
-    A's transpose ``[K x M]`` (cuBLAS reads it transposed; no copy)."""
+    """Dense ``A @ W``: cuBLAS (``cublasGemmEx``, FP32 or FP32-fast-TF32 compute; ``fp32x3``:
+    three TF32 GEMMs accumulating into the output) on the GPU, NumPy on the CPU (TF32
+    emulated by rounding the operands). ``transposed_a``: ``a`` holds A's transpose
+    ``[K x M]`` (cuBLAS reads it transposed; no copy)."""
     a, w = _check_operands(a, w, precision, transposed_a)
+    if precision == "fp32x3":
+        from spartan_py.sparsity.three_tf32 import summed_product, three_tf32_product
+
+        if is_gpu_array(a):
+
+            def product(x, y, c, accumulate):
+                return _cublas_gemm(x, y, c, "tf32", transposed_a, accumulate)
+
+        else:
+            product = summed_product(
+                lambda x, y, c: dense_matmul(x, y, precision="tf32", transposed_a=transposed_a, out=c)
+            )
+        if out is None:
+            m = a.shape[1] if transposed_a else a.shape[0]
+            out = array_module(a).empty((m, w.shape[1]), dtype=np.float32)
+        return three_tf32_product(a, w, product, out)
     if not is_gpu_array(a):
         if precision == "tf32":
             a, w = round_to_tf32(a), round_to_tf32(w)
         return np.matmul(a.T if transposed_a else a, w, out=out)
+    return _cublas_gemm(a, w, out, precision, transposed_a)
+
+
+def _cublas_gemm(a, w, out, precision: str, transposed_a: bool, accumulate: bool = False):
+    """``out (+)= A @ W`` by ``cublasGemmEx`` at ``precision`` (``fp32`` or ``tf32``); ``out``
+    None: a new matrix (``accumulate`` then has nothing to add to)."""
     import cupy
     from cupy.cuda import cublas
 
@@ -361,7 +394,8 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
         "fp32": getattr(cublas, "CUBLAS_COMPUTE_32F", 68),
         "tf32": getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", 77),
     }[precision]
-    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    one = np.ones(1, np.float32)
+    beta = one if accumulate and out is not None else np.zeros(1, np.float32)
     r32f = cupy.cuda.runtime.CUDA_R_32F
     # row-major C = A @ W is column-major C^T = W^T A^T
     # (a row-major A^T is a column-major A: cuBLAS reads it with op T)
@@ -379,7 +413,7 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
         a.data.ptr,
         r32f,
         m if transposed_a else k,
-        zero.ctypes.data,
+        beta.ctypes.data,
         c.data.ptr,
         r32f,
         n,
@@ -389,24 +423,29 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
     return c
 
 
-def matmul_error(c, a, w) -> dict:
+def matmul_error(c, a, w, *, transposed_a: bool = False, rows: int | None = None) -> dict:
     """Error of ``c`` against ``A @ W`` in float64: ``max_abs``, ``max_rel`` (|error| over
     ``|A| @ |W|``, the scale rounding errors grow with) and ``rms_rel`` (RMS error over RMS
-    of the reference). Computed on the host."""
-
-    def to_host(x):
-        return x.get() if is_gpu_array(x) else np.asarray(x)
-
-    c64 = to_host(c).astype(np.float64)
-    a64, w64 = to_host(a).astype(np.float64), to_host(w).astype(np.float64)
-    reference = a64 @ w64
-    scale = np.abs(a64) @ np.abs(w64)
-    error = np.abs(c64 - reference)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        relative = np.where(scale > 0, error / scale, 0.0)
-    rms_ref = float(np.sqrt(np.mean(reference**2))) or 1.0
+    of the reference). ``transposed_a``: ``a`` holds A's transpose. ``rows``: at most this many
+    of the output's rows, evenly spaced (None: all). Computed on the GPU where any of them is."""
+    xp = next((array_module(x) for x in (c, a, w) if is_gpu_array(x)), np)
+    a = a.T if transposed_a else a
+    m, k = a.shape
+    sampled = m if rows is None else min(rows, m)
+    picked = slice(None) if sampled == m else np.linspace(0, m - 1, sampled).round().astype(np.int64)
+    reference = xp.zeros((sampled, w.shape[1]), dtype=xp.float64)
+    scale = xp.zeros_like(reference)
+    step = max(1, (1 << 26) // max(sampled, 1))  # float64 of A's sample in 512 MB pieces of the contraction
+    for k0 in range(0, k, step):
+        a64 = xp.asarray(a[picked, k0 : k0 + step], dtype=xp.float64)
+        w64 = xp.asarray(w[k0 : k0 + step], dtype=xp.float64)
+        reference += a64 @ w64
+        scale += xp.abs(a64) @ xp.abs(w64)
+    error = xp.abs(xp.asarray(c[picked], dtype=xp.float64) - reference)
+    relative = xp.where(scale > 0, error / xp.where(scale > 0, scale, 1.0), 0.0)
+    rms_ref = float(xp.sqrt(xp.mean(reference**2))) or 1.0
     return {
-        "max_abs": float(error.max(initial=0.0)),
-        "max_rel": float(relative.max(initial=0.0)),
-        "rms_rel": float(np.sqrt(np.mean(error**2))) / rms_ref,
+        "max_abs": float(error.max()) if error.size else 0.0,
+        "max_rel": float(relative.max()) if relative.size else 0.0,
+        "rms_rel": float(xp.sqrt(xp.mean(error**2))) / rms_ref,
     }

@@ -130,6 +130,34 @@ def im2col(x, kernel: int, stride: int = 1, pad: int = 0):
     return xp.ascontiguousarray(windows.reshape(n * oh * ow, c * kernel * kernel))
 
 
+def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1, pad: int = 0):
+    """The NCHW ``shape`` maps whose :func:`im2col` rows ``cols`` would be, each pixel the sum of
+    every window entry it appears in (the input gradient of a convolution from its GEMM's
+    ``[N*OH*OW x C*kernel^2]`` product; extra rows or columns past those, padding, are ignored).
+    NumPy or CuPy: one strided add per kernel offset."""
+    xp = array_module(cols)
+    n, c, h, w = shape
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    if cols.shape[0] < n * oh * ow or cols.shape[1] < c * kernel * kernel or cols.strides[1] != cols.itemsize:
+        raise InputError(
+            f"col2im of {tuple(cols.shape)} rows into {shape} maps needs at least {n * oh * ow} rows of "
+            f"{c * kernel * kernel} contiguous columns"
+        )
+    row, item = cols.strides[0], cols.itemsize
+    windows = xp.lib.stride_tricks.as_strided(
+        cols,
+        shape=(n, c, kernel, kernel, oh, ow),
+        strides=(oh * ow * row, kernel * kernel * item, kernel * item, item, ow * row, row),
+    )
+    out = xp.zeros((n, c, h + 2 * pad, w + 2 * pad), dtype=cols.dtype)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            out[:, :, ky : ky + stride * (oh - 1) + 1 : stride, kx : kx + stride * (ow - 1) + 1 : stride] += windows[
+                :, :, ky, kx
+            ]
+    return xp.ascontiguousarray(out[:, :, pad : pad + h, pad : pad + w])
+
+
 def feature_maps(
     batch: int, channels: int, size: int, density: float, *, cluster_px: float = 0.0, seed: int = 0
 ) -> np.ndarray:
