@@ -371,8 +371,7 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
                 lambda x, y, c: dense_matmul(x, y, precision="tf32", transposed_a=transposed_a, out=c)
             )
         if out is None:
-            m = a.shape[1] if transposed_a else a.shape[0]
-            out = array_module(a).empty((m, w.shape[1]), dtype=np.float32)
+            out = array_module(a).empty((a.shape[1 if transposed_a else 0], w.shape[1]), dtype=np.float32)
         return three_tf32_product(a, w, product, out)
     if not is_gpu_array(a):
         if precision == "tf32":
