@@ -73,3 +73,14 @@ def write_result(name: str, device: str, payload: dict, out_dir: Path | None = N
     path = (out_dir or RESULTS) / f"{name}-{now:%Y%m%d-%H%M%S}.json"
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path
+
+
+def set_machine_header(path: Path, key: str, value) -> None:
+    """Set a top-level ``key: value`` line of a machine file (before ``specs:``; JSON is YAML)."""
+    from spartan_py.files import atomic_write_text
+
+    lines = path.read_text().splitlines()
+    line = f"{key}: {json.dumps(value)}"
+    lines = [x for x in lines if not x.startswith(f"{key}:")]
+    lines.insert(next(i for i, x in enumerate(lines) if x.startswith("specs:")), line)
+    atomic_write_text(path, "\n".join(lines) + "\n")

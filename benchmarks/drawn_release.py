@@ -101,8 +101,8 @@ def _host_adjusted(frame: pd.DataFrame, blind: dict, host_figures: dict) -> pd.D
     return frame.assign(predicted_us=frame["predicted_us"] + added)
 
 
-def _summary(frame: pd.DataFrame, coverage: pd.DataFrame) -> dict:
-    families = family_errors(frame)
+def _summary(frame: pd.DataFrame, coverage: pd.DataFrame, machine) -> dict:
+    families = family_errors(frame, machine)
     held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
     within = coverage["error_pct"].abs() <= WITHIN_PCT
     inside = coverage["inside"].dropna()
@@ -115,6 +115,8 @@ def _summary(frame: pd.DataFrame, coverage: pd.DataFrame) -> dict:
         "inside_interval": int(inside.sum()),
         "with_interval": int(len(inside)),
         "families_within_15pct": int((held["median_pct"] <= 15).sum()),
+        # host-bound families judged against twice their run-to-run spread where it was measured
+        "families_within_bar": int(held["within_bar"].sum()),
         "families_held": int(len(held)),
     }
 
@@ -131,6 +133,7 @@ def cmd_compare(args) -> tuple[str, dict]:
     if name is None:
         raise InputError(f"the predictions name no machine for {device}", path=args.predictions)
     blind = blind_all["machines"][name]
+    machine = load_machine(name)
     frame = attach_predictions(measured, blind)
     coverage = interval_coverage(frame, blind)
     payload = {
@@ -139,8 +142,8 @@ def cmd_compare(args) -> tuple[str, dict]:
         "predictions": str(args.predictions.relative_to(ROOT) if args.predictions.is_absolute() else args.predictions),
         "predictions_commit": blind_all["model_commit"],
         "host_assumed": blind["host"],
-        "blind": _summary(frame, coverage),
-        "families": family_errors(frame).round(3).to_dict(orient="records"),
+        "blind": _summary(frame, coverage, machine),
+        "families": family_errors(frame, machine).round(3).to_dict(orient="records"),
         "whole_runs": coverage.round(4).to_dict(orient="records"),
     }
     if args.host_latency is not None:
@@ -148,7 +151,7 @@ def cmd_compare(args) -> tuple[str, dict]:
         adjusted = _host_adjusted(frame, blind, figures)
         shift = adjusted["predicted_us"].sum() - frame["predicted_us"].sum()
         payload["host_measured"] = {"file": str(args.host_latency), **{k: figures[k] for k in ("launch_us", "sync_us")}}
-        payload["with_measured_host"] = _summary(adjusted, whole_with(adjusted, coverage))
+        payload["with_measured_host"] = _summary(adjusted, whole_with(adjusted, coverage), machine)
         payload["host_part_us"] = round(float(shift), 3)
     if args.first is not None:
         first = attach_predictions(run_traces(args.first), blind_all["machines"][args.first_machine])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._results import RESULTS, ROOT, commit, write_result
+from benchmarks._results import RESULTS, ROOT, commit, set_machine_header, write_result
 from spartan_py.costmodel import calibrate, load_machine, predict, write_calibration
 from spartan_py.costmodel.calibrate import check_may_calibrate
 from spartan_py.costmodel.fidelity import (
@@ -51,15 +51,6 @@ def _tables(predicted) -> dict:
         "whole_runs": whole_run_errors(predicted).round(3).to_dict(orient="records"),
         "summary": summary(predicted),
     }
-
-
-def _set_header(path: Path, key: str, value) -> None:
-    """Set a top-level ``key: value`` line of a machine file (before ``specs:``; JSON is YAML)."""
-    lines = path.read_text().splitlines()
-    line = f"{key}: {json.dumps(value)}"
-    lines = [x for x in lines if not x.startswith(f"{key}:")]
-    lines.insert(next(i for i, x in enumerate(lines) if x.startswith("specs:")), line)
-    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def _measured(path: Path):
@@ -103,7 +94,7 @@ def cmd_calibrate(args) -> dict:
     head = commit().removesuffix("+dirty")
     refitted = f"{', '.join(families)} refitted" if families else "every family"
     others = "; the other families as their own source says" if families else ""
-    _set_header(
+    set_machine_header(
         sim / f"{args.machine}.yaml",
         "calibration_frozen",
         f"{refitted}: {source}; fitted by benchmarks/fidelity.py calibrate on the code of commit {head}{others}; "
@@ -342,7 +333,7 @@ def main() -> int:
         payload, errors = cmd_lopo(args)
         path = write_result("lopo", "cpu (refits on measured traces)", payload, OUT)
         spreads = error_spreads(errors, str(path.relative_to(ROOT)))
-        _set_header(
+        set_machine_header(
             ROOT / "sim" / f"{args.machine}.yaml",
             "error_spread",
             {kind: spread.model_dump() for kind, spread in spreads.items()},
@@ -378,7 +369,7 @@ def main() -> int:
             for v in load_machine(machine).validation
             if v.scope != args.scope and (ROOT / v.result).is_file()
         ]
-        _set_header(ROOT / "sim" / f"{machine}.yaml", "validation", [*kept, entry])
+        set_machine_header(ROOT / "sim" / f"{machine}.yaml", "validation", [*kept, entry])
     print(path.relative_to(ROOT))
     return 0
 

@@ -33,6 +33,7 @@ EXPECTED_FIGURES = {
     "calibrate-rows": {"live-rows.png"},
     "calibrate-conv": {"tile-sweep.png", "what-if.png"},
     "spartan-table": {"training-step.png"},
+    "repeatability": {"live-rows.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
 

@@ -208,5 +208,6 @@ def carry_over(calibrated: Machine, target: Machine) -> Machine:
             "calibration": families,
             "calibration_host": calibrated.calibration_host or calibrated.host,
             "error_spread": calibrated.error_spread,
+            "run_to_run_spread": calibrated.run_to_run_spread,
         }
     )

@@ -60,10 +60,12 @@ def with_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+def family_errors(predicted: pd.DataFrame, machine: Machine | None = None) -> pd.DataFrame:
     """Per family: launches, median and 90th-percentile absolute per-launch error, and the
     median signed error (percent); :func:`~spartan_py.costmodel.validation.kernel_error_table`
-    with the bias beside it."""
+    with the bias beside it. With ``machine``: its measured run-to-run spread beside each
+    (median, percent; NaN where not measured), the bar the median is judged by
+    (:func:`~spartan_py.costmodel.repeatability.family_bar_pct`) and whether it holds."""
     table = kernel_error_table(predicted).rename(
         columns={
             "kernel": "family",
@@ -74,7 +76,16 @@ def family_errors(predicted: pd.DataFrame) -> pd.DataFrame:
     )
     bias = with_errors(predicted).groupby("kernel")["error_pct"].median()
     table["bias_pct"] = table["family"].map(bias)
-    return table[["family", "launches", "median_pct", "p90_pct", "bias_pct"]]
+    table = table[["family", "launches", "median_pct", "p90_pct", "bias_pct"]]
+    if machine is None:
+        return table
+    from spartan_py.costmodel.repeatability import family_bar_pct
+
+    spreads = {family: spread.median_pct for family, spread in machine.run_to_run_spread.items()}
+    table = table.assign(run_to_run_pct=table["family"].map(spreads).astype(float))
+    table["bar_pct"] = [family_bar_pct(f, s) for f, s in zip(table["family"], table["run_to_run_pct"], strict=True)]
+    table["within_bar"] = table["median_pct"] <= table["bar_pct"]
+    return table
 
 
 def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:

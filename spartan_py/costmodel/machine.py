@@ -110,6 +110,17 @@ class ErrorSpread(_Frozen):
     source: str = Field(description="the leave-one-point-out result file")
 
 
+class RunToRunSpread(_Frozen):
+    """How far one family's launches moved between runs of one experiment file on separately
+    started machines of this kind (:mod:`spartan_py.costmodel.repeatability`)."""
+
+    median_pct: float = Field(ge=0, description="median over launches of (max - min) / median, percent")
+    p90_pct: float = Field(ge=0, description="90th percentile of the same, percent")
+    launches: int = Field(ge=1, description="launches compared")
+    runs: int = Field(ge=2, description="runs (separately started machines)")
+    source: str = Field(description="the repeatability result file")
+
+
 class Validation(_Frozen):
     """How the model's predictions for a machine compared with runs measured on it."""
 
@@ -181,6 +192,11 @@ class Machine(_Frozen):
         {},
         description="per kind of whole run, the held-out spread its 80% intervals come from (a carried-over "
         "calibration carries its source's)",
+    )
+    run_to_run_spread: dict[str, RunToRunSpread] = Field(
+        {},
+        description="per kernel family, how far its launches moved between separately started machines "
+        "of this kind (a carried-over calibration carries its source's)",
     )
     calibration: dict[str, FamilyCalibration] = {}
 
