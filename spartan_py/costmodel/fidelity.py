@@ -254,6 +254,9 @@ def compare(
         "family",
         family_columns,
     )
+    # beside each family: the first machine's run-to-run spread and the bar its median is judged by
+    beside = family_errors(on_first, first_machine).set_index("family")[["run_to_run_pct", "bar_pct"]]
+    families = families.join(beside, on="family")
     runs = _side_by_side(
         {a: whole_run_errors(on_first), f"{b} blind": whole_run_errors(blind_frame), f"{b} now": whole_run_errors(now)},
         "run",
