@@ -121,6 +121,13 @@ def _summary(frame: pd.DataFrame, coverage: pd.DataFrame, machine) -> dict:
     }
 
 
+def _assumption_differences(machine, run: Path) -> list[str]:
+    environment = run / "environment.json"
+    if machine.assumes is None or not environment.is_file():
+        return []
+    return machine.assumes.differences(json.loads(environment.read_text()))
+
+
 def cmd_compare(args) -> tuple[str, dict]:
     measured = run_traces(args.run)
     device = str(measured["device"].iloc[0])
@@ -142,6 +149,8 @@ def cmd_compare(args) -> tuple[str, dict]:
         "predictions": str(args.predictions.relative_to(ROOT) if args.predictions.is_absolute() else args.predictions),
         "predictions_commit": blind_all["model_commit"],
         "host_assumed": blind["host"],
+        # where the measured GPU's driver reported other clocks, power limit or node than the file assumes
+        "assumption_differences": _assumption_differences(machine, args.run),
         "blind": _summary(frame, coverage, machine),
         "families": family_errors(frame, machine).round(3).to_dict(orient="records"),
         "whole_runs": coverage.round(4).to_dict(orient="records"),

@@ -180,9 +180,11 @@ def _cmd_simulate(args) -> int:
     from spartan_py.trace import write_trace
 
     trace = read_replayable_trace(args.trace)
+    environment_file = Path(args.trace) / "environment.json"
+    environment = json.loads(environment_file.read_text()) if environment_file.is_file() else None
     results = []
     for name in args.machine:
-        entry, predicted = replay_summary(trace, name, args.host)
+        entry, predicted = replay_summary(trace, name, args.host, environment)
         results.append(entry)
         if args.out:
             out = (
@@ -211,6 +213,8 @@ def _cmd_simulate(args) -> int:
                 )
             else:
                 print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
+        for difference in entry["assumption_differences"]:
+            print(f"  warning: the run's GPU reports {difference}")
         for kind, families in entry["guessed"].items():
             print(f"  warning: totals include launches priced by {kind} parameters: {', '.join(families)}")
         if entry["left_out"]:

@@ -160,3 +160,37 @@ def test_hw_monitor_removes_the_fused_monitors_measured_share(backend, kernel):
     assert fused.any()
     saved = 1 - hardware.loc[fused, "predicted_us"].sum() / plain.loc[fused, "predicted_us"].sum()
     assert saved >= FUSED_MONITOR_SHARE[kernel] > 0.015  # the measured share, not the bytes alone (<1%)
+
+
+def _run_folder(tmp_path, environment: dict):
+    """A `spartan run` folder holding part of the H200 trace and the given environment.json."""
+    from spartan_py.trace import read_trace, write_trace
+
+    run = tmp_path / "run"
+    (run / "points").mkdir(parents=True)
+    write_trace(run / "points" / "p1.trace.csv", read_trace(H200_TRACE).head(60))
+    (run / "environment.json").write_text(json.dumps(environment))
+    return run
+
+
+def test_a_run_on_a_gpu_other_than_the_file_assumes_is_named(tmp_path, capsys):
+    """The machine file says which clocks, power limit and node it assumes; a run whose driver
+    reported otherwise gets a warning line for each difference (and none when they agree)."""
+    from spartan_py.costmodel import load_machine
+
+    assumed = load_machine("h200-sxm").assumes
+    assert assumed is not None and assumed.power_limit_w == 700
+    same = {
+        "gpus": [{"name": "NVIDIA H200", "sm_clock_max_mhz": 1980, "memory_clock_max_mhz": 3201, "power_limit_w": 700}],
+        "gpus_in_node": 1,
+    }
+    assert cli.main(["simulate", str(_run_folder(tmp_path / "a", same)), "--machine", "h200-sxm"]) == 0
+    assert "the run's GPU reports" not in capsys.readouterr().out
+    other = {"gpus": [dict(same["gpus"][0], power_limit_w=500)] * 4, "gpus_in_node": 4}
+    assert cli.main(["simulate", str(_run_folder(tmp_path / "b", other)), "--machine", "h200-sxm"]) == 0
+    text = capsys.readouterr().out
+    assert "warning: the run's GPU reports power limit 500 W where the machine file assumes 700 W" in text
+    assert "warning: the run's GPU reports 4 GPUs in the node where the machine file assumes 1" in text
+    # a machine that does not describe the measured GPU compares nothing, assumptions included
+    assert cli.main(["simulate", str(_run_folder(tmp_path / "c", other)), "--machine", "h100-sxm"]) == 0
+    assert "the run's GPU reports" not in capsys.readouterr().out

@@ -110,6 +110,39 @@ class ErrorSpread(_Frozen):
     source: str = Field(description="the leave-one-point-out result file")
 
 
+class Assumed(_Frozen):
+    """What the driver reports of the GPU a machine file describes (``nvidia-smi``, as a run's
+    ``environment.json`` records it): two GPUs of one name with other clocks, power limit or
+    node differ, and a run on one that differs is not the GPU the file assumes."""
+
+    sm_clock_max_mhz: int | None = Field(None, description="the SM's maximum clock, MHz")
+    memory_clock_max_mhz: int | None = Field(None, description="the memory's maximum clock, MHz")
+    power_limit_w: float | None = Field(None, description="the enforced power limit, W")
+    gpus_in_node: int | None = Field(None, description="GPUs the driver lists in the node")
+    source: str = Field(description="where the figures come from (a run's environment.json, a datasheet)")
+
+    def differences(self, environment: dict) -> list[str]:
+        """Lines naming each fact a run's ``environment`` (``gpus``, ``gpus_in_node``) reports
+        otherwise than assumed; GPUs that report no value for a fact are not compared on it."""
+        found: list[str] = []
+        gpus = environment.get("gpus") or []
+        words = {
+            "sm_clock_max_mhz": ("maximum SM clock", "MHz"),
+            "memory_clock_max_mhz": ("maximum memory clock", "MHz"),
+            "power_limit_w": ("power limit", "W"),
+        }
+        for key, (what, unit) in words.items():
+            assumed = getattr(self, key)
+            seen = sorted({gpu[key] for gpu in gpus if gpu.get(key) is not None})
+            if assumed is not None and seen and seen != [assumed]:
+                shown = ", ".join(f"{value:g}" for value in seen)
+                found.append(f"{what} {shown} {unit} where the machine file assumes {assumed:g} {unit}")
+        in_node = environment.get("gpus_in_node")
+        if self.gpus_in_node is not None and in_node and in_node != self.gpus_in_node:
+            found.append(f"{in_node} GPUs in the node where the machine file assumes {self.gpus_in_node}")
+        return found
+
+
 class RunToRunSpread(_Frozen):
     """How far one family's launches moved between runs of one experiment file on separately
     started machines of this kind (:mod:`spartan_py.costmodel.repeatability`)."""
@@ -185,6 +218,9 @@ class Machine(_Frozen):
         None,
         description="the host whose latencies the fitted launch costs include (the calibration runs'); "
         "a carried-over calibration keeps its source's",
+    )
+    assumes: Assumed | None = Field(
+        None, description="the driver-reported facts of the GPU described (clocks, power limit, GPUs in the node)"
     )
     specs: Specs
     sources: dict[str, str]

@@ -112,7 +112,9 @@ def interval_status(machine: Machine) -> str:
     return "80% intervals carried over from another GPU's held-out spreads: a guess for this GPU (unvalidated)"
 
 
-def replay_summary(trace: pd.DataFrame, name: str, host: str | None = None) -> tuple[dict, pd.DataFrame]:
+def replay_summary(
+    trace: pd.DataFrame, name: str, host: str | None = None, environment: dict | None = None
+) -> tuple[dict, pd.DataFrame]:
     """What ``spartan simulate`` reports of ``trace`` replayed on machine ``name``
     (``MACHINE[+VARIANT]``) in ``host`` (``sim/hosts/``; default the machine's own), and the
     predicted trace. Nothing is guessed silently:
@@ -122,7 +124,9 @@ def replay_summary(trace: pd.DataFrame, name: str, host: str | None = None) -> t
     - ``left_out`` counts the launches of families the model does not describe (stock
       libraries, CPU engines), which no total includes;
     - errors against measured times are given only when the trace was measured on a GPU this
-      machine describes (``measured_on`` names the GPU that measured it either way).
+      machine describes (``measured_on`` names the GPU that measured it either way);
+    - ``assumption_differences``: where the run's ``environment`` (its ``environment.json``)
+      reports clocks, a power limit or a node other than the machine file assumes.
     """
     machine, variant = resolve_machine(name)
     predicted = predict(trace, machine, variant, host=host)
@@ -164,6 +168,9 @@ def replay_summary(trace: pd.DataFrame, name: str, host: str | None = None) -> t
     }
     same_gpu = bool(devices) and all(d in machine.device_names for d in devices)
     entry["compared"] = same_gpu
+    entry["assumption_differences"] = (
+        machine.assumes.differences(environment) if same_gpu and environment and machine.assumes else []
+    )
     if same_gpu:
         from spartan_py.costmodel.model import run_totals
         from spartan_py.costmodel.validation import kernel_error_table
