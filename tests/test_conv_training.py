@@ -55,6 +55,7 @@ def test_a_simulated_step_has_three_gemms_a_layer(tmp_path):
             )
     assert (table["chosen_max_rel_diff"] < 1e-5).all()
     assert summary["step"] == "training"
+    assert summary["cudnn_baseline"] == "not run: no cuDNN on the CPU"  # every run says why there is none
     assert summary["dense_seconds"] == pytest.approx(table["dense_us"].sum() * 1e-6)
     assert summary["seconds"] == pytest.approx((table["chosen_us"].sum() + table["monitor_us"].sum()) * 1e-6)
     assert summary["seconds"] == pytest.approx(summary["predicted_seconds"])  # simulated: the model's times

@@ -346,18 +346,23 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
 
 
 def cudnn_baseline(xp) -> str:
-    """Why the step has no cuDNN convolution baseline, in one line: the GPU path needs a cuDNN
-    binding, which CuPy removed in v14 (cuDNN Frontend's Python package would be one; none is
-    wired in yet), and the CPU has none."""
+    """Why the step has no cuDNN convolution baseline, in one line: no binding reachable (CuPy
+    removed its own in v14; cuDNN Frontend's Python package is the other), or one present that
+    the step does not call yet."""
     if xp is np:
         return "not run: no cuDNN on the CPU"
+    import importlib.util
+
     import cupy
 
-    try:
-        import cudnn  # noqa: F401  (cuDNN Frontend's Python package)
-    except ImportError:
-        return f"not run: CuPy {cupy.__version__} has no cuDNN binding and cuDNN Frontend is not installed"
-    return "not run: cuDNN Frontend is installed, but the step does not call it yet"
+    for module, what in (("cupy.cudnn", "CuPy's cuDNN binding"), ("cudnn", "cuDNN Frontend")):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:  # a parent package that fails to import
+            found = False
+        if found:
+            return f"not run: {what} is present, but the step does not call it yet"
+    return f"not run: CuPy {cupy.__version__} has no cuDNN binding and cuDNN Frontend is not installed"
 
 
 def step_totals(rows: list[dict]) -> dict:
