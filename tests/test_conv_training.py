@@ -13,7 +13,7 @@ import pytest
 from spartan_py.runner import load_experiment, run_experiment
 from spartan_py.runner.conv_training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 from spartan_py.sparsity import SparsityMonitor, TileShape
-from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer
+from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer, im2col
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,3 +168,55 @@ def test_a_whole_network_is_labelled_by_its_name():
     whole = [layer.label for layer in CONV_LAYERS["resnet18"]]
     assert layers_name([*whole, "alexnet/conv3"]) == "resnet18+alexnet/conv3"
     assert layers_name(whole[:2]) == "+".join(whole[:2])
+
+
+def _workload(tmp_path, extra: str):
+    path = tmp_path / "densities.yaml"
+    path.write_text(
+        "name: densities\nworkload:\n  kind: conv_layers\n  step: training\n"
+        "  layers: [vgg16/conv5_1, resnet18/conv5_x]\n  batch: 1\n  density: 0.2\n" + extra
+    )
+    return path
+
+
+def test_published_layer_densities_set_each_layers_maps(tmp_path):
+    """layer_densities give each listed layer's generated maps their density (the others keep
+    density); the step's table names their source."""
+    from spartan_py.runner.store import load_points, training_step_table
+
+    path = _workload(
+        tmp_path,
+        "  layer_densities: {vgg16/conv5_1: 0.6}\n  density_source: a test, not a publication\n"
+        "mode: simulated\nmachines: [h100-sxm]\n",
+    )
+    experiment, points = load_experiment(path)
+    assert "published densities" in points[0].experiment.workload.short_label()
+    assert run_experiment(experiment, points, tmp_path / "run").failed == 0
+    table = pd.read_csv(tmp_path / "run" / "dense-layers.csv")
+    forward = table[table["gemm"] == "forward"].set_index("layer")
+    for label, density in (("vgg16/conv5_1", 0.6), ("resnet18/conv5_x", 0.2)):
+        # im2col's zero padding and the rows padded to whole tiles dilute the maps' density
+        layer = conv_layer(label)
+        cols = im2col(
+            np.ones((1, layer.in_channels, layer.size, layer.size), np.float32), layer.kernel, layer.stride, layer.pad
+        )
+        row = forward.loc[label]
+        expected = density * (cols != 0).sum() / (row["M"] * row["K_padded"])
+        assert row["density"] == pytest.approx(expected, abs=0.03)
+    (row,) = training_step_table(load_points(tmp_path / "run")).to_dict("records")
+    assert row["density_source"] == "a test, not a publication"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("  layer_densities: {vgg16/conv5_1: 0.6}\n", "need density_source"),
+        ("  layer_densities: {vgg16/conv9_9: 0.6}\n  density_source: x\n", "conv9_9"),
+        ("  layer_densities: {vgg16/conv5_1: 1.5}\n  density_source: x\n", r"expected a density in \(0, 1\]"),
+    ],
+)
+def test_published_densities_are_checked(tmp_path, extra, message):
+    from spartan_py.config.validate import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(_workload(tmp_path, extra))

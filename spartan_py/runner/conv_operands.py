@@ -30,7 +30,8 @@ def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, 
 
 def layer_maps(label: str, workload) -> np.ndarray:
     """The input maps of layer ``label`` for ``workload`` (read-only NCHW, on the host)."""
-    return _maps(label, workload.batch, workload.density, workload.cluster_px, workload.seed, workload.activations)
+    density = workload.density_of(label)
+    return _maps(label, workload.batch, density, workload.cluster_px, workload.seed, workload.activations)
 
 
 def layer_operands(label: str, workload, tile_cols: int, xp):

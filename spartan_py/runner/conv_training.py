@@ -18,7 +18,8 @@ For a layer ``Y = X W`` (``X`` the im2col of its post-ReLU input maps, ``[M x K]
 ``X``'s rows (``M``) are padded with zero rows to whole tiles where they are not (batch 1 of a
 14 x 14 layer: 196 -> 256), in both steps alike; the rows give the padded ``M``.
 The output's pattern comes from generated maps of the layer's output size and channels at the
-workload's density (with ``activations``, at the saved input's measured density). The monitor
+layer's input density (``layer_densities`` or ``density``; with ``activations``, the saved
+input's measured density). The monitor
 counts ``X`` at a square tile dividing both the GEMM tile and its transpose, so that the same
 counts serve ``X`` and ``X^T``; its cost, and that of the output's profile, is charged to the
 adaptive step (a layer's output profile is also the next layer's input profile: charging both
@@ -169,7 +170,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     dy_profile = None
     monitored = [x]
     if not layer.batchnorm:
-        density = workload.density if workload.activations is None else float(x_profile.density * k / k_true)
+        density = workload.density_of(label) if workload.activations is None else float(x_profile.density * k / k_true)
         mask = xp.asarray(output_mask(label, workload.batch, min(density, 1.0), workload.cluster_px, workload.seed))
         if m != m_true:
             mask = xp.ascontiguousarray(xp.pad(mask, ((0, m - m_true), (0, 0))))

@@ -132,13 +132,51 @@ class ConvLayersWorkload(_Frozen):
         "network/layer or layer), or a .npy for one layer: used instead of generated maps, so batch, "
         "density and cluster_px are what the arrays hold",
     )
+    layer_densities: dict[str, float] = Field(
+        {},
+        description="per layer (network/layer), the density of its generated input maps, as a published "
+        "profile of a trained network gives it; layers not listed take density (needs density_source)",
+    )
+    density_source: str | None = Field(
+        None, description="where layer_densities come from: the publication, its figure or table, the point of training"
+    )
+
+    def density_of(self, label: str) -> float:
+        """The density of layer ``label``'s generated input maps."""
+        return self.layer_densities.get(label, self.density)
 
     def short_label(self) -> str:
         """The layers and the activation density in a few words, for point labels."""
         step = ", training step" if self.step == "training" else ""
         if self.activations is not None:
             return f"{len(self.layers)} conv layers{step}, maps of {Path(self.activations).name}"
-        return f"{len(self.layers)} conv layers{step}, batch {self.batch}, density {self.density:g}"
+        density = "published densities" if self.layer_densities else f"density {self.density:g}"
+        return f"{len(self.layers)} conv layers{step}, batch {self.batch}, {density}"
+
+    @field_validator("layer_densities")
+    @classmethod
+    def _densities_of_known_layers(cls, values: dict[str, float]) -> dict[str, float]:
+        from spartan_py.errors import InputError
+        from spartan_py.sparsity.workloads import conv_layer
+
+        out = {}
+        for label, density in values.items():
+            try:
+                label = conv_layer(label).label
+            except InputError as exc:
+                raise ValueError(f"layer_densities: {exc}") from None
+            if not 0 < density <= 1:
+                raise ValueError(f"layer_densities[{label}] is {density}; expected a density in (0, 1]")
+            out[label] = density
+        return out
+
+    @model_validator(mode="after")
+    def _densities_cite_their_source(self):
+        if self.layer_densities and not (self.density_source or "").strip():
+            raise ValueError("layer_densities need density_source: the publication and figure they come from")
+        if self.layer_densities and self.activations is not None:
+            raise ValueError("layer_densities are for generated maps; with activations the saved maps hold them")
+        return self
 
     @field_validator("activations")
     @classmethod

@@ -221,6 +221,7 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
                 "precision": config["precision"],
                 "batch": config["workload"]["batch"],
                 "map_density": config["workload"]["density"],
+                "density_source": config["workload"].get("density_source"),  # per-layer densities: their source
                 "timed_on": summary["timed_on"],
                 "dense_ms": summary["dense_seconds"] * 1e3,
                 "adaptive_ms": summary["seconds"] * 1e3,
