@@ -31,6 +31,7 @@ from spartan_py.sparsity.compaction import (
 )
 from spartan_py.sparsity.monitor import MONITOR_MODES, LayerProfile, SparsityMonitor
 from spartan_py.sparsity.policy import Decision, KernelPolicy
+from spartan_py.sparsity.three_tf32 import round_to_tf32
 from spartan_py.sparsity.tile_gemm import (
     DEFAULT_GEMM_TILE,
     DEFAULT_TF32_GEMM_TILE,
@@ -38,7 +39,6 @@ from spartan_py.sparsity.tile_gemm import (
     default_gemm_tile,
     dense_matmul,
     matmul_error,
-    round_to_tf32,
     tile_sparse_matmul,
 )
 from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape, coarsen_counts, tile_counts, tile_utilization

@@ -1,4 +1,4 @@
-"""``fp32x3``: an FP32 product as three TF32 products on tensor cores.
+"""TF32 rounding, and ``fp32x3``: an FP32 product as three TF32 products on tensor cores.
 
 Each operand is split into its TF32 part and the residual, ``x = hi + lo`` exactly
 (``hi = round_to_tf32(x)``; ``lo = x - hi`` is exact in FP32), and ``A @ W`` is taken as
@@ -20,6 +20,18 @@ import functools
 import numpy as np
 
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
+
+
+def round_to_tf32(x):
+    """``x`` (float32, either device) rounded to TF32's 10-bit mantissa, to nearest with ties
+    away from zero (what ``cvt.rna.tf32.f32`` does); NaN and infinities pass unchanged."""
+    xp = array_module(x)
+    x = xp.ascontiguousarray(x, dtype=xp.float32)
+    bits = x.view(xp.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).astype(xp.uint32)
+    return xp.where(finite, rounded, bits).astype(xp.uint32).view(xp.float32)
+
 
 #: The order of the three products: (A part, W part), the smallest terms first.
 PRODUCT_TERMS = (("lo", "hi"), ("hi", "lo"), ("hi", "hi"))
@@ -47,8 +59,6 @@ def split_tf32(x):
     on ``x``'s device; NaN and infinities go to ``hi`` with ``lo`` zero."""
     if is_gpu_array(x):
         return _split_kernel()(x)
-    from spartan_py.sparsity.tile_gemm import round_to_tf32
-
     hi = round_to_tf32(x)
     finite = np.isfinite(x)
     lo = np.zeros_like(hi)

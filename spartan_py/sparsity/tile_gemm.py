@@ -42,6 +42,7 @@ import numpy as np
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
 from spartan_py.sparsity.compaction import CompactTiles
+from spartan_py.sparsity.three_tf32 import round_to_tf32, summed_product, three_tf32_product
 from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape
 
 PRECISIONS = ("fp32", "tf32", "fp32x3")
@@ -97,17 +98,6 @@ def block_width(n: int) -> int:
     """Output columns per block of the tile GEMM (either precision) for ``n`` columns (the
     policy's records describe the same launch)."""
     return 128 if n % 128 == 0 else 64
-
-
-def round_to_tf32(x):
-    """``x`` (float32, either device) rounded to TF32's 10-bit mantissa, to nearest with ties
-    away from zero (what ``cvt.rna.tf32.f32`` does); NaN and infinities pass unchanged."""
-    xp = array_module(x)
-    x = xp.ascontiguousarray(x, dtype=xp.float32)
-    bits = x.view(xp.uint32)
-    finite = (bits & 0x7F800000) != 0x7F800000
-    rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).astype(xp.uint32)
-    return xp.where(finite, rounded, bits).astype(xp.uint32).view(xp.float32)
 
 
 def _check_operands(a, w, precision: str, transposed_a: bool = False):
@@ -178,8 +168,6 @@ def tile_sparse_matmul(
     if is_gpu_array(a) != is_gpu_array(tiles.row_ptr if isinstance(tiles, TileList) else tiles.nnz):
         raise InputError("the tiles must be described on the same device as A")
     if precision == "fp32x3":
-        from spartan_py.sparsity.three_tf32 import summed_product, three_tf32_product
-
         listed = _listed(tiles) if isinstance(tiles, TileCounts) else tiles  # listed once, used thrice
         if out is None:
             out = array_module(a).empty((a.shape[0], w.shape[1]), dtype=np.float32)
@@ -359,8 +347,6 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
     ``[K x M]`` (cuBLAS reads it transposed; no copy)."""
     a, w = _check_operands(a, w, precision, transposed_a)
     if precision == "fp32x3":
-        from spartan_py.sparsity.three_tf32 import summed_product, three_tf32_product
-
         if is_gpu_array(a):
 
             def product(x, y, c, accumulate):
