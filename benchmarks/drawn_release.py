@@ -42,6 +42,7 @@ from spartan_py.costmodel.machine import machine_for_device
 from spartan_py.costmodel.model import host_added_us
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes
+from spartan_py.runner.store import run_environment
 from spartan_py.trace import read_trace
 
 OUT = ROOT / "benchmarks" / "results" / "fidelity"
@@ -122,10 +123,10 @@ def _summary(frame: pd.DataFrame, coverage: pd.DataFrame, machine) -> dict:
 
 
 def _assumption_differences(machine, run: Path) -> list[str]:
-    environment = run / "environment.json"
-    if machine.assumes is None or not environment.is_file():
+    environment = run_environment(run)
+    if machine.assumes is None or environment is None:
         return []
-    return machine.assumes.differences(json.loads(environment.read_text()))
+    return machine.assumes.differences(environment)
 
 
 def cmd_compare(args) -> tuple[str, dict]:

@@ -11,13 +11,13 @@ show beside each family's error (and host-bound families are judged by). Usage::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from benchmarks._results import RESULTS, ROOT, set_machine_header, write_result
 from spartan_py.costmodel.fidelity import run_traces
 from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
 from spartan_py.errors import InputError
+from spartan_py.runner.store import run_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     devices = {str(d) for trace in traces for d in trace["device"].unique()}
     if len(devices) != 1:
         raise InputError(f"the runs measured different GPUs: {sorted(devices)}")
-    environments = [json.loads((run / "environment.json").read_text()) for run in args.runs]
+    environments = [run_environment(run) or {} for run in args.runs]
     launches = launch_spreads(traces)
     families = family_spreads(launches)
     totals = launches.groupby("point")["spread_pct"].median()

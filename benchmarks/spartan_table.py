@@ -32,6 +32,7 @@ import pandas as pd
 from spartan_py.files import atomic_write_text
 from spartan_py.runner.store import (
     dense_layer_table,
+    in_sweep_order,
     load_points,
     precision_table,
     simulated_table,
@@ -70,8 +71,7 @@ GEMM_COLUMNS = (
 
 def tables(run: Path) -> dict[str, pd.DataFrame]:
     """The three tables of a run folder, by file name."""
-    order = {p["id"]: i for i, p in enumerate(json.loads((run / "config.json").read_text())["points"])}
-    points = sorted(load_points(run), key=lambda p: order.get(p["id"], len(order)))  # the sweep's order
+    points = in_sweep_order(load_points(run), json.loads((run / "config.json").read_text()))
     training = training_step_table(points)
     simulated = simulated_table(points)
     for machine, rows in simulated.groupby("machine", sort=False):

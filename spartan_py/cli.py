@@ -177,11 +177,11 @@ def _cmd_machines(args) -> int:
 
 def _cmd_simulate(args) -> int:
     from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
+    from spartan_py.runner.store import run_environment
     from spartan_py.trace import write_trace
 
     trace = read_replayable_trace(args.trace)
-    environment_file = Path(args.trace) / "environment.json"
-    environment = json.loads(environment_file.read_text()) if environment_file.is_file() else None
+    environment = run_environment(args.trace)
     results = []
     for name in args.machine:
         entry, predicted = replay_summary(trace, name, args.host, environment)

@@ -79,12 +79,21 @@ def family_errors(predicted: pd.DataFrame, machine: Machine | None = None) -> pd
     table = table[["family", "launches", "median_pct", "p90_pct", "bias_pct"]]
     if machine is None:
         return table
+    table = with_bars(table, machine)
+    table["within_bar"] = table["median_pct"] <= table["bar_pct"]
+    return table
+
+
+def with_bars(table: pd.DataFrame, machine: Machine) -> pd.DataFrame:
+    """``table`` (a ``family`` column) with each family's measured run-to-run spread on
+    ``machine`` (``run_to_run_pct``: median, percent; NaN where not measured) and the bar its
+    per-launch median error is judged by (``bar_pct``,
+    :func:`~spartan_py.costmodel.repeatability.family_bar_pct`)."""
     from spartan_py.costmodel.repeatability import family_bar_pct
 
     spreads = {family: spread.median_pct for family, spread in machine.run_to_run_spread.items()}
     table = table.assign(run_to_run_pct=table["family"].map(spreads).astype(float))
     table["bar_pct"] = [family_bar_pct(f, s) for f, s in zip(table["family"], table["run_to_run_pct"], strict=True)]
-    table["within_bar"] = table["median_pct"] <= table["bar_pct"]
     return table
 
 
@@ -254,9 +263,7 @@ def compare(
         "family",
         family_columns,
     )
-    # beside each family: the first machine's run-to-run spread and the bar its median is judged by
-    beside = family_errors(on_first, first_machine).set_index("family")[["run_to_run_pct", "bar_pct"]]
-    families = families.join(beside, on="family")
+    families = with_bars(families, first_machine)  # the first machine's run-to-run spreads beside each
     runs = _side_by_side(
         {a: whole_run_errors(on_first), f"{b} blind": whole_run_errors(blind_frame), f"{b} now": whole_run_errors(now)},
         "run",

@@ -20,6 +20,7 @@ from spartan_py.runner.store import (
     challenge_table,
     dense_layer_table,
     device_machine,
+    in_sweep_order,
     is_graph_challenge,
     load_points,
     precision_table,
@@ -199,8 +200,7 @@ def write_report(
         raise InputError("not a run folder (no points/ inside); run `spartan run FILE --out DIR` first", path=out)
     config = json.loads((out / "config.json").read_text())
     environment = json.loads((out / "environment.json").read_text())
-    order = {p["id"]: i for i, p in enumerate(config["points"])}
-    points = sorted(load_points(out), key=lambda p: order.get(p["id"], len(order)))  # the sweep's order
+    points = in_sweep_order(load_points(out), config)
     results, simulated, dense_layers = results_table(points), simulated_table(points), dense_layer_table(points)
     forward_layers = dense_layers[dense_layers["gemm"] == "forward"] if "gemm" in dense_layers else dense_layers
     training, precisions = training_step_table(points), precision_table(points)

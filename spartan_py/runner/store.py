@@ -129,6 +129,28 @@ def load_points(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
 
 
+def in_sweep_order(points: list[dict], config: dict) -> list[dict]:
+    """``points`` in the order of the run's sweep (``config.json``'s ``points``); points it does
+    not list last."""
+    order = {p["id"]: i for i, p in enumerate(config["points"])}
+    return sorted(points, key=lambda p: order.get(p["id"], len(order)))
+
+
+def run_environment(out: Path) -> dict | None:
+    """A run folder's ``environment.json`` (versions, commit, the GPUs as the driver reports
+    them), or None where the folder has none (a trace file, an older run)."""
+    path = Path(out) / "environment.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _training_steps(points: list[dict]):
+    """``(point, summary, config)`` of each finished training-step point."""
+    for point in points:
+        summary = point.get("summary") or {}
+        if point["status"] == "ok" and summary.get("step") == "training":
+            yield point, summary, point["config"]
+
+
 def is_graph_challenge(point: dict) -> bool:
     """Whether a finished point ran a Graph Challenge workload (not dense-weight layers)."""
     return point["status"] == "ok" and point["summary"].get("workload", "graph_challenge") == "graph_challenge"
@@ -206,13 +228,9 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
     from spartan_py.report.published import SPARTAN_TRAINING_SPEEDUP
 
     rows = []
-    for point in points:
-        summary = point.get("summary") or {}
-        if point["status"] != "ok" or summary.get("step") != "training":
-            continue
+    for point, summary, config in _training_steps(points):
         layers = summary["layers"]
         networks = sorted({row["layer"].split("/")[0] for row in layers})
-        config = point["config"]
         rows.append(
             {
                 "point": point["id"],
@@ -254,11 +272,7 @@ def precision_table(points: list[dict]) -> pd.DataFrame:
     appendix, for the layers (at a batch and density) measured at ``fp32x3``. Empty unless some
     point ran ``fp32x3``."""
     rows = []
-    for point in points:
-        summary = point.get("summary") or {}
-        if point["status"] != "ok" or summary.get("step") != "training":
-            continue
-        config = point["config"]
+    for _, summary, config in _training_steps(points):
         for layer in summary["layers"]:
             rows.append(
                 {
