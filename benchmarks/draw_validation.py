@@ -4,6 +4,11 @@ predictions, before anything in it is measured.
 
     python -m benchmarks.draw_validation                  # seed from HEAD, refuses a model with uncommitted changes
     python -m benchmarks.draw_validation --commit 0123456789abcdef... --out experiments/drawn/x.yaml
+    python -m benchmarks.draw_validation --calibration  # a calibration set (fitted on): another seed
+
+A calibration draw takes the same distribution of points with another seed
+(``calibration_seed``) and is measured on the H100 only; the model is fitted on it, so it is
+never a validation set.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from benchmarks._results import ROOT
 from spartan_py.files import atomic_write_text
-from spartan_py.runner.drawn_set import draw_set, seed_from_commit
+from spartan_py.runner.drawn_set import calibration_seed, draw_set, seed_from_commit
 
 #: What the frozen model is: a draw refuses while any of these has uncommitted changes.
 MODEL_PATHS = ("spartan_py/costmodel", "sim")
@@ -37,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         help="simulated: the same points for the model's predictions (default measured)",
     )
     parser.add_argument(
+        "--calibration", action="store_true", help="draw a calibration set (fitted on, H100 only) with another seed"
+    )
+    parser.add_argument(
         "--out", type=Path, help="experiment file (default experiments/drawn/validate-<commit>[-simulated].yaml)"
     )
     args = parser.parse_args(argv)
@@ -47,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the model has uncommitted changes; commit them first:\n{changed}", file=sys.stderr)
             return 2
         commit = _git("rev-parse", "HEAD")
-    drawn = draw_set(seed_from_commit(commit), graph_challenge=args.graph_challenge, conv=args.conv, commit=commit[:12])
+    purpose = "calibration" if args.calibration else "validation"
+    seed = calibration_seed(commit) if args.calibration else seed_from_commit(commit)
+    drawn = draw_set(seed, graph_challenge=args.graph_challenge, conv=args.conv, commit=commit[:12], purpose=purpose)
     suffix = "-simulated" if args.mode == "simulated" else ""
-    out = args.out or ROOT / "experiments" / "drawn" / f"validate-{commit[:12]}{suffix}.yaml"
+    stem = "calibrate" if args.calibration else "validate"
+    out = args.out or ROOT / "experiments" / "drawn" / f"{stem}-{commit[:12]}{suffix}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, drawn.experiment_text(out.stem, mode=args.mode))
+    machines = ("h100-sxm",) if args.calibration else ("h100-sxm", "h200-sxm")
+    atomic_write_text(out, drawn.experiment_text(out.stem, machines=machines, mode=args.mode))
     print(f"{out}: {len(drawn.cases)} points, seed {drawn.seed} (commit {commit[:12]})")
     return 0
 

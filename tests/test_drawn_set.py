@@ -114,3 +114,19 @@ def test_drawn_points_run_on_their_backend():
             assert runs_width(case["backend"], int(width)), case
             # a merged row of an unmergeable 65536-neuron network does not fit a block (a550aca's set held two)
             assert (family, width, case["backend"]) != ("generated-unmergeable", "65536", "gpu-merged"), case
+
+
+def test_a_calibration_draw_has_its_own_seed_and_says_what_it_is_for(tmp_path):
+    from spartan_py.runner.drawn_set import calibration_seed
+
+    assert calibration_seed(COMMIT) != seed_from_commit(COMMIT)
+    assert calibration_seed(COMMIT) == calibration_seed(COMMIT.upper())
+    drawn = draw_set(calibration_seed(COMMIT), graph_challenge=2, conv=2, purpose="calibration")
+    assert drawn.cases != draw_set(seed_from_commit(COMMIT), graph_challenge=2, conv=2).cases
+    path = tmp_path / "calibrate.yaml"
+    path.write_text(drawn.experiment_text("calibrate", machines=("h100-sxm",)))
+    assert "fitted on" in path.read_text() and "nothing is tuned on" not in path.read_text()
+    experiment, points = load_experiment(path)
+    assert experiment.machines == ["h100-sxm"] and len(points) == 4
+    with pytest.raises(InputError, match="validation, calibration"):
+        draw_set(1, purpose="tuning")

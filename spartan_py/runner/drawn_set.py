@@ -41,13 +41,20 @@ DENSITY_RANGE = (0.02, 0.9)
 PRECISIONS = ("fp32", "tf32")
 
 
+#: What a drawn set is for: validating a frozen model (never fitted on), or calibrating it
+#: (fitted on, never a validation set): the same distribution of points, another seed.
+PURPOSES = ("validation", "calibration")
+
+
 @dataclass(frozen=True)
 class DrawnSet:
-    """The points of one draw, as experiment-file cases, and the seed they came from."""
+    """The points of one draw, as experiment-file cases, the seed they came from and what
+    they are for (:data:`PURPOSES`)."""
 
     seed: int
     commit: str | None
     cases: list[dict]
+    purpose: str = "validation"
 
     def experiment_text(
         self, name: str, machines: tuple[str, ...] = ("h100-sxm", "h200-sxm"), mode: str = "measured"
@@ -55,9 +62,11 @@ class DrawnSet:
         """The experiment file (YAML) that runs every drawn point: ``mode`` ``measured`` on a GPU,
         or ``simulated`` (the kernels' CPU twins and the cost model: the predictions)."""
         header = [
-            f"# A drawn validation set (spartan_py.runner.drawn_set): seed {self.seed}"
+            f"# A drawn {self.purpose} set (spartan_py.runner.drawn_set): seed {self.seed}"
             + (f", from commit {self.commit}" if self.commit else ""),
-            "# Committed with the model's predictions before any of it is measured; measured once per GPU.",
+            "# Committed with the model's predictions before any of it is measured; measured once per GPU."
+            if self.purpose == "validation"
+            else "# The cost model is fitted on its H100 runs; it is never a validation set.",
             "#   spartan run <this file> --out runs/<name>-<gpu>",
         ]
         cases = self.cases
@@ -65,7 +74,9 @@ class DrawnSet:
             cases = [{**c, "backend": "auto"} if c["workload"].get("kind") == "conv_layers" else c for c in cases]
         body = {
             "name": name,
-            "description": f"Drawn validation set, seed {self.seed}: {len(self.cases)} points nothing is tuned on.",
+            "description": f"Drawn validation set, seed {self.seed}: {len(self.cases)} points nothing is tuned on."
+            if self.purpose == "validation"
+            else f"Drawn calibration set, seed {self.seed}: {len(self.cases)} points the model is fitted on.",
             "workload": {"network": "generated:1024", "layers": 120, "inputs": "generated:60000"},
             "repeats": 9 if mode == "measured" else 1,  # a simulated point's times are the model's: one run
             "mode": mode,
@@ -81,6 +92,16 @@ def seed_from_commit(commit: str) -> int:
     if len(digits) < 16 or any(c not in "0123456789abcdef" for c in digits):
         raise InputError(f"expected a commit hash of at least 16 hex digits, got {commit!r}")
     return int(digits[:16], 16)
+
+
+def calibration_seed(commit: str) -> int:
+    """The seed of a calibration draw at ``commit``: the first 16 hex digits of the SHA-256 of
+    ``calibration <commit>``, so that it never equals the validation seed of the same commit."""
+    import hashlib
+
+    seed_from_commit(commit)  # the same check of the hash
+    digest = hashlib.sha256(f"calibration {commit.strip().lower()}".encode()).hexdigest()
+    return int(digest[:16], 16)
 
 
 def _runs(backend: str, family: str, neurons: int) -> bool:
@@ -104,8 +125,13 @@ def _log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
     return int(min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high)))))))
 
 
-def draw_set(seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: str | None = None) -> DrawnSet:
-    """``graph_challenge`` Graph Challenge points and ``conv`` dense-layer points drawn with ``seed``."""
+def draw_set(
+    seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: str | None = None, purpose: str = "validation"
+) -> DrawnSet:
+    """``graph_challenge`` Graph Challenge points and ``conv`` dense-layer points drawn with
+    ``seed``, for ``purpose`` (:data:`PURPOSES`)."""
+    if purpose not in PURPOSES:
+        raise InputError(f"a drawn set is for one of {', '.join(PURPOSES)}, got {purpose!r}")
     if graph_challenge < 0 or conv < 0 or graph_challenge + conv == 0:
         raise InputError(f"a drawn set needs at least one point, got {graph_challenge} + {conv}")
     rng = np.random.default_rng(seed)
@@ -144,4 +170,4 @@ def draw_set(seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: st
                 },
             }
         )
-    return DrawnSet(seed, commit, cases)
+    return DrawnSet(seed, commit, cases, purpose)
