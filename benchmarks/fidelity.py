@@ -38,6 +38,7 @@ from spartan_py.costmodel.fidelity import (
     summary,
     whole_run_errors,
 )
+from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
 from spartan_py.trace import read_trace, write_trace
 
@@ -115,12 +116,12 @@ def cmd_calibrate(args) -> dict:
 def _held_out(job):
     """One point's held-out runs: its families refitted on the other points, warm from the
     committed fit, the compiled instances it launches with their own fits again."""
-    from spartan_py.costmodel.families import instance_of
+    from spartan_py.costmodel.families import record_instances
     from spartan_py.costmodel.intervals import held_out_runs
 
     trace, machine, point = job
     launches = trace[trace["point"] == point]
-    instances = {instance_of(k, v) for k, v in zip(launches["kernel"], launches["variant"])} - {""}
+    instances = set(record_instances(launches)) - {""}
 
     def refit(others, fitted, families):
         return calibrate(
@@ -132,15 +133,24 @@ def _held_out(job):
 
 def cmd_lopo(args) -> dict:
     """Leave each point of the calibration runs out of the fit in turn; the spreads of the
-    held-out whole runs become the machine file's ``error_spread`` (its 80% intervals)."""
+    held-out whole runs become the machine file's ``error_spread`` (its 80% intervals). With
+    ``--leave-out``, only the points of those runs are left out (the others stay in every fit):
+    a drawn calibration set's points, which stand for the points a validation draw will hold."""
     from concurrent.futures import ProcessPoolExecutor
 
     from spartan_py.costmodel.intervals import run_error_frame
 
-    trace = pd.concat([_measured(path) for path in [args.run, *args.also]], ignore_index=True)
+    runs = [args.run, *args.also]
+    traces = [_measured(path) for path in runs]
+    trace = pd.concat(traces, ignore_index=True)
     trace = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
     machine = load_machine(args.machine)
-    points = list(trace["point"].unique())
+    unknown = [str(path) for path in args.leave_out if path not in runs]
+    if unknown:
+        raise InputError(f"--leave-out names runs not given as the run or --also: {', '.join(unknown)}")
+    chosen = [t for path, t in zip(runs, traces, strict=True) if not args.leave_out or path in args.leave_out]
+    left_out = set(pd.concat(chosen)["point"])
+    points = [p for p in trace["point"].unique() if p in left_out]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = []
         for done, found in enumerate(pool.map(_held_out, [(trace, machine, p) for p in points]), start=1):
@@ -151,6 +161,7 @@ def cmd_lopo(args) -> dict:
         "machine": args.machine,
         "traces": [str(path) for path in [args.run, *args.also]],
         "points": len(points),
+        "left_out_of": [str(path) for path in args.leave_out] or "every trace",
         "runs": errors.round(4).to_dict(orient="records"),
     }, errors
 
@@ -317,6 +328,9 @@ def main() -> int:
     lopo.add_argument("--also", type=Path, action="append", default=[], help="further calibration runs")
     lopo.add_argument("--machine", default="h100-sxm")
     lopo.add_argument("--workers", type=int, default=2)
+    lopo.add_argument(
+        "--leave-out", type=Path, action="append", default=[], help="leave out only these runs' points (default: all)"
+    )
     tab = sub.add_parser("tables", help="print a compare summary as the docs' Markdown tables")
     tab.add_argument("summary", type=Path, help="an h200-fidelity-*.json file")
     cha = sub.add_parser("challenge")

@@ -325,3 +325,20 @@ def test_simulated_mode_marks_and_times():
         infer(network, inputs, backend="cpu", mode="simulated")
     with pytest.raises(InputError, match="cannot run this kernel configuration"):
         infer(network, inputs, mode="simulated", machine="t4")
+
+
+def test_a_merged_row_holding_the_whole_layer_is_its_own_instance():
+    from spartan_py.costmodel.families import UNMERGED, instance_of, record_instances
+
+    assert instance_of("gpu.gc_merged", "R1xW4096-layers2-2", 65536) == "R1xW4096"  # merged columns
+    assert instance_of("gpu.gc_merged", "R1xW4096-layers2-2", 4096) == "R1xW4096" + UNMERGED  # every neuron
+    assert instance_of("gpu.gc_merged", "R1xW4096-layers2-2") == "R1xW4096"  # width not known
+    assert instance_of("gpu.gc_layer", "R4xC4-layers1-4-uniform", 4096) == "R4xC4"
+    records = pd.DataFrame(
+        {"kernel": ["gpu.gc_merged", "gpu.gc_merged", "gpu.expand"], "variant": ["R1xW4096-a", "R1xW4096-b", "x"]}
+    )
+    assert record_instances(records.assign(cols=[4096, 65536, 4096])) == ["R1xW4096" + UNMERGED, "R1xW4096", ""]
+    assert record_instances(records) == ["R1xW4096", "R1xW4096", ""]
+    # the fitted H100 prices the two apart, and a trace without the width still replays
+    h100 = load_machine("h100-sxm")
+    assert "gpu.gc_merged/R1xW4096" + UNMERGED in h100.calibration

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from spartan_py.costmodel.families import calibration_key, instance_of
+from spartan_py.costmodel.families import calibration_key, record_instances
 from spartan_py.costmodel.machine import FamilyCalibration, Machine
 from spartan_py.costmodel.model import family_of, predict
 from spartan_py.errors import InputError
@@ -156,7 +156,7 @@ def calibrate(
         calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
         base = machine.model_copy(update={"calibration": calibration})
         calibration[kernel] = _fit(base, kernel, kernel, rows, source, earlier.get(kernel))
-        of_rows = pd.Series([instance_of(kernel, v) for v in rows["variant"]], index=rows.index)
+        of_rows = pd.Series(record_instances(rows), index=rows.index)
         refitted = {}
         for instance, group in rows.groupby(of_rows):
             if instance and len(group) >= MIN_INSTANCE_RECORDS and (instances is None or instance in instances):

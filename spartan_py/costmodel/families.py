@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
 GC_LAYER = "gpu.gc_layer"
 """The rows kernel of the ``gpu`` backend (``kernels/gc_layer.cu``): a chunk of layers per launch."""
 GC_MERGED = "gpu.gc_merged"
@@ -73,13 +75,33 @@ class KernelFamily:
     host_bound: bool = False
 
 
-def instance_of(kernel: str, variant: str) -> str:
+UNMERGED = ":unmerged"
+"""Suffix of a merged-kernel instance whose merged row holds every neuron (an unmergeable
+network: ``W`` equals the layer's width). Its inner loop runs 32 multiply-adds a neuron where a
+merged row's runs a few a merged column, so the same compiled instance spends its time
+differently (on the H100, 0.6 ps a multiply-add against 8-14 ps at ``R1xW4096``) and is fitted apart."""
+
+
+def instance_of(kernel: str, variant: str, cols: int = 0) -> str:
     """The compiled instance a record of ``kernel`` ran (``R16xC1``), or ``""`` when the
-    family is calibrated as one."""
+    family is calibrated as one; a merged-kernel record whose row is the whole layer
+    (``cols``, the layer's width, equal to its ``W``) gets :data:`UNMERGED` appended."""
     family = FAMILIES.get(kernel)
     if family is None or not family.per_instance or not variant:
         return ""
-    return variant.split("-", 1)[0]
+    instance = variant.split("-", 1)[0]
+    if kernel == GC_MERGED and cols and instance.endswith(f"W{int(cols)}"):
+        instance += UNMERGED
+    return instance
+
+
+def record_instances(records: pd.DataFrame) -> list[str]:
+    """:func:`instance_of` for every record of a trace (its ``kernel``, ``variant`` and ``cols``)."""
+    cols = records["cols"] if "cols" in records else pd.Series(0, index=records.index)
+    return [
+        instance_of(k, v, int(c) if c == c else 0)
+        for k, v, c in zip(records["kernel"], records["variant"], cols, strict=True)
+    ]
 
 
 def calibration_key(kernel: str, instance: str = "") -> str:

@@ -48,7 +48,7 @@ from spartan_py.costmodel.families import (
     GC_LAYER,
     KernelFamily,
     calibration_key,
-    instance_of,
+    record_instances,
 )
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
@@ -341,7 +341,7 @@ def predict(
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     kinds = np.full(len(frame), "none", dtype=object)
-    instances = [instance_of(k, v) for k, v in zip(frame["kernel"], frame["variant"])]
+    instances = record_instances(frame)
     for (kernel, instance), rows in frame.groupby(
         [frame["kernel"], pd.Series(instances, index=frame.index)], sort=False
     ):
