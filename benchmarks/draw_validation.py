@@ -7,7 +7,7 @@ predictions, before anything in it is measured.
     python -m benchmarks.draw_validation --calibration  # a calibration set (fitted on): another seed
 
 A calibration draw takes the same distribution of points with another seed
-(``calibration_seed``) and is measured on the H100 only; the model is fitted on it, so it is
+(``drawn_set.calibration_seed``) and is measured on the H100 only; the model is fitted on it, so it is
 never a validation set.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks._results import ROOT
 from spartan_py.files import atomic_write_text
-from spartan_py.runner.drawn_set import calibration_seed, draw_set, seed_from_commit
+from spartan_py.runner.drawn_set import PURPOSES, draw_set
 
 #: What the frozen model is: a draw refuses while any of these has uncommitted changes.
 MODEL_PATHS = ("spartan_py/costmodel", "sim")
@@ -56,14 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         commit = _git("rev-parse", "HEAD")
     purpose = "calibration" if args.calibration else "validation"
-    seed = calibration_seed(commit) if args.calibration else seed_from_commit(commit)
+    seed = PURPOSES[purpose].seed(commit)
     drawn = draw_set(seed, graph_challenge=args.graph_challenge, conv=args.conv, commit=commit[:12], purpose=purpose)
     suffix = "-simulated" if args.mode == "simulated" else ""
     stem = "calibrate" if args.calibration else "validate"
     out = args.out or ROOT / "experiments" / "drawn" / f"{stem}-{commit[:12]}{suffix}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    machines = ("h100-sxm",) if args.calibration else ("h100-sxm", "h200-sxm")
-    atomic_write_text(out, drawn.experiment_text(out.stem, machines=machines, mode=args.mode))
+    atomic_write_text(out, drawn.experiment_text(out.stem, mode=args.mode))
     print(f"{out}: {len(drawn.cases)} points, seed {drawn.seed} (commit {commit[:12]})")
     return 0
 

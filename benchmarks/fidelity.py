@@ -159,7 +159,7 @@ def cmd_lopo(args) -> dict:
     errors = run_error_frame(rows)
     return {
         "machine": args.machine,
-        "traces": [str(path) for path in [args.run, *args.also]],
+        "traces": [str(path) for path in runs],
         "points": len(points),
         "left_out_of": [str(path) for path in args.leave_out] or "every trace",
         "runs": errors.round(4).to_dict(orient="records"),

@@ -17,7 +17,9 @@ log-uniformly, so that small and large ones are equally represented.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,11 +43,6 @@ DENSITY_RANGE = (0.02, 0.9)
 PRECISIONS = ("fp32", "tf32")
 
 
-#: What a drawn set is for: validating a frozen model (never fitted on), or calibrating it
-#: (fitted on, never a validation set): the same distribution of points, another seed.
-PURPOSES = ("validation", "calibration")
-
-
 @dataclass(frozen=True)
 class DrawnSet:
     """The points of one draw, as experiment-file cases, the seed they came from and what
@@ -56,17 +53,15 @@ class DrawnSet:
     cases: list[dict]
     purpose: str = "validation"
 
-    def experiment_text(
-        self, name: str, machines: tuple[str, ...] = ("h100-sxm", "h200-sxm"), mode: str = "measured"
-    ) -> str:
+    def experiment_text(self, name: str, machines: tuple[str, ...] | None = None, mode: str = "measured") -> str:
         """The experiment file (YAML) that runs every drawn point: ``mode`` ``measured`` on a GPU,
-        or ``simulated`` (the kernels' CPU twins and the cost model: the predictions)."""
+        or ``simulated`` (the kernels' CPU twins and the cost model: the predictions); ``machines``
+        default to the purpose's."""
+        purpose = PURPOSES[self.purpose]
         header = [
             f"# A drawn {self.purpose} set (spartan_py.runner.drawn_set): seed {self.seed}"
             + (f", from commit {self.commit}" if self.commit else ""),
-            "# Committed with the model's predictions before any of it is measured; measured once per GPU."
-            if self.purpose == "validation"
-            else "# The cost model is fitted on its H100 runs; it is never a validation set.",
+            f"# {purpose.rule}",
             "#   spartan run <this file> --out runs/<name>-<gpu>",
         ]
         cases = self.cases
@@ -74,13 +69,12 @@ class DrawnSet:
             cases = [{**c, "backend": "auto"} if c["workload"].get("kind") == "conv_layers" else c for c in cases]
         body = {
             "name": name,
-            "description": f"Drawn validation set, seed {self.seed}: {len(self.cases)} points nothing is tuned on."
-            if self.purpose == "validation"
-            else f"Drawn calibration set, seed {self.seed}: {len(self.cases)} points the model is fitted on.",
+            "description": f"Drawn {self.purpose} set, seed {self.seed}: {len(self.cases)} points "
+            f"{purpose.points_are}.",
             "workload": {"network": "generated:1024", "layers": 120, "inputs": "generated:60000"},
             "repeats": 9 if mode == "measured" else 1,  # a simulated point's times are the model's: one run
             "mode": mode,
-            "machines": list(machines),
+            "machines": list(machines or purpose.machines),
             "sweep": {"cases": cases},
         }
         return "\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, width=120)
@@ -97,11 +91,38 @@ def seed_from_commit(commit: str) -> int:
 def calibration_seed(commit: str) -> int:
     """The seed of a calibration draw at ``commit``: the first 16 hex digits of the SHA-256 of
     ``calibration <commit>``, so that it never equals the validation seed of the same commit."""
-    import hashlib
-
     seed_from_commit(commit)  # the same check of the hash
     digest = hashlib.sha256(f"calibration {commit.strip().lower()}".encode()).hexdigest()
     return int(digest[:16], 16)
+
+
+@dataclass(frozen=True)
+class Purpose:
+    """What a drawn set is for, and what follows from it: the rule its file states, what its
+    points are, the seed a commit gives it and the machines that measure it."""
+
+    rule: str
+    points_are: str
+    seed: Callable[[str], int]
+    machines: tuple[str, ...]
+
+
+PURPOSES: dict[str, Purpose] = {
+    "validation": Purpose(
+        "Committed with the model's predictions before any of it is measured; measured once per GPU.",
+        "nothing is tuned on",
+        seed_from_commit,
+        ("h100-sxm", "h200-sxm"),
+    ),
+    "calibration": Purpose(
+        "The cost model is fitted on its H100 runs; it is never a validation set.",
+        "the model is fitted on",
+        calibration_seed,
+        ("h100-sxm",),
+    ),
+}
+"""A frozen model's validation draw (never fitted on) and a calibration draw (fitted on, never a
+validation set): the same distribution of points, another seed."""
 
 
 def _runs(backend: str, family: str, neurons: int) -> bool:
@@ -129,7 +150,7 @@ def draw_set(
     seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: str | None = None, purpose: str = "validation"
 ) -> DrawnSet:
     """``graph_challenge`` Graph Challenge points and ``conv`` dense-layer points drawn with
-    ``seed``, for ``purpose`` (:data:`PURPOSES`)."""
+    ``seed``, for ``purpose`` (a key of :data:`PURPOSES`)."""
     if purpose not in PURPOSES:
         raise InputError(f"a drawn set is for one of {', '.join(PURPOSES)}, got {purpose!r}")
     if graph_challenge < 0 or conv < 0 or graph_challenge + conv == 0:
