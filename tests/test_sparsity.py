@@ -798,6 +798,10 @@ def test_col2im_is_the_adjoint_of_im2col(on_gpu, kernel, stride, pad):
         import cupy
 
         back = host(col2im(cupy.asarray(y), x.shape, kernel, stride, pad))
+        # the gather kernel sums each pixel in the strided adds' order: the same floats
+        np.testing.assert_array_equal(back, col2im(y, x.shape, kernel, stride, pad))
+        strided = col2im(cupy.asarray(y), x.shape, kernel, stride, pad, method="strided")
+        np.testing.assert_array_equal(back, host(strided))
     else:
         back = col2im(y, x.shape, kernel, stride, pad)
     assert back.shape == x.shape
@@ -806,3 +810,8 @@ def test_col2im_is_the_adjoint_of_im2col(on_gpu, kernel, stride, pad):
     )
     with pytest.raises(InputError, match="col2im"):
         col2im(y[:10], x.shape, kernel, stride, pad)
+    with pytest.raises(InputError, match="method"):
+        col2im(y, x.shape, kernel, stride, pad, method="scatter")
+    if not on_gpu:
+        with pytest.raises(InputError, match="gather method runs on CuPy"):
+            col2im(y, x.shape, kernel, stride, pad, method="gather")

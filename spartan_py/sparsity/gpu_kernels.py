@@ -1,5 +1,5 @@
-"""CuPy kernels of ``kernels/spartan_tiles.cu`` and ``kernels/tile_gemm.cu``, compiled once
-per device (like ``cupyx.scipy.sparse``'s memoized kernel factories)."""
+"""CuPy kernels of ``kernels/spartan_tiles.cu``, ``kernels/tile_gemm.cu`` and ``kernels/col2im.cu``,
+compiled once per device (like ``cupyx.scipy.sparse``'s memoized kernel factories)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,14 @@ def tile_kernels(device_id: int) -> dict:
     for mode in EPILOGUE_MODES:  # with the static shared memory, above the 48 KiB a launch gets without asking
         kernels[f"epilogue_{mode}"].max_dynamic_shared_size_bytes = EPILOGUE_SHARED_BYTES
     return kernels
+
+
+@functools.cache
+def col2im_kernel(device_id: int):
+    """The RawKernel ``col2im_gather`` (``kernels/col2im.cu``) on device ``device_id``."""
+    import cupy
+
+    return cupy.RawKernel(kernel_source("col2im.cu"), "col2im_gather")
 
 
 def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:

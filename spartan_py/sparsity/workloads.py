@@ -130,11 +130,18 @@ def im2col(x, kernel: int, stride: int = 1, pad: int = 0):
     return xp.ascontiguousarray(windows.reshape(n * oh * ow, c * kernel * kernel))
 
 
-def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1, pad: int = 0):
+COL2IM_METHODS = ("auto", "gather", "strided")
+"""How :func:`col2im` sums: ``gather`` (CuPy only: one kernel, each pixel written once),
+``strided`` (one strided add of the whole output per kernel offset, NumPy or CuPy) or ``auto``
+(gather on the GPU, strided on the host)."""
+
+
+def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1, pad: int = 0, method: str = "auto"):
     """The NCHW ``shape`` maps whose :func:`im2col` rows ``cols`` would be, each pixel the sum of
     every window entry it appears in (the input gradient of a convolution from its GEMM's
     ``[N*OH*OW x C*kernel^2]`` product; extra rows or columns past those, padding, are ignored).
-    NumPy or CuPy: one strided add per kernel offset."""
+    ``method`` (:data:`COL2IM_METHODS`): on CuPy arrays a gather kernel (``kernels/col2im.cu``)
+    by default; both methods sum each pixel in the same order, so they give the same floats."""
     xp = array_module(cols)
     n, c, h, w = shape
     oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
@@ -143,6 +150,12 @@ def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1,
             f"col2im of {tuple(cols.shape)} rows into {shape} maps needs at least {n * oh * ow} rows of "
             f"{c * kernel * kernel} contiguous columns"
         )
+    if method not in COL2IM_METHODS:
+        raise InputError(f"col2im method must be one of {COL2IM_METHODS}, got {method!r}")
+    if method == "gather" and xp is np:
+        raise InputError("col2im's gather method runs on CuPy arrays only; NumPy takes 'strided'")
+    if method != "strided" and xp is not np:
+        return _col2im_gpu(cols, shape, kernel, stride, pad, (oh, ow))
     row, item = cols.strides[0], cols.itemsize
     windows = xp.lib.stride_tricks.as_strided(
         cols,
@@ -156,6 +169,22 @@ def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1,
                 :, :, ky, kx
             ]
     return xp.ascontiguousarray(out[:, :, pad : pad + h, pad : pad + w])
+
+
+def _col2im_gpu(cols, shape: tuple[int, int, int, int], kernel: int, stride: int, pad: int, out_hw: tuple[int, int]):
+    import cupy
+
+    from spartan_py.sparsity.gpu_kernels import col2im_kernel
+
+    if cols.dtype != cupy.float32:
+        raise InputError(f"col2im on the GPU takes float32 columns, got {cols.dtype}")
+    out = cupy.empty(shape, dtype=cupy.float32)
+    threads = 256
+    blocks = max(1, min(-(-out.size // threads), 65535 * 32))
+    ld = cols.strides[0] // cols.itemsize
+    args = (cols, np.int64(ld), *(np.int32(v) for v in (*shape, kernel, stride, pad, *out_hw)), out)
+    col2im_kernel(cupy.cuda.Device().id)((blocks,), (threads,), args)
+    return out
 
 
 def feature_maps(
