@@ -9,10 +9,13 @@ extern "C" __global__ void col2im_gather(const float* __restrict__ cols, long lo
     long long total = (long long)n * c * h * w;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
+        // threads in (image, y, channel, x) order: a warp writes 32 neighbouring pixels of one
+        // map row, and the blocks in flight cover every channel of a few output rows, whose
+        // im2col rows (each read by `kernel` output rows) then stay in L2 until all are summed
         int x = (int)(i % w);
-        int y = (int)((i / w) % h);
-        int ch = (int)((i / ((long long)w * h)) % c);
-        long long img = i / ((long long)w * h * c);
+        int ch = (int)((i / w) % c);
+        int y = (int)((i / ((long long)w * c)) % h);
+        long long img = i / ((long long)w * c * h);
         float sum = 0.0f;
         for (int ky = 0; ky < kernel; ++ky) {
             int ty = y + pad - ky;
@@ -25,6 +28,6 @@ extern "C" __global__ void col2im_gather(const float* __restrict__ cols, long lo
                 sum += base[(row_y + tx / stride) * ld + kx];
             }
         }
-        out[i] = sum;
+        out[((img * c + ch) * h + y) * w + x] = sum;
     }
 }
