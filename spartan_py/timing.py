@@ -141,6 +141,40 @@ def time_interleaved(
     return times
 
 
+def difference_by_turns_us(
+    work, baseline, *, rounds: int = 10, warmup_ms: float = 0.0, flush_bytes: int = 256 << 20
+) -> float:
+    """Median over ``rounds`` of ``work()``'s time minus ``baseline()``'s, the two timed by turns
+    (:func:`time_interleaved`, one call each a round, L2 flushed before each): a stretch of slow
+    clocks or a host stall lands in both of a round's times, where two medians taken one after
+    the other would charge it to one. Warm-up runs ``work`` until ``warmup_ms`` have passed."""
+    import cupy
+
+    started = time.perf_counter()
+    while (time.perf_counter() - started) * 1e3 < warmup_ms:
+        work()
+        cupy.cuda.get_current_stream().synchronize()
+    times = time_interleaved(
+        {"work": lambda i: work(), "baseline": lambda i: baseline()}, rounds=rounds, calls=1, flush_bytes=flush_bytes
+    )
+    return paired_difference(times["work"], times["baseline"])["median"]
+
+
+def difference_by_turns_cpu_us(work, baseline, *, rounds: int = 5) -> float:
+    """:func:`difference_by_turns_us` on the host clock (NumPy work): the median of per-round differences."""
+    work(), baseline()
+    diffs = []
+    for r in range(rounds):
+        pair = [(work, 1.0), (baseline, -1.0)]
+        diff = 0.0
+        for fn, sign in pair if r % 2 == 0 else pair[::-1]:
+            start = time.perf_counter()
+            fn()
+            diff += sign * (time.perf_counter() - start) * 1e6
+        diffs.append(diff)
+    return float(np.median(diffs))
+
+
 def paired_difference(values: list[float], baseline: list[float]) -> dict:
     """{'median', 'p10', 'p90'} of ``values[i] - baseline[i]`` (same units): the difference
     round by round, so that drift common to both cancels."""

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from spartan_py.errors import InputError
-from spartan_py.timing import hold_stream, paired_difference, time_cpu
+from spartan_py.timing import difference_by_turns_cpu_us, hold_stream, paired_difference, time_cpu
 
 
 def test_paired_difference_cancels_common_drift():
@@ -28,6 +28,23 @@ def test_time_cpu_measures_the_work():
     assert stats["repeats"] == 3
     assert 1500 < stats["median_us"] < 200000
     assert stats["p10_us"] <= stats["median_us"] <= stats["p90_us"]
+
+
+def test_difference_by_turns_on_the_host_is_the_extra_work():
+    extra = difference_by_turns_cpu_us(lambda: time.sleep(0.003), lambda: time.sleep(0.001), rounds=3)
+    assert 1000 < extra < 100000
+
+
+@pytest.mark.gpu
+def test_difference_by_turns_on_the_gpu_is_the_extra_work():
+    import cupy
+
+    from spartan_py.timing import difference_by_turns_us
+
+    data = cupy.ones(1 << 24, dtype=cupy.float32)
+    one = difference_by_turns_us(lambda: data.sum(), lambda: None, rounds=6, warmup_ms=20)
+    extra = difference_by_turns_us(lambda: [data.sum(), data.sum()], lambda: data.sum(), rounds=6)
+    assert one > 0 and 0.5 * one < extra < 1.5 * one
 
 
 @pytest.mark.gpu

@@ -28,7 +28,7 @@ list launches and copies; the decision is off the critical path, as in a trainin
 decides from the previous step's counts, copied to the host while the GPU works
 (:class:`~spartan_py.sparsity.AdaptiveMlp`'s ``lag=1``); the row's ``reason`` gives it. A
 dense pick runs the cuBLAS call the dense step runs: it carries that one time. The monitor's
-cost is its epilogue timed with and without counting, by the same clock. The
+cost is its epilogue with and without counting timed by turns (per-round differences). The
 bound of a GEMM is its dense time scaled by its sparse operand's tile density: the time if every
 skipped tile cost nothing. im2col and col2im (the input gradient's columns back to maps) are
 timed apart: the same in both steps. Each row gives the dense product's error against float64
@@ -101,7 +101,7 @@ def _tile_counts_at(policy, profile):
 
 def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
     """What the monitor of ``mode`` adds to the epilogues writing ``matrices``: each epilogue
-    timed with it and without (plain), by the same clock, the differences summed (>= 0)."""
+    with it and without (plain) timed by turns, the median differences summed (each >= 0)."""
     from spartan_py.sparsity import SparsityMonitor
 
     if mode == "off":
@@ -110,8 +110,13 @@ def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
     total = 0.0
     for matrix in matrices:
         out = array_module(matrix).empty_like(matrix)
-        with_monitor = clock(lambda matrix=matrix, out=out: monitor.epilogue(matrix, out=out))
-        total += max(0.0, with_monitor - clock(lambda matrix=matrix, out=out: plain.epilogue(matrix, out=out)))
+        total += max(
+            0.0,
+            clock.difference(
+                lambda matrix=matrix, out=out: monitor.epilogue(matrix, out=out),
+                lambda matrix=matrix, out=out: plain.epilogue(matrix, out=out),
+            ),
+        )
     return total
 
 

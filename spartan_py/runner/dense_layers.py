@@ -50,17 +50,25 @@ class _Clock:
 
     def __init__(self, xp, repeats: int, *, warmup_ms: float = 20):
         if xp is np:
-            from spartan_py.timing import time_cpu
+            from spartan_py.timing import difference_by_turns_cpu_us, time_cpu
 
             self._time = lambda work: time_cpu(work, repeats=repeats, warmup=1)["median_us"]
+            self._difference = lambda work, baseline: difference_by_turns_cpu_us(work, baseline, rounds=repeats)
         else:
-            from spartan_py.timing import GpuTimer
+            from spartan_py.timing import GpuTimer, difference_by_turns_us
 
             timer = GpuTimer(min_warmup_ms=warmup_ms)  # the GPU idles while the next layer's maps are made
             self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
+            self._difference = lambda work, baseline: difference_by_turns_us(
+                work, baseline, rounds=max(repeats, 5), warmup_ms=warmup_ms
+            )
 
     def __call__(self, work) -> float:
         return self._time(work)
+
+    def difference(self, work, baseline) -> float:
+        """Median microseconds ``work`` takes over ``baseline``, the two timed by turns."""
+        return self._difference(work, baseline)
 
 
 def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:
