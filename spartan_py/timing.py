@@ -67,11 +67,15 @@ def hold_stream(seconds: float = 0.005, stream=None) -> None:
         _hold_kernel(cupy.cuda.Device().id)((1,), (1,), (np.uint64(round(seconds * 1e9)),))
 
 
+FLUSH_BYTES = 256 << 20
+"""Scratch rewritten before a timed call so that no operand stays in L2 (H100 and H200: 50 MiB)."""
+
+
 class GpuTimer:
     """Times callables on the current stream; ``flush_bytes`` of scratch are rewritten
     before each repeat so that no operand stays in L2 (H100 L2: 50 MiB)."""
 
-    def __init__(self, flush_bytes: int = 256 << 20, *, min_warmup_ms: float = 0.0):
+    def __init__(self, flush_bytes: int = FLUSH_BYTES, *, min_warmup_ms: float = 0.0):
         import cupy
 
         self.cupy = cupy
@@ -142,7 +146,7 @@ def time_interleaved(
 
 
 def difference_by_turns_us(
-    work, baseline, *, rounds: int = 10, warmup_ms: float = 0.0, flush_bytes: int = 256 << 20
+    work, baseline, *, rounds: int = 10, warmup_ms: float = 0.0, flush_bytes: int = FLUSH_BYTES
 ) -> float:
     """Median over ``rounds`` of ``work()``'s time minus ``baseline()``'s, the two timed by turns
     (:func:`time_interleaved`, one call each a round, L2 flushed before each): a stretch of slow
@@ -162,7 +166,8 @@ def difference_by_turns_us(
 
 def difference_by_turns_cpu_us(work, baseline, *, rounds: int = 5) -> float:
     """:func:`difference_by_turns_us` on the host clock (NumPy work): the median of per-round differences."""
-    work(), baseline()
+    work()  # warm-up
+    baseline()
     diffs = []
     for r in range(rounds):
         pair = [(work, 1.0), (baseline, -1.0)]
