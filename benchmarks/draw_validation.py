@@ -5,6 +5,7 @@ predictions, before anything in it is measured.
     python -m benchmarks.draw_validation                  # seed from HEAD, refuses a model with uncommitted changes
     python -m benchmarks.draw_validation --commit 0123456789abcdef... --out experiments/drawn/x.yaml
     python -m benchmarks.draw_validation --calibration  # a calibration set (fitted on): another seed
+    python -m benchmarks.draw_validation --calibration --training 12  # with training steps' three GEMMs
 
 A calibration draw takes the same distribution of points with another seed
 (``drawn_set.calibration_seed``) and is measured on the H100 only; the model is fitted on it, so it is
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph-challenge", type=int, default=16, help="Graph Challenge points (default 16)")
     parser.add_argument("--conv", type=int, default=32, help="dense-layer points (default 32)")
     parser.add_argument(
+        "--training", type=int, default=0, help="training-step points, drawn after the others (default 0)"
+    )
+    parser.add_argument(
         "--mode",
         choices=("measured", "simulated"),
         default="measured",
@@ -57,7 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         commit = _git("rev-parse", "HEAD")
     purpose = "calibration" if args.calibration else "validation"
     seed = PURPOSES[purpose].seed(commit)
-    drawn = draw_set(seed, graph_challenge=args.graph_challenge, conv=args.conv, commit=commit[:12], purpose=purpose)
+    drawn = draw_set(
+        seed,
+        graph_challenge=args.graph_challenge,
+        conv=args.conv,
+        training=args.training,
+        commit=commit[:12],
+        purpose=purpose,
+    )
     suffix = "-simulated" if args.mode == "simulated" else ""
     stem = "calibrate" if args.calibration else "validate"
     out = args.out or ROOT / "experiments" / "drawn" / f"{stem}-{commit[:12]}{suffix}.yaml"

@@ -67,6 +67,26 @@ def test_the_experiment_file_loads_with_every_point(tmp_path):
     assert kinds.count("graph_challenge") == 16 and kinds.count("conv_layers") == 32
 
 
+def test_training_points_come_after_the_others_and_leave_them_unchanged(tmp_path):
+    """Training-step points are drawn last: a draw with them starts with the draw without them
+    (every committed set regenerates), and each is a training step of one known layer."""
+    seed = seed_from_commit(COMMIT)
+    plain, with_training = draw_set(seed), draw_set(seed, training=6, purpose="calibration")
+    assert with_training.cases[:48] == plain.cases and len(with_training.cases) == 54
+    added = with_training.cases[48:]
+    assert {c["workload"]["step"] for c in added} == {"training"} and all("trace" not in c for c in added)
+    for case in added:
+        conv_layer(case["workload"]["layers"][0])
+    path = tmp_path / "calibrate.yaml"
+    path.write_text(with_training.experiment_text("calibrate"))
+    points = load_experiment(path)[1]
+    assert [p.experiment.workload.step for p in points[48:]] == ["training"] * 6
+    with pytest.raises(InputError, match="at least one point"):
+        draw_set(1, graph_challenge=0, conv=0, training=0)
+    with pytest.raises(InputError, match="at least one point"):
+        draw_set(1, training=-1)
+
+
 def test_the_script_writes_the_file_for_a_given_commit(tmp_path, capsys):
     from benchmarks.draw_validation import main
 

@@ -12,7 +12,10 @@ Each Graph Challenge point is a generated network of either family (RadiX-Net, o
 rows, on ``gpu`` or ``gpu-merged``; each dense-layer point one convolution layer of AlexNet,
 VGG-16 or ResNet-18 at batch 4 to 64, input density 0.02 to 0.9, FP32 or TF32, every
 candidate's launches timed (``trace: all``). Depths, rows and densities are drawn
-log-uniformly, so that small and large ones are equally represented.
+log-uniformly, so that small and large ones are equally represented. ``training`` points, drawn
+after all others (so that a draw without them is unchanged), are the same kind of layer as a
+training step: its forward, weight- and input-gradient GEMMs, whose shapes (wide outputs, long
+contractions) no forward point has.
 """
 
 from __future__ import annotations
@@ -147,14 +150,20 @@ def _log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
 
 
 def draw_set(
-    seed: int, *, graph_challenge: int = 16, conv: int = 32, commit: str | None = None, purpose: str = "validation"
+    seed: int,
+    *,
+    graph_challenge: int = 16,
+    conv: int = 32,
+    training: int = 0,
+    commit: str | None = None,
+    purpose: str = "validation",
 ) -> DrawnSet:
-    """``graph_challenge`` Graph Challenge points and ``conv`` dense-layer points drawn with
-    ``seed``, for ``purpose`` (a key of :data:`PURPOSES`)."""
+    """``graph_challenge`` Graph Challenge points, ``conv`` dense-layer points and ``training``
+    training-step points drawn with ``seed``, for ``purpose`` (a key of :data:`PURPOSES`)."""
     if purpose not in PURPOSES:
         raise InputError(f"a drawn set is for one of {', '.join(PURPOSES)}, got {purpose!r}")
-    if graph_challenge < 0 or conv < 0 or graph_challenge + conv == 0:
-        raise InputError(f"a drawn set needs at least one point, got {graph_challenge} + {conv}")
+    if min(graph_challenge, conv, training) < 0 or graph_challenge + conv + training == 0:
+        raise InputError(f"a drawn set needs at least one point, got {graph_challenge} + {conv} + {training}")
     rng = np.random.default_rng(seed)
     cases: list[dict] = []
     for _ in range(graph_challenge):
@@ -173,22 +182,27 @@ def draw_set(
                 },
             }
         )
-    labels = [layer.label for layers in CONV_LAYERS.values() for layer in layers]
-    for _ in range(conv):
-        density = math.exp(rng.uniform(math.log(DENSITY_RANGE[0]), math.log(DENSITY_RANGE[1])))
-        cases.append(
-            {
-                "backend": "gpu",
-                "precision": str(rng.choice(PRECISIONS)),
-                "trace": "all",
-                "repeats": 20,
-                "workload": {
-                    "kind": "conv_layers",
-                    "layers": [str(rng.choice(labels))],
-                    "batch": int(rng.integers(BATCH_RANGE[0], BATCH_RANGE[1] + 1)),
-                    "density": round(float(density), 4),
-                    "seed": int(rng.integers(0, 2**31)),
-                },
-            }
-        )
+    cases += [_conv_case(rng, step="forward") for _ in range(conv)]
+    cases += [_conv_case(rng, step="training") for _ in range(training)]
     return DrawnSet(seed, commit, cases, purpose)
+
+
+def _conv_case(rng: np.random.Generator, step: str) -> dict:
+    """One convolution layer drawn: a forward point times every candidate (``trace: all``); a
+    training step records the launches of its three GEMMs' picks."""
+    labels = [layer.label for layers in CONV_LAYERS.values() for layer in layers]
+    density = math.exp(rng.uniform(math.log(DENSITY_RANGE[0]), math.log(DENSITY_RANGE[1])))
+    case: dict = {"backend": "gpu", "precision": str(rng.choice(PRECISIONS))}
+    if step == "forward":
+        case["trace"] = "all"
+    case["repeats"] = 20
+    workload = {
+        "kind": "conv_layers",
+        "layers": [str(rng.choice(labels))],
+        "batch": int(rng.integers(BATCH_RANGE[0], BATCH_RANGE[1] + 1)),
+        "density": round(float(density), 4),
+        "seed": int(rng.integers(0, 2**31)),
+    }
+    if step != "forward":
+        workload["step"] = step
+    return {**case, "workload": workload}
