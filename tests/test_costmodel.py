@@ -334,6 +334,8 @@ def test_a_merged_row_holding_the_whole_layer_is_its_own_instance():
     assert instance_of("gpu.gc_merged", "R1xW4096-layers2-2", 4096) == "R1xW4096" + UNMERGED  # every neuron
     assert instance_of("gpu.gc_merged", "R1xW4096-layers2-2") == "R1xW4096"  # width not known
     assert instance_of("gpu.gc_layer", "R4xC4-layers1-4-uniform", 4096) == "R4xC4"
+    # a training step's role names where the launch sat: row compaction of an input gradient is "rows"
+    assert instance_of("gpu.compact", "rows/input_grad") == instance_of("gpu.compact", "rows") == "rows"
     records = pd.DataFrame(
         {"kernel": ["gpu.gc_merged", "gpu.gc_merged", "gpu.expand"], "variant": ["R1xW4096-a", "R1xW4096-b", "x"]}
     )

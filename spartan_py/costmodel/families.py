@@ -82,14 +82,20 @@ merged row's runs a few a merged column, so the same compiled instance spends it
 differently (on the H100, 0.6 ps a multiply-add against 8-14 ps at ``R1xW4096``) and is fitted apart."""
 
 
+ROLE_SEPARATOR = "/"
+"""A training step's records append their GEMM's role to the variant (``rows/weight_grad``):
+what follows it names where the launch sat, not what ran."""
+
+
 def instance_of(kernel: str, variant: str, cols: int = 0) -> str:
     """The compiled instance a record of ``kernel`` ran (``R16xC1``), or ``""`` when the
     family is calibrated as one; a merged-kernel record whose row is the whole layer
-    (``cols``, the layer's width, equal to its ``W``) gets :data:`UNMERGED` appended."""
+    (``cols``, the layer's width, equal to its ``W``) gets :data:`UNMERGED` appended. A
+    training step's role (after :data:`ROLE_SEPARATOR`) is not part of the instance."""
     family = FAMILIES.get(kernel)
     if family is None or not family.per_instance or not variant:
         return ""
-    instance = variant.split("-", 1)[0]
+    instance = variant.split("-", 1)[0].split(ROLE_SEPARATOR, 1)[0]
     if kernel == GC_MERGED and cols and instance.endswith(f"W{int(cols)}"):
         instance += UNMERGED
     return instance

@@ -138,7 +138,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     """One layer's three GEMMs: a row each (times, choice, check, bound, and the cost model's
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
-    from spartan_py.costmodel.families import COMPACT
+    from spartan_py.costmodel.families import COMPACT, ROLE_SEPARATOR
     from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
     from spartan_py.sparsity import (
         KernelPolicy,
@@ -340,7 +340,9 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         if gemm.name == "input_grad":
             input_gradient = reference
         rows.append(row)
-        trace += [replace(r, variant=f"{r.variant}/{gemm.name}".lstrip("/")) for r in chosen_records]
+        trace += [
+            replace(r, variant=f"{r.variant}{ROLE_SEPARATOR}{gemm.name}".lstrip(ROLE_SEPARATOR)) for r in chosen_records
+        ]
     if clock is not None:  # the same in a dense and an adaptive step: timed apart
         from spartan_py.runner.conv_operands import layer_maps
         from spartan_py.sparsity.workloads import col2im, im2col
