@@ -77,10 +77,12 @@ def test_training_points_come_after_the_others_and_leave_them_unchanged(tmp_path
     assert {c["workload"]["step"] for c in added} == {"training"} and all("trace" not in c for c in added)
     for case in added:
         conv_layer(case["workload"]["layers"][0])
+    small = draw_set(seed, graph_challenge=1, conv=1, training=2, purpose="calibration")
     path = tmp_path / "calibrate.yaml"
-    path.write_text(with_training.experiment_text("calibrate"))
+    path.write_text(small.experiment_text("calibrate"))
     points = load_experiment(path)[1]
-    assert [p.experiment.workload.step for p in points[48:]] == ["training"] * 6
+    assert points[0].experiment.workload.kind == "graph_challenge"
+    assert [p.experiment.workload.step for p in points[1:]] == ["forward", "training", "training"]
     with pytest.raises(InputError, match="at least one point"):
         draw_set(1, graph_challenge=0, conv=0, training=0)
     with pytest.raises(InputError, match="at least one point"):
