@@ -139,6 +139,8 @@ def main() -> int:
         ("merged-block-tiles", MergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
         ("merged-chain1", MergedEngine, {"chain_rows": 1}),
         ("merged-chain2", MergedEngine, {"chain_rows": 2}),
+        ("merged-lone-warps", MergedEngine, {"chain_warps": 1}),  # no pairs in the long launches
+        ("merged-pairs", MergedEngine, {"chain_warps": 2}),  # pairs in every chain launch
         ("merged-R8", MergedEngine, {"rows_per_tile": 8}),
         ("merged-R32", MergedEngine, {"rows_per_tile": 32}),
         ("merged-streamed", MergedEngine, {"stream": True}),

@@ -1,6 +1,6 @@
-// The merged network's later launches with a warp per group of rows (spartan_py/engines/gpu_merged.py,
-// "chain" launches): each warp carries its rows through all of the launch's layers on its
-// own, with no block barrier between layers. Same layer semantics, sums in the same order,
+// The merged network's later launches with a team of warps per group of rows
+// (spartan_py/engines/merged/, "chain" launches): each team carries its rows through all of the
+// launch's layers on its own, with no block barrier between layers. Same layer semantics, sums in the same order,
 // compaction, counters and fused monitor as gc_merged in kernels/gc_merged.cu, whose launches
 // stage each layer into a block-wide buffer between two barriers; here a launch stages all of
 // its layers' indices once, as bytes. Compiled at run time by CuPy and, in CI, by nvcc for
@@ -15,11 +15,17 @@
 //                 layer's own are padding, reading the zero column width_{l-1} (so every index
 //                 is below 256). k8_l = 0: every weight is w_uniforms[l] (no codes).
 //   k4s[l], k8s[l]: the index and code words a column of layer l takes.
+//   In shared memory a layer's stage is followed by its column sizes (size_ptrs[l], width_l
+//   ints); a launch copies every layer's at its start (cp.async, sm_80 and later).
 //   y_in, y_out : live rows of Z, row stride `stride` floats; counts[layer] rows come in.
 //   a launch runs only layers of width at most 32 C.
 //
-// Work split: a warp takes G rows (rows past the end are zero); lane j computes columns j,
-// j + 32, ... (C of them) of each. Warps take groups block by block in turn, so that few rows
+// Work split: a team of P warps takes G rows (rows past the end are zero); lane j of the
+// team's warp h computes columns 32 h + j, 32 (P + h) + j, ... (C of them) of each. P = 1: a
+// warp alone, __syncwarp between layers. P = 2: two warps meeting at a named barrier between
+// layers (ids 1..15, so at most 15 teams: 960 threads); with G = 2 each step's decoding serves
+// two rows while as many warps stay busy as with lone warps of one row (these launches are
+// bound by instruction issue). Teams take groups block by block in turn, so that few rows
 // spread over every SM. A column's indices at one step fall in distinct banks for the 32
 // lanes (the plan's order, kernels/gc_merged.cu), so a step's operand reads do not conflict.
 
@@ -28,42 +34,63 @@
 #endif
 #define CH_PAD 32
 #define CH_MAX_LAYERS 32  // layers a launch may take (MAX_LAUNCH_LAYERS in layer_plan.py)
+#define CH_MAX_TEAMS 15   // teams of more than one warp a block may hold (named barriers 1..15)
 
-// count words from global src to shared dst by every thread of the block, 16 bytes at a time
-// when both are aligned
-__device__ __forceinline__ void ch_copy_words(int* __restrict__ dst, const int* __restrict__ src, int count) {
-    if (((reinterpret_cast<size_t>(src) | reinterpret_cast<size_t>(dst)) & 15) == 0 && (count & 3) == 0) {
-        const int4* s4 = reinterpret_cast<const int4*>(src);
-        int4* d4 = reinterpret_cast<int4*>(dst);
-        for (int e = threadIdx.x; e < count / 4; e += CH_THREADS) d4[e] = __ldg(s4 + e);
-        return;
-    }
-    for (int e = threadIdx.x; e < count; e += CH_THREADS) dst[e] = __ldg(src + e);
+// the team's warps meet: P = 1 a warp's own sync, else named barrier 1 + team of 32 P threads
+template <int P>
+__device__ __forceinline__ void ch_team_sync(int team) {
+    if (P == 1)
+        __syncwarp();
+    else
+        asm volatile("bar.sync %0, %1;" ::"r"(team + 1), "n"(32 * P) : "memory");
 }
 
+// Start copying count words from global src to shared dst by every thread of the block
+// (cp.async, 16 bytes at a time when both are aligned): nothing waits on registers, so every
+// layer's copy is in flight at once; ch_copy_wait() waits for them all.
+__device__ __forceinline__ void ch_copy_async(int* __restrict__ dst, const int* __restrict__ src, int count) {
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    if (((reinterpret_cast<size_t>(src) | reinterpret_cast<size_t>(dst)) & 15) == 0 && (count & 3) == 0) {
+        for (int e = threadIdx.x; e < count / 4; e += blockDim.x)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16 * e), "l"(src + 4 * e) : "memory");
+        return;
+    }
+    for (int e = threadIdx.x; e < count; e += blockDim.x)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(base + 4 * e), "l"(src + e) : "memory");
+}
+
+__device__ __forceinline__ void ch_copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Four steps of the sums of G rows x C columns: step q's input of column c is byte q of
-// word[c], its weight entry (CODED) nibble q of code[c] >> shift, else w_uniform.
+// word[c], its weight entry (CODED) nibble q of code[c] >> shift, else w_uniform. The byte
+// comes out with one permute and the nibble already scaled to a byte offset into `table`, so
+// that each operand's shared address is one add (an instruction count: these launches are
+// bound by issue, not by memory).
 template <int C, int G, bool CODED>
 __device__ __forceinline__ void ch_quad(float (&acc)[G][C], const int (&word)[C], const int (&code)[C], int shift,
                                         const float* __restrict__ in, int S, const float* __restrict__ table,
                                         float w_uniform) {
+    const char* const table_bytes = reinterpret_cast<const char*>(table);
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-            const int i = (word[c] >> (8 * q)) & 0xff;
-            const float w = CODED ? table[(code[c] >> (shift + 4 * q)) & 15] : w_uniform;
+            const int i = __byte_perm(word[c], 0, 0x4440 + q);
+            const int at = shift + 4 * q;  // the nibble's first bit (a constant once unrolled)
+            const int offset = at >= 2 ? (code[c] >> (at - 2)) & 0x3c : (code[c] << 2) & 0x3c;
+            const float w = CODED ? *reinterpret_cast<const float*>(table_bytes + offset) : w_uniform;
 #pragma unroll
             for (int g = 0; g < G; ++g) acc[g][c] = fmaf(w, in[g * S + i], acc[g][c]);
         }
 }
 
 // A layer's sums: k4 index words a column from `words`, and, when CODED, k8 code words from
-// `codes` into the weights of `table`; columns 32 c past `width` are not computed.
-template <int C, int G, bool CODED>
+// `codes` into the weights of `table`; the lane's columns 32 (P c + h) + lane (h: the warp's
+// place in its team) past `width` are not computed.
+template <int C, int G, int P, bool CODED>
 __device__ __forceinline__ void ch_sums(float (&acc)[G][C], const int* __restrict__ words, const int* __restrict__ codes,
                                         const float* __restrict__ table, int k4, int width, const float* __restrict__ in,
-                                        int S, float w_uniform) {
+                                        int S, float w_uniform, int h) {
     const int lane = threadIdx.x & 31;
     int word[C], code[C];
 #pragma unroll
@@ -72,25 +99,26 @@ __device__ __forceinline__ void ch_sums(float (&acc)[G][C], const int* __restric
     for (; s4 + 1 < k4; s4 += 2) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-            if (CODED) code[c] = 32 * c < width ? codes[(s4 >> 1) * width + lane + 32 * c] : 0;
-            word[c] = 32 * c < width ? words[s4 * width + lane + 32 * c] : 0;
+            if (CODED) code[c] = 32 * (P * c + h) < width ? codes[(s4 >> 1) * width + lane + 32 * (P * c + h)] : 0;
+            word[c] = 32 * (P * c + h) < width ? words[s4 * width + lane + 32 * (P * c + h)] : 0;
         }
         ch_quad<C, G, CODED>(acc, word, code, 0, in, S, table, w_uniform);
 #pragma unroll
-        for (int c = 0; c < C; ++c) word[c] = 32 * c < width ? words[(s4 + 1) * width + lane + 32 * c] : 0;
+        for (int c = 0; c < C; ++c)
+            word[c] = 32 * (P * c + h) < width ? words[(s4 + 1) * width + lane + 32 * (P * c + h)] : 0;
         ch_quad<C, G, CODED>(acc, word, code, 16, in, S, table, w_uniform);
     }
     if (s4 < k4) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-            if (CODED) code[c] = 32 * c < width ? codes[(s4 >> 1) * width + lane + 32 * c] : 0;
-            word[c] = 32 * c < width ? words[s4 * width + lane + 32 * c] : 0;
+            if (CODED) code[c] = 32 * (P * c + h) < width ? codes[(s4 >> 1) * width + lane + 32 * (P * c + h)] : 0;
+            word[c] = 32 * (P * c + h) < width ? words[s4 * width + lane + 32 * (P * c + h)] : 0;
         }
         ch_quad<C, G, CODED>(acc, word, code, 0, in, S, table, w_uniform);
     }
 }
 
-template <int C, int G>
+template <int C, int G, int P>
 __global__ void __launch_bounds__(CH_THREADS, 1)
 gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* __restrict__ y_out, int* __restrict__ ids_out,
          const unsigned long long* __restrict__ chain_ptrs, const int* __restrict__ k4s, const int* __restrict__ k8s,
@@ -106,9 +134,15 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     __shared__ int s_live[CH_MAX_LAYERS];        // per layer, rows of this block live after it
     __shared__ unsigned long long s_nnz[CH_MAX_LAYERS];
     __shared__ int s_groups[CH_MAX_LAYERS];  // groups of this block that ran the layer
-    constexpr int WARPS = CH_THREADS / 32;
+    // each layer's k4, k8, width and uniform weight, read from here between layers (a global
+    // load there is a round trip to L2 on every warp's path: each SM's first reader misses)
+    __shared__ int s_k4[CH_MAX_LAYERS], s_k8[CH_MAX_LAYERS], s_width[CH_MAX_LAYERS + 1];
+    __shared__ float s_w[CH_MAX_LAYERS];
+    __shared__ int s_part[P > 1 ? CH_MAX_TEAMS : 1][2][P][G];  // (P > 1) each warp's part of a row's count, by layer parity
+    const int teams = (blockDim.x >> 5) / P;
     const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
+    const int team = (threadIdx.x >> 5) / P;
+    const int h = (threadIdx.x >> 5) % P;  // the warp's place in its team
     const int rows = counts[layer];
     const int group_count = (rows + G - 1) / G;
     if (blockIdx.x >= group_count) return;  // (uniform across the block) nothing to do here
@@ -117,9 +151,16 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
         int offset = 0;
         for (int j = 0; j < layer_count; ++j) {
             s_offset[j] = offset;
-            offset += (k4s[layer + j] + k8s[layer + j]) * widths[layer + j] + 16;
+            offset += (k4s[layer + j] + k8s[layer + j] + 1) * widths[layer + j] + 16;  // + the column sizes
         }
         s_offset[layer_count] = offset;
+    }
+    if (threadIdx.x < layer_count) {
+        const int l = layer + threadIdx.x;
+        s_k4[threadIdx.x] = k4s[l];
+        s_k8[threadIdx.x] = k8s[l];
+        s_width[threadIdx.x] = widths[l];
+        s_w[threadIdx.x] = w_uniforms[l];
     }
     if (threadIdx.x < layer_count) {
         s_live[threadIdx.x] = 0;
@@ -129,50 +170,62 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     __syncthreads();
     const int total_words = s_offset[layer_count];
     int* const stage = smem;        // total_words
-    const int S = stride + CH_PAD;  // row stride of a warp's buffers
-    float* const buffers = reinterpret_cast<float*>(stage + total_words) + warp * 2 * G * S;
-    for (int j = 0; j < layer_count; ++j)
-        ch_copy_words(stage + s_offset[j], reinterpret_cast<const int*>(chain_ptrs[layer + j]), s_offset[j + 1] - s_offset[j]);
+    const int S = stride + CH_PAD;  // row stride of a team's buffers
+    float* const buffers = reinterpret_cast<float*>(stage + total_words) + team * 2 * G * S;
+    for (int j = 0; j < layer_count; ++j) {  // a layer's stage, then its column sizes
+        const int sizes_at = s_offset[j + 1] - s_width[j];
+        ch_copy_async(stage + s_offset[j], reinterpret_cast<const int*>(chain_ptrs[layer + j]), sizes_at - s_offset[j]);
+        ch_copy_async(stage + sizes_at, reinterpret_cast<const int*>(size_ptrs[layer + j]), s_width[j]);
+    }
+    ch_copy_wait();
     __syncthreads();
 
     const int last = layer + layer_count - 1;
     const int width_in = widths[layer - 1];
-    for (int g0 = blockIdx.x + gridDim.x * warp; g0 < group_count; g0 += gridDim.x * WARPS) {
+    // the monitor's masks (see the header): with one level and at most 32 tiles (the common
+    // case) each lane's tile's words are read once per launch, not per row
+    const unsigned* const masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
+    const int tiles = n / 32;
+    const int mask_words = s_width[layer_count - 1] / 32;
+    const bool lane_masks = tile_nnz && masks && mask_levels[last] == 1 && tiles <= 32;
+    unsigned lane_mask[C * P];
+#pragma unroll
+    for (int c = 0; c < C * P; ++c)
+        lane_mask[c] = lane_masks && lane < tiles && c < mask_words ? __ldg(masks + lane * mask_words + c) : 0u;
+    for (int g0 = blockIdx.x + gridDim.x * team; g0 < group_count; g0 += gridDim.x * teams) {
         const int first = g0 * G;
-        __syncwarp();  // the previous group's reads of the buffers are done
+        ch_team_sync<P>(team);  // the previous group's reads of the buffers are done
         float* in = buffers;
         float* out = buffers + G * S;
         // the group's rows, zero past their width and past the last row
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             const bool valid = first + g < rows;
-            for (int c = lane; c < S; c += 32)
+            for (int c = 32 * h + lane; c < S; c += 32 * P)
                 in[g * S + c] = (valid && c < width_in) ? __ldcg(y_in + (size_t)(first + g) * stride + c) : 0.0f;
         }
-        __syncwarp();
-        int lit[G];          // each row's weighted non-zeros after the layer
-        unsigned bits[G][C];  // each row's non-zero columns after the launch's last layer
+        ch_team_sync<P>(team);
+        int lit[G];  // each row's weighted non-zeros after the layer
         bool done = false;   // whether the group ran the launch's last layer
         int live = 0;
         for (int j = 0; j < layer_count; ++j) {
-            const int l = layer + j;
-            const int width = widths[l];
-            const int k4 = k4s[l];
-            const float w = w_uniforms[l];
-            const int k8 = k8s[l];
+            const int width = s_width[j];
+            const int k4 = s_k4[j];
+            const float w = s_w[j];
+            const int k8 = s_k8[j];
             const int* const layer_words = stage + s_offset[j];
             const int* const codes = layer_words + k4 * width;
             const float* const table = reinterpret_cast<const float*>(codes + k8 * width);
-            const int* const sizes = reinterpret_cast<const int*>(size_ptrs[l]);
+            const int* const sizes = stage + s_offset[j + 1] - width;
             float acc[G][C];
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
                 for (int c = 0; c < C; ++c) acc[g][c] = 0.0f;
             if (k8)  // (uniform across the block)
-                ch_sums<C, G, true>(acc, layer_words, codes, table, k4, width, in, S, w);
+                ch_sums<C, G, P, true>(acc, layer_words, codes, table, k4, width, in, S, w, h);
             else
-                ch_sums<C, G, false>(acc, layer_words, codes, table, k4, width, in, S, w);
+                ch_sums<C, G, P, false>(acc, layer_words, codes, table, k4, width, in, S, w, h);
             live = 0;
             int sum = 0;
 #pragma unroll
@@ -180,22 +233,29 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
                 int mine = 0;
 #pragma unroll
                 for (int c = 0; c < C; ++c) {
-                    if (32 * c >= width) {  // (uniform across the warp: width is a multiple of 32)
-                        bits[g][c] = 0u;
-                        continue;
-                    }
+                    const int column = 32 * (P * c + h) + lane;
+                    if (column - lane >= width) continue;  // (uniform across the warp: width is a multiple of 32)
                     const float a = acc[g][c];
                     const float y = a != 0.0f ? fminf(fmaxf(a + bias, 0.0f), clamp) : 0.0f;
-                    out[g * S + lane + 32 * c] = y;
-                    if (y != 0.0f) mine += __ldg(sizes + lane + 32 * c);
-                    bits[g][c] = __ballot_sync(0xffffffffu, y != 0.0f);
+                    out[g * S + column] = y;
+                    if (y != 0.0f) mine += sizes[column];
                 }
-                out[g * S + width + lane] = 0.0f;  // the next layer's padding steps read these
+                if (h == 0) out[g * S + width + lane] = 0.0f;  // the next layer's padding steps read these
                 lit[g] = __reduce_add_sync(0xffffffffu, mine);
+                if (P > 1 && lane == 0) s_part[P > 1 ? team : 0][j & 1][h][g] = lit[g];
+            }
+            ch_team_sync<P>(team);  // the layer's outputs (and the parts of its counts) are in
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                if (P > 1) {
+                    lit[g] = 0;
+#pragma unroll
+                    for (int p = 0; p < P; ++p) lit[g] += s_part[P > 1 ? team : 0][j & 1][p][g];
+                }
                 live += lit[g] > 0;
                 sum += lit[g];
             }
-            if (lane == 0) {
+            if (lane == 0 && h == 0) {
                 if (j < layer_count - 1 && live) atomicAdd(&s_live[j], live);
                 if (sum) atomicAdd(&s_nnz[j], (unsigned long long)sum);
                 if (row_layers) atomicAdd(&s_groups[j], 1);
@@ -203,19 +263,16 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             float* const t = in;
             in = out;
             out = t;
-            __syncwarp();
             if (!live) break;  // every row of the group is dead: later layers add nothing
             done = j == layer_count - 1;
         }
-        if (!done) continue;
+        if (!done || h != 0) continue;  // the team's first warp writes the group out
 
         // the live rows out, with their ids and (monitor) per-32-column counts of Y
         int base = 0;
         if (lane == 0) base = atomicAdd(&counts[last + 1], live);
         base = __shfl_sync(0xffffffffu, base, 0);
-        const int width = widths[last];
-        const int tiles = n / 32;
-        const unsigned* const masks = reinterpret_cast<const unsigned*>(mask_ptrs[last]);
+        const int width = s_width[layer_count - 1];
         const int* const groups = reinterpret_cast<const int*>(group_ptrs[last]);
         int rank = 0;
 #pragma unroll
@@ -229,14 +286,25 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             }
             if (!tile_nnz) continue;
             if (masks) {  // a lane per tile: the groups that appear in it, by level
-                const int levels = mask_levels[last], mask_words = width / 32;
+                unsigned bits[C * P];  // the row's non-zero columns, a word per 32
+#pragma unroll
+                for (int c = 0; c < C * P; ++c)
+                    bits[c] = c < mask_words ? __ballot_sync(0xffffffffu, in[g * S + 32 * c + lane] != 0.0f) : 0u;
+                if (lane_masks) {
+                    int count = 0;
+#pragma unroll
+                    for (int c = 0; c < C * P; ++c) count += __popc(bits[c] & lane_mask[c]);
+                    if (lane < tiles) tile_nnz[dst * tiles + lane] = (unsigned char)count;
+                    continue;
+                }
+                const int levels = mask_levels[last];
                 for (int tile = lane; tile < tiles; tile += 32) {
                     int count = 0;
                     for (int level = 0; level < levels; ++level)
 #pragma unroll
-                        for (int c = 0; c < C; ++c)
+                        for (int c = 0; c < C * P; ++c)
                             if (c < mask_words)
-                                count += __popc(bits[g][c] & __ldg(masks + ((size_t)level * tiles + tile) * mask_words + c));
+                                count += __popc(bits[c] & __ldg(masks + ((size_t)level * tiles + tile) * mask_words + c));
                     tile_nnz[dst * tiles + tile] = (unsigned char)count;
                 }
             } else {  // a ballot per tile: lane j looks up column j's group
@@ -257,13 +325,15 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
 }
 
 #ifndef CH_NO_EXPLICIT_INSTANCES  // CuPy instantiates what it names; nvcc builds in CI use these
-#define CH_INSTANCE(C, G)                                                                                         \
-    template __global__ void gc_chain<C, G>(const float*, const int*, float*, int*, const unsigned long long*, const int*, const int*, const float*, \
+#define CH_INSTANCE(C, G, P)                                                                                      \
+    template __global__ void gc_chain<C, G, P>(const float*, const int*, float*, int*, const unsigned long long*, const int*, const int*, const float*, \
                                             const int*, const unsigned long long*, const unsigned long long*, int*,      \
                                             unsigned long long*, int, int, unsigned char*, int*, int*,                  \
                                             const unsigned long long*, const int*, int, int, float, float);
-CH_INSTANCE(1, 1)
-CH_INSTANCE(2, 1)
-CH_INSTANCE(1, 2)
-CH_INSTANCE(2, 2)
+CH_INSTANCE(1, 1, 1)
+CH_INSTANCE(2, 1, 1)
+CH_INSTANCE(1, 2, 1)
+CH_INSTANCE(2, 2, 1)
+CH_INSTANCE(1, 1, 2)
+CH_INSTANCE(1, 2, 2)
 #endif

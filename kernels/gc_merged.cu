@@ -227,10 +227,22 @@ __device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int word
 // tiles + c], from their non-zero merged columns (bits, MW words per row) and the masks (see
 // the header): count of 32-column tile c = sum over levels of popc(bits & the groups that
 // appear in c at least level + 1 times). A lane per tile, the row's bits a broadcast read.
+// BY_LANE: built with the common case's path (one level, a tile a lane: networks of up to
+// 1024 neurons, whose tiles are tall; the wide networks' short-tile instances keep their
+// registers without it)
+template <bool BY_LANE>
 __device__ __forceinline__ void gm_tile_counts(const unsigned* __restrict__ nz_mask, int MW, const unsigned* __restrict__ masks,
                                                int levels, int words, int tiles, int rows, int first_row, int row_step,
                                                unsigned char* __restrict__ dst) {
     const int lane = threadIdx.x & 31;
+    if (BY_LANE && levels == 1 && words <= 2 && tiles <= 32) {  // the common case: a tile a lane, one level
+        if (lane >= tiles) return;
+        const unsigned* const mine = masks + lane * words;
+        for (int r = first_row; r < rows; r += row_step)
+            dst[r * tiles + lane] =
+                (unsigned char)(__popc(nz_mask[r * MW] & __ldg(mine)) + (words > 1 ? __popc(nz_mask[r * MW + 1] & __ldg(mine + 1)) : 0));
+        return;
+    }
     for (int r = first_row; r < rows; r += row_step)
         for (int c = lane; c < tiles; c += 32) {
             int lit = 0;
@@ -445,7 +457,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             } else if (counts_in_stage) {
                 if (!tile_input) staged_layer = -1;
                 if (warp > 0)
-                    gm_tile_counts(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32, valid_rows, warp - 1,
+                    gm_tile_counts<(R >= 8)>(nz_mask, MW, masks, mask_levels[last], width / 32, n / 32, valid_rows, warp - 1,
                                    GM_THREADS / 32 - 1, tile_counts);
             }
             __syncthreads();

@@ -145,7 +145,10 @@ def test_twin_trace_accounts_for_the_merged_work():
         {"varied_inputs": True},
         {"varied_inputs": True, "rows_per_tile": 8},
         {"chain_rows": 1},
+        {"chain_rows": 1, "chain_warps": 2},
         {"chain_rows": 2, "compact_every": 1},
+        {"chain_rows": 2, "chain_warps": 2},
+        {"chain_warps": 2, "compact_every": 3},
         {"chain_rows": 0},
         {"input_counts": False},
         {"input_counts": False, "rows_per_tile": 8},
@@ -205,16 +208,26 @@ def test_monitor_masks_count_each_tiles_nonzeros():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "neurons, masks, chain_rows",
-    [(1024, True, 1), (1024, True, 2), (1024, True, 0), (1024, False, 1), (1024, False, 2), (16384, False, None)],
-)  # the chain kernel runs the later 1024-neuron launches; without masks, tiles look groups up
-def test_gpu_merged_monitor_counts_match_outputs(neurons, masks, chain_rows, monkeypatch):
+    "neurons, masks, chain_rows, chain_warps",
+    [
+        (1024, True, 1, None),
+        (1024, True, 1, 2),
+        (1024, True, 2, None),
+        (1024, True, 2, 2),
+        (1024, True, 0, None),
+        (1024, False, 1, None),
+        (1024, False, 2, 2),
+        (16384, False, None, None),
+    ],
+)  # the chain kernel runs the later 1024-neuron launches (teams of a warp or a pair); without
+# masks, tiles look groups up
+def test_gpu_merged_monitor_counts_match_outputs(neurons, masks, chain_rows, chain_warps, monkeypatch):
     import spartan_py.engines.merged.engine as gpu_merged
 
     if not masks:
         monkeypatch.setattr(gpu_merged, "monitor_masks", lambda groups, width: None)
     network = generate_network(neurons, 3, seed=1)
-    engine = make_engine("gpu-merged", network, compact_every=1, chain_rows=chain_rows)
+    engine = make_engine("gpu-merged", network, compact_every=1, chain_rows=chain_rows, chain_warps=chain_warps)
     batch = engine.upload(generate_inputs(200, neurons, seed=2))
     engine.run_device(batch, per_layer_times=True)
     live = int(batch.counts[3].get())
@@ -373,7 +386,13 @@ def test_chain_words_pack_indices_and_weight_codes():
 
 
 def test_chain_launches_need_narrow_layers_of_few_weights():
-    from spartan_py.engines.merged.chain import chain_fits, chain_group_rows, chain_launch, checked_chain_rows
+    from spartan_py.engines.merged.chain import (
+        chain_fits,
+        chain_launch,
+        chain_team_warps,
+        checked_chain_rows,
+        checked_chain_warps,
+    )
 
     merged = merge_network(generate_network(1024, 6, seed=5))
     layers = merged.layers
@@ -386,19 +405,29 @@ def test_chain_launches_need_narrow_layers_of_few_weights():
     assert not chain_fits(merge_network(Network(64, weights, bias=-0.1)).layers[1])  # more than 16 weights
     with pytest.raises(InputError, match="chain_rows"):
         checked_chain_rows(3)
-    assert [chain_group_rows(n) for n in (1, 8, 16, 32)] == [2, 2, 1, 1]
+    with pytest.raises(InputError, match="chain_warps"):
+        checked_chain_warps(3)
+    assert [chain_team_warps(n) for n in (1, 8, 9, 32)] == [1, 1, 2, 2]
 
 
 def test_twin_trace_names_the_chain_launches():
-    """Launches after the first run the chain kernel ("C": a warp per group of rows, 32 warps
-    an SM); with ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
-    network = generate_network(1024, 12, seed=2)
+    """Launches after the first run the chain kernel ("C": a team per group of rows, of one warp
+    in launches of up to 8 layers, 32 teams an SM, else of two, "T2", 15 teams an SM); with
+    ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
+    network = generate_network(1024, 30, seed=2)  # launches of 1, 1, 1, 1, 2, 4, 8 and 12 layers
     inputs = generate_inputs(400, 1024, seed=2)
-    for chain_rows, kind in ((1, "C1xW"), (2, "C2xW"), (0, "R16xW"), (None, "C2xW")):
-        out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows, compact_every=4).run(inputs)
+    for chain_rows, kind, long_kind in (
+        (1, "C1xW", "C1T2xW"),
+        (2, "C2xW", "C2T2xW"),
+        (0, "R16xW", "R16xW"),
+        (None, "C2xW", "C2T2xW"),
+    ):
+        out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows).run(inputs)
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
-        assert len(launches) == 3 and launches[0].variant.startswith("P16xW")
-        assert all(r.variant.startswith(kind) for r in launches[1:]), [r.variant for r in launches]
-        if chain_rows:
-            assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in launches[1:])
-            assert launches[1].blocks == -(-launches[1].rows_in // chain_rows)
+        assert len(launches) == 8 and launches[0].variant.startswith("P16xW")
+        assert [r.variant.split("xW")[0] + "xW" for r in launches[1:]] == [kind] * 6 + [long_kind]
+        if chain_rows != 0:
+            short, long = launches[1:7], launches[7]
+            assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in short)
+            assert long.block_threads == 64 and long.resident_blocks_per_sm == 15
+            assert launches[1].blocks == -(-launches[1].rows_in // (chain_rows or 2))

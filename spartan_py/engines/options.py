@@ -28,8 +28,13 @@ class EngineOptions(BaseModel):
     rows_per_tile: PositiveInt | None = Field(None, description="the layer kernel's tile height (default per size)")
     chain_rows: Literal[0, 1, 2] | None = Field(
         None,
-        description="rows a warp of the chain kernel takes in the launches after the first (null: two in "
-        "launches of up to 8 layers, one after; 0: the block-tile kernel in every launch)",
+        description="rows a team of the chain kernel takes in the launches after the first (null: two; "
+        "0: the block-tile kernel in every launch)",
+    )
+    chain_warps: Literal[1, 2] | None = Field(
+        None,
+        description="warps of the chain kernel that share a group of rows, meeting at a barrier between "
+        "layers (null: one in launches of up to 8 layers, a pair in longer ones)",
     )
     input_counts: bool = Field(
         True,

@@ -37,7 +37,14 @@ from spartan_py.sparsity.candidates import KERNEL_CHOICES
 CONV_BACKENDS = ("auto", "cpu", "gpu")
 #: Fields only one workload kind takes (each kind refuses the other's).
 KIND_FIELDS = {
-    "graph_challenge": ("rows_per_tile", "chain_rows", "input_counts", "compact_every", "time_limit_seconds"),
+    "graph_challenge": (
+        "rows_per_tile",
+        "chain_rows",
+        "chain_warps",
+        "input_counts",
+        "compact_every",
+        "time_limit_seconds",
+    ),
     "conv_layers": ("tile", "policy", "precision", "trace"),
 }
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.

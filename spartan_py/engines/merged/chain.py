@@ -1,9 +1,10 @@
 """The chain kernel's view of a merged network (``kernels/gc_chain.cu``, host side).
 
 After the first launch, few rows stay live (1475 of 60000 on the official proxy) and each
-merged layer is narrow (64 columns). The chain kernel gives each warp a group of rows and
-carries them through all of a launch's layers with no block barrier between layers; a
-block stages every layer's indices once, packed as bytes (four steps of a column a word),
+merged layer is narrow (64 columns). The chain kernel gives each team (a warp, or a pair of
+warps meeting at a named barrier) a group of rows and carries them through all of a launch's
+layers with no block barrier between layers; a block stages every layer's indices and column
+sizes once, the indices packed as bytes (four steps of a column a word),
 with each step's weight as a 4-bit entry of the layer's table of distinct weights (merged
 RadiX-Net columns sum duplicate inputs' weights: 1/16, 2/16, ...; at most 8 values a layer
 in the official network).
@@ -17,16 +18,26 @@ import numpy as np
 
 from spartan_py.errors import InputError
 
-#: Threads of a block of the chain kernel; one block per SM.
+#: Threads of a block of the chain kernel (one block per SM) whose warps work alone.
 CHAIN_THREADS = 1024
-#: Rows a warp takes at once (the kernel's ``G`` instances).
+#: Rows a team takes at once (the kernel's ``G`` instances).
 CHAIN_GROUP_ROWS = (1, 2)
-#: Launches of at most this many layers take two rows a warp, longer ones one: the early
-#: launches carry most of the rows (two a warp share each step's index and weight decoding),
-#: the long ones of the tail few (one a warp spreads them over more warps). On the official
-#: proxy (H100, session 25 of docs/performance-notes.md) two rows ran the 1-8-layer launches
-#: 5-27% faster and one row the 16-32-layer launches 3-4% faster.
-TWO_ROW_MAX_LAYERS = 8
+#: Warps a team has (the kernel's ``P`` instances): one, or a pair meeting at a named barrier
+#: between layers.
+CHAIN_TEAM_WARPS = (1, 2)
+#: Teams of more than one warp a block may hold: named barriers 1..15 (0 is the block's).
+NAMED_BARRIERS = 15
+#: Rows a team takes unless the engine option ``chain_rows`` says otherwise: two rows share
+#: each step's index and weight decoding (these launches are bound by instruction issue).
+DEFAULT_GROUP_ROWS = 2
+#: Launches of at most this many layers have teams of one warp, longer ones pairs: the early
+#: launches carry most of the rows, enough to keep every warp busy; the long ones of the tail
+#: few (1475 of 60000 on the official proxy), where a pair keeps as many warps at work as one
+#: warp a row would, each step's decoding still serving two rows. On the official proxy
+#: (H100, docs/performance-notes.md) pairs with two rows ran the 16-32-layer launches in 64.4
+#: us against 70.0 (a warp of one row), 74.7 (a warp of two) and 74.9 (a pair of one), and
+#: the 1-layer launches 53% slower than a warp of two.
+LONE_WARP_MAX_LAYERS = 8
 #: Merged columns a lane computes at most (the kernel's ``C`` instances are 1 and 2).
 CHAIN_MAX_COLUMNS = 2
 #: Layers a chain launch may take (``CH_MAX_LAYERS`` in the kernel).
@@ -41,7 +52,7 @@ TABLE_SIZE = 16
 
 
 def checked_chain_rows(rows: int | None) -> int | None:
-    """``rows`` if it is None (:func:`chain_group_rows` decides), 0 (no chain launches) or
+    """``rows`` if it is None (:data:`DEFAULT_GROUP_ROWS`), 0 (no chain launches) or
     one of :data:`CHAIN_GROUP_ROWS`, else an :class:`~spartan_py.errors.InputError`."""
     if rows is not None and rows != 0 and rows not in CHAIN_GROUP_ROWS:
         raise InputError(
@@ -50,9 +61,29 @@ def checked_chain_rows(rows: int | None) -> int | None:
     return rows
 
 
-def chain_group_rows(layers: int) -> int:
-    """Rows a warp takes in a chain launch of ``layers`` layers (:data:`TWO_ROW_MAX_LAYERS`)."""
-    return 2 if layers <= TWO_ROW_MAX_LAYERS else 1
+def checked_chain_warps(warps: int | None) -> int | None:
+    """``warps`` if it is None (:func:`chain_team_warps` decides) or one of
+    :data:`CHAIN_TEAM_WARPS`, else an :class:`~spartan_py.errors.InputError`."""
+    if warps is not None and warps not in CHAIN_TEAM_WARPS:
+        raise InputError(
+            f"chain_warps must be None (by launch) or one of {CHAIN_TEAM_WARPS} for gpu-merged, not {warps!r}"
+        )
+    return warps
+
+
+def chain_team_warps(layers: int) -> int:
+    """Warps a team has in a chain launch of ``layers`` layers (:data:`LONE_WARP_MAX_LAYERS`)."""
+    return 1 if layers <= LONE_WARP_MAX_LAYERS else 2
+
+
+def chain_teams(team_warps: int) -> int:
+    """Teams of ``team_warps`` warps in a block of the chain kernel."""
+    return CHAIN_THREADS // 32 if team_warps == 1 else min(CHAIN_THREADS // (32 * team_warps), NAMED_BARRIERS)
+
+
+def chain_block_threads(team_warps: int) -> int:
+    """Threads of a block of the chain kernel whose teams have ``team_warps`` warps."""
+    return 32 * team_warps * chain_teams(team_warps)
 
 
 def _weight_table(layer) -> np.ndarray | None:
@@ -114,20 +145,20 @@ def chain_words(layer) -> np.ndarray | None:
     return np.concatenate([words.ravel(), code_words.ravel(), table.view(np.uint32)]).view(np.int32)
 
 
-def chain_warp_bytes(stride: int, group_rows: int) -> int:
-    """Shared memory of one warp's two buffers of ``group_rows`` rows (``stride`` floats and
+def chain_team_bytes(stride: int, group_rows: int) -> int:
+    """Shared memory of one team's two buffers of ``group_rows`` rows (``stride`` floats and
     the padding columns each)."""
     return 4 * 2 * group_rows * (stride + PAD_COLUMNS)
 
 
-def chain_shared_bytes(layers, stride: int, group_rows: int) -> int:
+def chain_shared_bytes(layers, stride: int, group_rows: int, team_warps: int = 1) -> int:
     """Dynamic shared memory of a chain launch of ``layers``: their stages (:func:`chain_words`)
-    and every warp's buffers."""
-    words = sum((chain_steps(layer) + chain_code_steps(layer)) * layer.width + TABLE_SIZE for layer in layers)
-    return 4 * words + (CHAIN_THREADS // 32) * chain_warp_bytes(stride, group_rows)
+    and column sizes (copied there at the launch's start), and every team's buffers."""
+    words = sum((chain_steps(layer) + chain_code_steps(layer) + 1) * layer.width + TABLE_SIZE for layer in layers)
+    return 4 * words + chain_teams(team_warps) * chain_team_bytes(stride, group_rows)
 
 
-def chain_launch(layers, start: int, stride: int, group_rows: int) -> bool:
+def chain_launch(layers, start: int, stride: int, group_rows: int, team_warps: int = 1) -> bool:
     """Whether the launch of ``layers`` (starting at layer ``start``) runs the chain kernel:
     not the first launch (it reads the n-wide inputs), every layer fits, at most
     :data:`CHAIN_MAX_LAYERS` of them, within :data:`CHAIN_SHARED_BUDGET_BYTES`. ``group_rows``
@@ -137,5 +168,5 @@ def chain_launch(layers, start: int, stride: int, group_rows: int) -> bool:
         and start > 0
         and 0 < len(layers) <= CHAIN_MAX_LAYERS
         and all(chain_fits(layer) for layer in layers)
-        and chain_shared_bytes(layers, stride, group_rows) <= CHAIN_SHARED_BUDGET_BYTES
+        and chain_shared_bytes(layers, stride, group_rows, team_warps) <= CHAIN_SHARED_BUDGET_BYTES
     )

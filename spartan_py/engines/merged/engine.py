@@ -23,12 +23,14 @@ from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, EXPAND, GC_MERGED,
 from spartan_py.engines.merged.chain import (
     CHAIN_GROUP_ROWS,
     CHAIN_MAX_COLUMNS,
-    CHAIN_THREADS,
+    CHAIN_TEAM_WARPS,
+    chain_block_threads,
     chain_code_steps,
     chain_shared_bytes,
     chain_steps,
     chain_words,
     checked_chain_rows,
+    checked_chain_warps,
 )
 from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
 from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
@@ -68,17 +70,19 @@ def _merged_kernels(device_id: int):
 
 @functools.cache
 def _chain_kernels(device_id: int):
-    """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a warp): gc_chain<C, G>}."""
+    """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a team, warps a
+    team): gc_chain<C, G, P>} (a lane of a pair computes half the columns of a lone warp's)."""
     import cupy
 
     names = {
-        (columns, rows): f"gc_chain<{columns}, {rows}>"
-        for columns in range(1, CHAIN_MAX_COLUMNS + 1)
+        (columns, rows, warps): f"gc_chain<{columns}, {rows}, {warps}>"
+        for warps in CHAIN_TEAM_WARPS
+        for columns in range(1, CHAIN_MAX_COLUMNS // warps + 1)
         for rows in CHAIN_GROUP_ROWS
     }
     module = cupy.RawModule(
         code=kernel_source("gc_chain.cu"),
-        options=("-std=c++17", f"-DCH_THREADS={CHAIN_THREADS}", "-DCH_NO_EXPLICIT_INSTANCES"),
+        options=("-std=c++17", f"-DCH_THREADS={chain_block_threads(1)}", "-DCH_NO_EXPLICIT_INSTANCES"),
         name_expressions=list(names.values()),
     )
     return {key: module.get_function(name) for key, name in names.items()}
@@ -89,7 +93,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
 
     name = "gpu-merged"
     cpu_twin = "gpu-merged-twin"
-    takes_options = ("monitor", "compact_every", "rows_per_tile", "chain_rows", "input_counts")
+    takes_options = ("monitor", "compact_every", "rows_per_tile", "chain_rows", "chain_warps", "input_counts")
     takes_merged_network = True
     uses_gpu = True
     trace_families = (SCATTER_ROWS, GC_MERGED, EXPAND, COPY_H2D, COPY_D2H, SYNC)
@@ -103,6 +107,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         use_graph: bool = True,
         rows_per_tile: int | None = None,
         chain_rows: int | None = None,
+        chain_warps: int | None = None,
         input_counts: bool = True,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
@@ -110,9 +115,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         merged: MergedNetwork | None = None,
     ):
         """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits);
-        ``chain_rows``: rows a warp of the chain kernel takes in the launches after the
-        first (``kernels/gc_chain.cu``; None: by launch length, 0: every launch runs the
-        block-tile kernel); ``input_counts``: binary inputs enter the first layer as counts
+        ``chain_rows``: rows a team of the chain kernel takes in the launches after the
+        first (``kernels/gc_chain.cu``; None: two, 0: every launch runs the block-tile
+        kernel); ``chain_warps``: warps a team has there (None: by launch length);
+        ``input_counts``: binary inputs enter the first layer as counts
         of lit inputs per merged column where the layer allows it
         (:mod:`~spartan_py.engines.shared.input_counts`), else as bits."""
         super().__init__(network)
@@ -122,10 +128,11 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
         self.merged = merged_for(network, merged)
         self.chain_rows = checked_chain_rows(chain_rows)
+        self.chain_warps = checked_chain_warps(chain_warps)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
         self.chunks = chunk_schedule(network.layers, compact_every)
-        self.chain_rows_by_start = self.plan_chain_launches()
+        self.chain_shape_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.sm_count = props["multiProcessorCount"]
@@ -168,7 +175,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 "sizes": m.sizes,
                 "groups": m.groups,
                 "masks": mask,
-                "chain": chain_words(m) if self.chain_rows_by_start else None,
+                "chain": chain_words(m) if self.chain_shape_by_start else None,
             }
             for m, mask in zip(self.merged.layers, masks)
         ]
@@ -194,20 +201,21 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self._last_groups = cp.asarray(self.merged.layers[-1].groups)
 
     def _plan_chain_launches(self) -> dict:
-        """{launch: (kernel, dynamic shared bytes)} of the launches the chain kernel runs
-        (compiled only when there is one)."""
-        if not self.chain_rows_by_start:
+        """{launch: (kernel, dynamic shared bytes, block threads)} of the launches the chain
+        kernel runs (compiled only when there is one)."""
+        if not self.chain_shape_by_start:
             return {}
         kernels = _chain_kernels(self.cp.cuda.Device().id)
         launches, start = {}, 0
         for chunk, length in enumerate(self.chunks):
-            rows = self.chain_rows_by_start.get(start)
-            if rows:
+            if start in self.chain_shape_by_start:
+                rows, warps = self.chain_shape_by_start[start]
                 layers = self.merged.layers[start : start + length]
-                kernel = kernels[max(layer.width for layer in layers) // 32, rows]
-                shared = chain_shared_bytes(layers, self.stride, rows)
+                columns = -(-max(layer.width for layer in layers) // (32 * warps))
+                kernel = kernels[columns, rows, warps]
+                shared = chain_shared_bytes(layers, self.stride, rows, warps)
                 kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
-                launches[chunk] = (kernel, shared)
+                launches[chunk] = (kernel, shared, chain_block_threads(warps))
             start += length
         return launches
 
@@ -331,7 +339,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
     def _launch_chain(self, batch: MergedBatch, chunk: int, start: int, length: int, src, dst, monitored: bool) -> None:
         """Launch ``chunk`` (layers ``start .. start + length - 1``) on the chain kernel: one
         block per SM."""
-        kernel, shared = self._chain_launches[chunk]
+        kernel, shared, threads = self._chain_launches[chunk]
         pointers, network = self.weights.pointers, self.network
         args = (
             src.values,
@@ -347,7 +355,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             np.float32(network.bias),
             np.float32(network.clamp),
         )
-        kernel((self.sm_count,), (CHAIN_THREADS,), args, shared_mem=shared)
+        kernel((self.sm_count,), (threads,), args, shared_mem=shared)
 
     def _event_count(self) -> int:
         """One event before each launch, one before the expansion of the final rows (so the

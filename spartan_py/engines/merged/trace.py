@@ -7,11 +7,12 @@ import numpy as np
 
 from spartan_py.costmodel.families import EXPAND, GC_MERGED, SCATTER_ROWS
 from spartan_py.engines.merged.chain import (
-    CHAIN_THREADS,
-    chain_group_rows,
+    DEFAULT_GROUP_ROWS,
     chain_launch,
     chain_shared_bytes,
-    chain_warp_bytes,
+    chain_team_bytes,
+    chain_team_warps,
+    chain_teams,
 )
 from spartan_py.engines.merged.plan import MERGED_THREADS, merged_tile_rows, stage_words
 from spartan_py.engines.shared.column_merge import MergedNetwork
@@ -41,12 +42,15 @@ class MergedKernelTrace(LayerKernelTrace):
     #: 4-byte words of each block-tile launch's stage, by the launch's first layer
     #: (:func:`~spartan_py.engines.merged.plan.stage_words`; set by :meth:`plan_launch_shapes`)
     stage_words_by_start: dict[int, int]
-    #: rows a warp of the chain kernel takes (``kernels/gc_chain.cu``); None: by launch
-    #: (:func:`~spartan_py.engines.merged.chain.chain_group_rows`); 0: no chain launches
+    #: rows a team of the chain kernel takes (``kernels/gc_chain.cu``); None:
+    #: :data:`~spartan_py.engines.merged.chain.DEFAULT_GROUP_ROWS`; 0: no chain launches
     chain_rows: int | None
-    #: rows a warp takes in each launch that runs the chain kernel, by the launch's first
-    #: layer (:meth:`plan_chain_launches`, set once when the engine is built)
-    chain_rows_by_start: dict[int, int]
+    #: warps a team of the chain kernel has; None: by launch
+    #: (:func:`~spartan_py.engines.merged.chain.chain_team_warps`)
+    chain_warps: int | None
+    #: (rows a team takes, warps a team has) in each launch that runs the chain kernel, by the
+    #: launch's first layer (:meth:`plan_chain_launches`, set once when the engine is built)
+    chain_shape_by_start: dict[int, tuple[int, int]]
     #: the first layer's merged columns of each input pixel, when binary inputs take the
     #: counts path (:func:`~spartan_py.engines.shared.input_counts.pixel_columns`), else None
     input_columns: np.ndarray | None
@@ -67,14 +71,16 @@ class MergedKernelTrace(LayerKernelTrace):
             n, merged.width, block_shared_limit, rows_per_tile, first_stage
         )
 
-    def plan_chain_launches(self) -> dict[int, int]:
-        """{first layer: rows a warp} of the launches (``self.chunks``) that run the chain
-        kernel (:func:`~spartan_py.engines.merged.chain.chain_launch`)."""
+    def plan_chain_launches(self) -> dict[int, tuple[int, int]]:
+        """{first layer: (rows a team takes, warps a team has)} of the launches
+        (``self.chunks``) that run the chain kernel
+        (:func:`~spartan_py.engines.merged.chain.chain_launch`)."""
         plan, start = {}, 0
         for length in self.chunks:
-            rows = chain_group_rows(length) if self.chain_rows is None else self.chain_rows
-            if chain_launch(self.merged.layers[start : start + length], start, self.merged.width, rows):
-                plan[start] = rows
+            rows = DEFAULT_GROUP_ROWS if self.chain_rows is None else self.chain_rows
+            warps = chain_team_warps(length) if self.chain_warps is None else self.chain_warps
+            if chain_launch(self.merged.layers[start : start + length], start, self.merged.width, rows, warps):
+                plan[start] = (rows, warps)
             start += length
         return plan
 
@@ -112,32 +118,33 @@ class MergedKernelTrace(LayerKernelTrace):
         ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
         or counts them (instance "P": its work is an increment per lit input and merged
         column it feeds, and a lookup per merged output).
-        A chain launch is its own kernel (instance "C", the rows a warp takes); its warps work
-        independently, so its record describes a warp as the block (one group of rows, its two
-        buffers, 32 resident on an SM) and leaves the stage of indices, loaded once per
-        launch, to the fitted per-wave cost."""
+        A chain launch is its own kernel (instance "C", the rows a team takes, then "T2" where
+        a pair of warps shares them); its teams work independently, so its record describes a
+        team as the block (one group of rows, its two buffers, as many resident on an SM as a
+        block holds) and leaves the stage of indices, loaded once per launch, to the fitted
+        per-wave cost."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
         chunk = layers[start:stop]
         useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
         suffix = f"xW{stride}-layers{start + 1}-{stop}" + ("-streamed" if streamed else "")
-        group = self.chain_rows_by_start.get(start, 0)
+        group, warps = self.chain_shape_by_start.get(start, (0, 1))
         if group:
             groups = -(-rows_in // group)
             return LaunchCost(
-                variant=f"C{group}{suffix}",
+                variant=f"C{group}{'' if warps == 1 else f'T{warps}'}{suffix}",
                 tile_rows=group,
                 tiles=groups,
                 bytes_read=rows_in * (layers[start - 1].width * 4 + 4)
-                + chain_shared_bytes(chunk, stride, 0)  # the stages (each block's copy after the first from L2)
-                + sum(4 * layer.width for layer in chunk),  # the column sizes
+                # the stages and column sizes (each block's copy after the first from L2)
+                + chain_shared_bytes(chunk, stride, 0),
                 row_bytes_written=chunk[-1].width * 4 + 4,
                 useful_macs=useful,
                 executed_macs=executed_macs(
                     [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], row_layers
                 ),
-                block_threads=32,
-                block_shared_bytes=chain_warp_bytes(stride, group),
-                resident_blocks_per_sm=CHAIN_THREADS // 32,
+                block_threads=32 * warps,
+                block_shared_bytes=chain_team_bytes(stride, group),
+                resident_blocks_per_sm=chain_teams(warps),
             )
         first_rows, input_words = self.first_launch_tile(bit_inputs)
         tile = first_rows if start == 0 else self.rows_per_tile

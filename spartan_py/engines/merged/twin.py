@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spartan_py.engines.merged.chain import checked_chain_rows
+from spartan_py.engines.merged.chain import checked_chain_rows, checked_chain_warps
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
@@ -69,6 +69,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         monitor_every: int = 4,
         rows_per_tile: int | None = None,
         chain_rows: int | None = None,
+        chain_warps: int | None = None,
         input_counts: bool = True,
         max_batch_rows: int | None = None,
         compact_every: str | int = "doubling",
@@ -90,7 +91,8 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         )
         self.merged = merged_for(network, merged)
         self.chain_rows = checked_chain_rows(chain_rows)
-        self.chain_rows_by_start = self.plan_chain_launches()
+        self.chain_warps = checked_chain_warps(chain_warps)
+        self.chain_shape_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
         self.plan_launch_shapes(rows_per_tile)
 
@@ -118,7 +120,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
 
     def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:
-            return self.chain_rows_by_start.get(launch_start) or self.rows_per_tile
+            return self.chain_shape_by_start.get(launch_start, (self.rows_per_tile, 1))[0]
         return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):
