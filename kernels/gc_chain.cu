@@ -23,14 +23,17 @@
 // Work split: a team of P warps takes G rows (rows past the end are zero); lane j of the
 // team's warp h computes columns 32 h + j, 32 (P + h) + j, ... (C of them) of each. P = 1: a
 // warp alone, __syncwarp between layers. P = 2: two warps meeting at a named barrier between
-// layers (ids 1..15, so at most 15 teams: 960 threads); with G = 2 each step's decoding serves
+// layers (ids 1..15, so at most 15 teams; CH_PAIR_THREADS); with G = 2 each step's decoding serves
 // two rows while as many warps stay busy as with lone warps of one row (these launches are
 // bound by instruction issue). Teams take groups block by block in turn, so that few rows
 // spread over every SM. A column's indices at one step fall in distinct banks for the 32
 // lanes (the plan's order, kernels/gc_merged.cu), so a step's operand reads do not conflict.
 
 #ifndef CH_THREADS
-#define CH_THREADS 1024
+#define CH_THREADS 1024  // a block whose teams are lone warps
+#endif
+#ifndef CH_PAIR_THREADS
+#define CH_PAIR_THREADS 512  // a block whose teams are pairs (CHAIN_PAIR_THREADS in engines/merged/chain.py)
 #endif
 #define CH_PAD 32
 #define CH_MAX_LAYERS 32  // layers a launch may take (MAX_LAUNCH_LAYERS in layer_plan.py)
@@ -119,7 +122,7 @@ __device__ __forceinline__ void ch_sums(float (&acc)[G][C], const int* __restric
 }
 
 template <int C, int G, int P>
-__global__ void __launch_bounds__(CH_THREADS, 1)
+__global__ void __launch_bounds__(P == 1 ? CH_THREADS : CH_PAIR_THREADS, 1)
 gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* __restrict__ y_out, int* __restrict__ ids_out,
          const unsigned long long* __restrict__ chain_ptrs, const int* __restrict__ k4s, const int* __restrict__ k8s,
          const float* __restrict__ w_uniforms,

@@ -412,7 +412,7 @@ def test_chain_launches_need_narrow_layers_of_few_weights():
 
 def test_twin_trace_names_the_chain_launches():
     """Launches after the first run the chain kernel ("C": a team per group of rows, of one warp
-    in launches of up to 8 layers, 32 teams an SM, else of two, "T2", 15 teams an SM); with
+    in launches of up to 8 layers, 32 teams an SM, else of two, "T2", 8 teams an SM); with
     ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
     network = generate_network(1024, 30, seed=2)  # launches of 1, 1, 1, 1, 2, 4, 8 and 12 layers
     inputs = generate_inputs(400, 1024, seed=2)
@@ -429,5 +429,5 @@ def test_twin_trace_names_the_chain_launches():
         if chain_rows != 0:
             short, long = launches[1:7], launches[7]
             assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in short)
-            assert long.block_threads == 64 and long.resident_blocks_per_sm == 15
+            assert long.block_threads == 64 and long.resident_blocks_per_sm == 8
             assert launches[1].blocks == -(-launches[1].rows_in // (chain_rows or 2))

@@ -27,6 +27,10 @@ CHAIN_GROUP_ROWS = (1, 2)
 CHAIN_TEAM_WARPS = (1, 2)
 #: Teams of more than one warp a block may hold: named barriers 1..15 (0 is the block's).
 NAMED_BARRIERS = 15
+#: Threads of a block of the chain kernel whose teams are pairs (``CH_PAIR_THREADS``): 8 teams,
+#: enough for the proxy's long launches (11 groups an SM), and 80 registers a thread where
+#: 960 threads capped them at 64 (H100, proxy: 0.4125 against 0.4267 ms, 768 threads 0.4200).
+CHAIN_PAIR_THREADS = 512
 #: Rows a team takes unless the engine option ``chain_rows`` says otherwise: two rows share
 #: each step's index and weight decoding (these launches are bound by instruction issue).
 DEFAULT_GROUP_ROWS = 2
@@ -78,7 +82,7 @@ def chain_team_warps(layers: int) -> int:
 
 def chain_teams(team_warps: int) -> int:
     """Teams of ``team_warps`` warps in a block of the chain kernel."""
-    return CHAIN_THREADS // 32 if team_warps == 1 else min(CHAIN_THREADS // (32 * team_warps), NAMED_BARRIERS)
+    return CHAIN_THREADS // 32 if team_warps == 1 else min(CHAIN_PAIR_THREADS // (32 * team_warps), NAMED_BARRIERS)
 
 
 def chain_block_threads(team_warps: int) -> int:

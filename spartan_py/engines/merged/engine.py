@@ -82,7 +82,12 @@ def _chain_kernels(device_id: int):
     }
     module = cupy.RawModule(
         code=kernel_source("gc_chain.cu"),
-        options=("-std=c++17", f"-DCH_THREADS={chain_block_threads(1)}", "-DCH_NO_EXPLICIT_INSTANCES"),
+        options=(
+            "-std=c++17",
+            f"-DCH_THREADS={chain_block_threads(1)}",
+            f"-DCH_PAIR_THREADS={chain_block_threads(2)}",
+            "-DCH_NO_EXPLICIT_INSTANCES",
+        ),
         name_expressions=list(names.values()),
     )
     return {key: module.get_function(name) for key, name in names.items()}
