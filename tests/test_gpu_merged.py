@@ -412,15 +412,15 @@ def test_chain_launches_need_narrow_layers_of_few_weights():
 
 def test_twin_trace_names_the_chain_launches():
     """Launches after the first run the chain kernel ("C": a team per group of rows, of one warp
-    in launches of up to 8 layers, 32 teams an SM, else of two, "T2", 8 teams an SM); with
+    in launches of up to 8 layers, "T1", 32 teams an SM, else of two, "T2", 8 teams an SM); with
     ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
     network = generate_network(1024, 30, seed=2)  # launches of 1, 1, 1, 1, 2, 4, 8 and 12 layers
     inputs = generate_inputs(400, 1024, seed=2)
     for chain_rows, kind, long_kind in (
-        (1, "C1xW", "C1T2xW"),
-        (2, "C2xW", "C2T2xW"),
+        (1, "C1T1xW", "C1T2xW"),
+        (2, "C2T1xW", "C2T2xW"),
         (0, "R16xW", "R16xW"),
-        (None, "C2xW", "C2T2xW"),
+        (None, "C2T1xW", "C2T2xW"),
     ):
         out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows).run(inputs)
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]

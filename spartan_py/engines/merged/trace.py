@@ -118,8 +118,9 @@ class MergedKernelTrace(LayerKernelTrace):
         ``bit_inputs``: the first launch holds binary inputs as bits (its own instance, "B"),
         or counts them (instance "P": its work is an increment per lit input and merged
         column it feeds, and a lookup per merged output).
-        A chain launch is its own kernel (instance "C", the rows a team takes, then "T2" where
-        a pair of warps shares them); its teams work independently, so its record describes a
+        A chain launch is its own kernel (instance "C", the rows a team takes, then "T" and the
+        warps a team has; "C1" and "C2" alone name the kernel before 9ab4d00, whose fit stays
+        with the traces it ran); its teams work independently, so its record describes a
         team as the block (one group of rows, its two buffers, as many resident on an SM as a
         block holds) and leaves the stage of indices, loaded once per launch, to the fitted
         per-wave cost."""
@@ -131,7 +132,7 @@ class MergedKernelTrace(LayerKernelTrace):
         if group:
             groups = -(-rows_in // group)
             return LaunchCost(
-                variant=f"C{group}{'' if warps == 1 else f'T{warps}'}{suffix}",
+                variant=f"C{group}T{warps}{suffix}",
                 tile_rows=group,
                 tiles=groups,
                 bytes_read=rows_in * (layers[start - 1].width * 4 + 4)
