@@ -168,16 +168,13 @@ def difference_by_turns_cpu_us(work, baseline, *, rounds: int = 5) -> float:
     """:func:`difference_by_turns_us` on the host clock (NumPy work): the median of per-round differences."""
     work()  # warm-up
     baseline()
-    diffs = []
-    for r in range(rounds):
-        pair = [(work, 1.0), (baseline, -1.0)]
-        diff = 0.0
-        for fn, sign in pair if r % 2 == 0 else pair[::-1]:
+    times: tuple[list[float], list[float]] = ([], [])  # work's, baseline's
+    for r in range(rounds):  # each round in the other order than the last
+        for which in (0, 1) if r % 2 == 0 else (1, 0):
             start = time.perf_counter()
-            fn()
-            diff += sign * (time.perf_counter() - start) * 1e6
-        diffs.append(diff)
-    return float(np.median(diffs))
+            (work, baseline)[which]()
+            times[which].append((time.perf_counter() - start) * 1e6)
+    return paired_difference(*times)["median"]
 
 
 def paired_difference(values: list[float], baseline: list[float]) -> dict:

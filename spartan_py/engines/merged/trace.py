@@ -76,8 +76,8 @@ class MergedKernelTrace(LayerKernelTrace):
         (``self.chunks``) that run the chain kernel
         (:func:`~spartan_py.engines.merged.chain.chain_launch`)."""
         plan, start = {}, 0
+        rows = DEFAULT_GROUP_ROWS if self.chain_rows is None else self.chain_rows
         for length in self.chunks:
-            rows = DEFAULT_GROUP_ROWS if self.chain_rows is None else self.chain_rows
             warps = chain_team_warps(length) if self.chain_warps is None else self.chain_warps
             if chain_launch(self.merged.layers[start : start + length], start, self.merged.width, rows, warps):
                 plan[start] = (rows, warps)
