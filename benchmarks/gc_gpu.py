@@ -142,6 +142,7 @@ def main() -> int:
         ("merged-lone-warps", MergedEngine, {"chain_warps": 1}),  # no pairs in the long launches
         ("merged-pairs", MergedEngine, {"chain_warps": 2}),  # pairs in every chain launch
         ("merged-R8", MergedEngine, {"rows_per_tile": 8}),
+        ("merged-R16", MergedEngine, {"rows_per_tile": 16}),  # the first launch's tile as the later ones'
         ("merged-R32", MergedEngine, {"rows_per_tile": 32}),
         ("merged-streamed", MergedEngine, {"stream": True}),
         ("merged-monitor-off", MergedEngine, {"monitor": False}),

@@ -66,14 +66,14 @@ __device__ __forceinline__ void ch_copy_wait() { asm volatile("cp.async.wait_all
 
 // Four steps of the sums of G rows x C columns: step q's input of column c is byte q of
 // word[c], its weight entry (CODED) nibble q of code[c] >> shift, else w_uniform. The byte
-// comes out with one permute and the nibble already scaled to a byte offset into `table`, so
-// that each operand's shared address is one add (an instruction count: these launches are
+// comes out with one permute, and the nibble, scaled to a byte offset, is OR-ed into `table`
+// (the shared address of a 64-byte aligned table; inline PTX, since the compiler would add), so
+// that each operand's address is one instruction (an instruction count: these launches are
 // bound by issue, not by memory).
 template <int C, int G, bool CODED>
 __device__ __forceinline__ void ch_quad(float (&acc)[G][C], const int (&word)[C], const int (&code)[C], int shift,
-                                        const float* __restrict__ in, int S, const float* __restrict__ table,
+                                        const float* __restrict__ in, int S, unsigned table,
                                         float w_uniform) {
-    const char* const table_bytes = reinterpret_cast<const char*>(table);
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -81,7 +81,8 @@ __device__ __forceinline__ void ch_quad(float (&acc)[G][C], const int (&word)[C]
             const int i = __byte_perm(word[c], 0, 0x4440 + q);
             const int at = shift + 4 * q;  // the nibble's first bit (a constant once unrolled)
             const int offset = at >= 2 ? (code[c] >> (at - 2)) & 0x3c : (code[c] << 2) & 0x3c;
-            const float w = CODED ? *reinterpret_cast<const float*>(table_bytes + offset) : w_uniform;
+            float w = w_uniform;
+            if (CODED) asm volatile("ld.shared.f32 %0, [%1];" : "=f"(w) : "r"(table | offset));
 #pragma unroll
             for (int g = 0; g < G; ++g) acc[g][c] = fmaf(w, in[g * S + i], acc[g][c]);
         }
@@ -92,7 +93,7 @@ __device__ __forceinline__ void ch_quad(float (&acc)[G][C], const int (&word)[C]
 // place in its team) past `width` are not computed.
 template <int C, int G, int P, bool CODED>
 __device__ __forceinline__ void ch_sums(float (&acc)[G][C], const int* __restrict__ words, const int* __restrict__ codes,
-                                        const float* __restrict__ table, int k4, int width, const float* __restrict__ in,
+                                        unsigned table, int k4, int width, const float* __restrict__ in,
                                         int S, float w_uniform, int h) {
     const int lane = threadIdx.x & 31;
     int word[C], code[C];
@@ -141,6 +142,9 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     // load there is a round trip to L2 on every warp's path: each SM's first reader misses)
     __shared__ int s_k4[CH_MAX_LAYERS], s_k8[CH_MAX_LAYERS], s_width[CH_MAX_LAYERS + 1];
     __shared__ float s_w[CH_MAX_LAYERS];
+    // each layer's table of weights, 64-byte aligned so that an entry's shared address is the
+    // table's OR its scaled nibble (one instruction a step fewer than an add after the mask)
+    __shared__ __align__(64) float s_table[CH_MAX_LAYERS][16];
     __shared__ int s_part[P > 1 ? CH_MAX_TEAMS : 1][2][P][G];  // (P > 1) each warp's part of a row's count, by layer parity
     const int teams = (blockDim.x >> 5) / P;
     const int lane = threadIdx.x & 31;
@@ -182,6 +186,9 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     }
     ch_copy_wait();
     __syncthreads();
+    for (int e = threadIdx.x; e < 16 * layer_count; e += blockDim.x)  // each table sits before its column sizes
+        s_table[e >> 4][e & 15] = reinterpret_cast<const float*>(stage + s_offset[(e >> 4) + 1] - s_width[e >> 4] - 16)[e & 15];
+    __syncthreads();
 
     const int last = layer + layer_count - 1;
     const int width_in = widths[layer - 1];
@@ -218,7 +225,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             const int k8 = s_k8[j];
             const int* const layer_words = stage + s_offset[j];
             const int* const codes = layer_words + k4 * width;
-            const float* const table = reinterpret_cast<const float*>(codes + k8 * width);
+            const unsigned table = static_cast<unsigned>(__cvta_generic_to_shared(&s_table[j][0]));
             const int* const sizes = stage + s_offset[j + 1] - width;
             float acc[G][C];
 #pragma unroll

@@ -34,7 +34,7 @@ from spartan_py.engines.merged.chain import (
 )
 from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
 from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
-from spartan_py.engines.merged.plan import monitor_masks
+from spartan_py.engines.merged.plan import merged_block_bytes, monitor_masks
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
@@ -228,8 +228,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         """Dynamic shared memory of a block of ``rows`` rows, ``input_words`` of input tile a
         row (the first launch's; the kernel rounds the tile up to whole 16-byte units) and a
         stage of ``stage_words``."""
-        buffers = rows * (2 * (self.stride + 32) + self.stride // 32) + (rows * input_words + 3) // 4 * 4
-        return 4 * (buffers + stage_words)
+        return merged_block_bytes(rows, self.stride, input_words, stage_words)
 
     def _grid(self, kernel, shared: int) -> int:
         """A persistent grid: as many blocks as fit on every SM at once."""

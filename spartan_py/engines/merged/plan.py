@@ -50,6 +50,13 @@ FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
 #: layer (layers that need more are read from device memory, through L1).
 STAGE_BUDGET_BYTES = 32 * 1024
 
+#: Shared memory a block of the first launch may take when binary inputs enter as counts of lit
+#: inputs (:mod:`~spartan_py.engines.shared.input_counts`) and the tile grows taller than
+#: ``rows_per_tile`` (:func:`counts_tile_rows`): four blocks an SM of 228 KiB, the kernel's
+#: launch bound. Official proxy, H100: 32-row tiles (41 KiB) ran launch 1 in 58 against 63 us;
+#: at 4096 neurons a 32-row block takes 121 KiB (one an SM) and ran it in 428 against 233 us.
+COUNTS_TILE_BUDGET_BYTES = 56 * 1024
+
 
 def stage_words(layers: Sequence[MergedLayer], neurons: int, rows_per_tile: int) -> int:
     """4-byte words of the stage of a block of a launch computing ``layers``: room for what it
@@ -66,6 +73,30 @@ def stage_words(layers: Sequence[MergedLayer], neurons: int, rows_per_tile: int)
     needs = [layer.plan.index.size * (1 if layer.plan.uniform is not None else 2) + layer.width for layer in layers]
     needs += [neurons, -(-rows_per_tile * (neurons // 32) // 4)]
     return max((need for need in needs if need <= budget), default=0)
+
+
+def merged_block_bytes(rows: int, stride: int, input_words: int, stage_words: int) -> int:
+    """Dynamic shared memory of a block of the merged kernel (``kernels/gc_merged.cu``): ``rows``
+    rows' two buffers (``stride`` floats and 32 padding columns each) and non-zero bits, the
+    first launch's input tile of ``input_words`` a row (rounded up to 16-byte units, as the
+    kernel does; 0 in later launches) and a stage of ``stage_words``."""
+    buffers = rows * (2 * (stride + 32) + stride // 32) + (rows * input_words + 3) // 4 * 4
+    return 4 * (buffers + stage_words)
+
+
+def counts_tile_rows(rows_per_tile: int, stride: int, input_words: int, stage_words: int) -> int:
+    """Rows a tile of the first launch takes when binary inputs enter as counts: the tallest of
+    :data:`MERGED_TILE_ROWS`, no shorter than ``rows_per_tile``, whose block fits
+    :data:`COUNTS_TILE_BUDGET_BYTES`. A block builds the first layer's table of sums once for
+    all its rows, and with no multiply-adds in that layer the taller tile costs no occupancy
+    while it fits."""
+    fitting = [
+        rows
+        for rows in MERGED_TILE_ROWS
+        if rows >= rows_per_tile
+        and merged_block_bytes(rows, stride, input_words, stage_words) <= COUNTS_TILE_BUDGET_BYTES
+    ]
+    return max(fitting, default=rows_per_tile)
 
 
 def merged_tile_rows(

@@ -14,7 +14,13 @@ from spartan_py.engines.merged.chain import (
     chain_team_warps,
     chain_teams,
 )
-from spartan_py.engines.merged.plan import MERGED_THREADS, merged_tile_rows, stage_words
+from spartan_py.engines.merged.plan import (
+    MERGED_THREADS,
+    counts_tile_rows,
+    merged_block_bytes,
+    merged_tile_rows,
+    stage_words,
+)
 from spartan_py.engines.shared.column_merge import MergedNetwork
 from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, pixel_columns
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
@@ -39,6 +45,9 @@ class MergedKernelTrace(LayerKernelTrace):
     rows_per_tile: int
     first_rows: int
     first_from_tile: bool
+    #: rows a tile of the first launch takes when binary inputs enter as counts
+    #: (:func:`~spartan_py.engines.merged.plan.counts_tile_rows`, or ``rows_per_tile`` when given)
+    count_rows: int
     #: 4-byte words of each block-tile launch's stage, by the launch's first layer
     #: (:func:`~spartan_py.engines.merged.plan.stage_words`; set by :meth:`plan_launch_shapes`)
     stage_words_by_start: dict[int, int]
@@ -56,9 +65,10 @@ class MergedKernelTrace(LayerKernelTrace):
     input_columns: np.ndarray | None
 
     def plan_launch_shapes(self, rows_per_tile: int | None, block_shared_limit: int = 227 * 1024) -> None:
-        """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile` and
-        :attr:`stage_words_by_start` as the GPU engine launches (and the twin records) them:
-        each launch's stage sized to what it holds, the first launch's tile to what fits beside."""
+        """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile`,
+        :attr:`count_rows` and :attr:`stage_words_by_start` as the GPU engine launches (and the
+        twin records) them: each launch's stage sized to what it holds, the first launch's tile
+        to what fits beside (call after :attr:`input_columns` is set)."""
         merged, n = self.merged, self.merged.neurons
         tile = merged_tile_rows(n, merged.width, block_shared_limit, rows_per_tile)[0]
         starts = np.cumsum([0, *self.chunks[:-1]], dtype=np.int64)
@@ -70,6 +80,10 @@ class MergedKernelTrace(LayerKernelTrace):
         self.rows_per_tile, self.first_rows, self.first_from_tile = merged_tile_rows(
             n, merged.width, block_shared_limit, rows_per_tile, first_stage
         )
+        self.count_rows = self.rows_per_tile
+        if rows_per_tile is None and self.input_columns is not None:
+            words = count_tile_words(merged.layers[0], n)
+            self.count_rows = counts_tile_rows(self.rows_per_tile, merged.width, words, first_stage // 4)
 
     def plan_chain_launches(self) -> dict[int, tuple[int, int]]:
         """{first layer: (rows a team takes, warps a team has)} of the launches
@@ -99,12 +113,13 @@ class MergedKernelTrace(LayerKernelTrace):
     def first_launch_tile(self, bit_inputs: bool) -> tuple[int, int]:
         """(rows per tile, words of input tile a row) of the first launch: binary inputs
         as counts of lit inputs per merged column where the first layer allows it
-        (:func:`~spartan_py.engines.shared.input_counts.count_tile_words`), else as bits
-        (``n / 32 + 1`` words a row), in tiles of ``rows_per_tile``; other inputs as floats
-        (``n + 32``, :func:`merged_tile_rows`' first tile), or none when they are too wide."""
+        (:func:`~spartan_py.engines.shared.input_counts.count_tile_words`) in tiles of
+        :attr:`count_rows`, else as bits (``n / 32 + 1`` words a row) in tiles of
+        ``rows_per_tile``; other inputs as floats (``n + 32``, :func:`merged_tile_rows`' first
+        tile), or none when they are too wide."""
         n = self.merged.neurons
         if self.counts_first_layer(bit_inputs):
-            return self.rows_per_tile, count_tile_words(self.merged.layers[0], n)
+            return self.count_rows, count_tile_words(self.merged.layers[0], n)
         if bit_inputs:
             return self.rows_per_tile, n // 32 + 1
         return self.first_rows, (n + 32) if self.first_from_tile else 0
@@ -186,8 +201,7 @@ class MergedKernelTrace(LayerKernelTrace):
             useful_macs=useful,
             executed_macs=executed,
             block_threads=MERGED_THREADS,
-            block_shared_bytes=(tile * (2 * (stride + 32) + stride // 32) + (tile * input_tile + 3) // 4 * 4) * 4
-            + 4 * self.stage_words_by_start[start],
+            block_shared_bytes=merged_block_bytes(tile, stride, input_tile, self.stage_words_by_start[start]),
         )
 
     def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):
