@@ -570,3 +570,25 @@ def test_merged_engine_refuses_a_network_too_wide_for_shared_memory():
     with pytest.raises(BackendUnavailableError, match="65536 merged columns need 520 KiB a row.*use backend cpu$"):
         merged_tile_rows(65536, 65536)
     assert merged_tile_rows(65536, 1024)[0] >= 1
+
+
+def test_counts_path_first_launch_takes_the_tallest_tile_that_keeps_four_blocks_an_sm():
+    """Binary inputs entering as counts: the first launch's tile grows to 32 rows at 1024
+    neurons (41 KiB a block), stays at the later launches' 16 at 4096 (32 rows would take 121
+    KiB, one block an SM), follows an explicit ``rows_per_tile``, and the trace names the height
+    the kernel ran (a new instance, so no fit of another height prices it)."""
+    from spartan_py.engines.merged.plan import COUNTS_TILE_BUDGET_BYTES, merged_block_bytes
+
+    small = make_engine("gpu-merged-twin", generate_network(1024, 6, seed=4))
+    assert (small.rows_per_tile, small.count_rows, small.first_launch_tile(True)[0]) == (16, 32, 32)
+    assert small.first_launch_tile(False)[0] == small.first_rows  # float inputs keep their tile
+    words = small.first_launch_tile(True)[1]
+    assert merged_block_bytes(32, small.merged.width, words, small.stage_words_by_start[0]) <= COUNTS_TILE_BUDGET_BYTES
+    assert make_engine("gpu-merged-twin", generate_network(1024, 6, seed=4), rows_per_tile=16).count_rows == 16
+    assert make_engine("gpu-merged-twin", generate_network(1024, 6, seed=4), input_counts=False).count_rows == 16
+    wide = make_engine("gpu-merged-twin", generate_network(4096, 2, seed=4))
+    assert wide.count_rows == wide.rows_per_tile == 16
+    inputs = generate_inputs(300, 1024, seed=2)
+    records = small.run(inputs).trace
+    first = next(r for r in records if r.kernel == "gpu.gc_merged")
+    assert first.variant.startswith("P32xW64")

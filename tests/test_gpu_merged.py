@@ -270,8 +270,9 @@ def test_input_bit_value_finds_binary_inputs():
 
 def test_twin_trace_names_the_first_launchs_input_tile():
     """Binary inputs: the first launch counts lit inputs per merged column ("P": its own
-    instance, a tenth of the bit tiles' work) or, with ``input_counts=False``, holds bits
-    ("B", 1/32 of the shared memory of a float tile); other inputs: floats ("R")."""
+    instance, a tenth of the bit tiles' work, in tiles of 32 rows at 1024 neurons) or, with
+    ``input_counts=False``, holds bits ("B", 1/32 of the shared memory of a float tile); other
+    inputs: floats ("R")."""
     network = generate_network(1024, 6, seed=2)
     binary = generate_inputs(300, 1024, seed=2)
     varied = binary.copy()
@@ -281,7 +282,7 @@ def test_twin_trace_names_the_first_launchs_input_tile():
         out = make_engine("gpu-merged-twin", network, input_counts=counts).run(inputs)
         first[name] = next(r for r in out.trace if r.kernel == "gpu.gc_merged")
     kinds = {name: record.variant[:5] for name, record in first.items()}
-    assert kinds == {"counts": "P16xW", "bits": "B16xW", "varied": "R16xW"}
+    assert kinds == {"counts": "P32xW", "bits": "B16xW", "varied": "R16xW"}
     assert first["bits"].bytes_read < first["varied"].bytes_read  # the indices only
     assert first["bits"].block_shared_bytes < first["varied"].block_shared_bytes / 2
     assert first["counts"].executed_macs * 5 < first["bits"].executed_macs
@@ -424,7 +425,7 @@ def test_twin_trace_names_the_chain_launches():
     ):
         out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows).run(inputs)
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
-        assert len(launches) == 8 and launches[0].variant.startswith("P16xW")
+        assert len(launches) == 8 and launches[0].variant.startswith("P32xW")
         assert [r.variant.split("xW")[0] + "xW" for r in launches[1:]] == [kind] * 6 + [long_kind]
         if chain_rows != 0:
             short, long = launches[1:7], launches[7]
