@@ -1,4 +1,5 @@
-"""Run a compiled kernel over a range of items, one contiguous part per host thread.
+"""Run a compiled kernel over a range of items, one contiguous part per host thread; map a
+function over a long sequence of independent items (a network's layers) on threads.
 
 The host's kernels are compiled serially (``numba.njit(nogil=True)``) and spread over the
 cores here, on threads, rather than with Numba's ``parallel=True``: compiling a ``prange``
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numba
 import numpy as np
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -85,3 +90,23 @@ def csr_by_parts(kernel: Callable[..., Any], count: int, rows: int, *args: Any, 
     if indptr[-1]:
         run_split(kernel, count, *args, indptr, *listed)
     return (indptr, *listed)
+
+
+def ordered_map(function: Callable[[T], R], items: Iterable[T], *, workers: int | None = None) -> Iterator[R]:
+    """``function`` of each of ``items`` on ``workers`` threads (default :func:`host_threads`),
+    the results in the items' order. Items are read lazily, at most twice ``workers`` ahead of
+    the result last taken, so that a network built layer by layer is never held whole. A pool
+    of its own, not the kernels' shared one: a function may itself call :func:`run_split`.
+
+    The work releases the GIL where it matters (Numba ``nogil`` kernels, NumPy sorts);
+    ``function`` must not depend on the order in which items run.
+    """
+    workers = max(1, workers or host_threads())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spartan-map") as pool:
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

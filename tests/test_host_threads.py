@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from spartan_py.host_threads import host_threads, run_split, split_range
+from spartan_py.host_threads import host_threads, ordered_map, run_split, split_range
 
 
 @pytest.mark.parametrize(("count", "parts"), [(0, 4), (1, 4), (7, 3), (10, 10), (5, 1), (3, 8)])
@@ -66,3 +66,37 @@ def _sum_in_parts(count: int) -> int:
 
     run_split(kernel, count, parts=4)
     return int(totals.sum())
+
+
+def test_ordered_map_keeps_order_reads_lazily_and_uses_threads():
+    """Results in the items' order whatever order they finish in; items read at most twice the
+    workers ahead of the result last taken (a network built layer by layer is never whole)."""
+    import time
+
+    read, threads = [], set()
+
+    def items():
+        for i in range(40):
+            read.append(i)
+            yield i
+
+    def slow_square(i):
+        threads.add(threading.get_ident())
+        time.sleep(0.002 * (i % 3))  # later items may finish first
+        return i * i
+
+    results = ordered_map(slow_square, items(), workers=3)
+    assert [next(results) for _ in range(5)] == [0, 1, 4, 9, 16]
+    assert len(read) <= 5 + 2 * 3
+    assert list(results) == [i * i for i in range(5, 40)]
+    assert len(threads) > 1
+
+
+def test_ordered_map_raises_a_functions_error():
+    def fail_on_three(i):
+        if i == 3:
+            raise ValueError("three")
+        return i
+
+    with pytest.raises(ValueError, match="three"):
+        list(ordered_map(fail_on_three, range(10), workers=2))

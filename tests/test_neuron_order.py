@@ -81,3 +81,24 @@ def test_twin_results_do_not_depend_on_the_order(unmergeable):
     np.testing.assert_allclose(natural.values.toarray(), kernel.values.toarray(), rtol=1e-5, atol=1e-5)
     executed = [sum(r.executed_macs for r in out.trace if r.kernel == "gpu.gc_layer") for out in (natural, kernel)]
     assert executed[1] < executed[0]
+
+
+def test_neuron_orders_on_threads_are_one_threads():
+    """Each layer's banks and warps are worked out on threads (its seed is its number): the
+    orders equal those of one thread; so do the distinct columns found by hashing and by
+    comparing rows (``np.unique(axis=0)``)."""
+    from spartan_py.engines.rows.neuron_order import _input_columns
+
+    network = generate_network(1024, 9, seed=6)
+    one = list(neuron_orders(network.weights, workers=1))
+    many = list(neuron_orders(network.weights, workers=4))
+    assert len(one) == len(many) == 10 and all(np.array_equal(a, b) for a, b in zip(one, many))
+    csc = sp.csc_matrix(network.weights[2], copy=True)
+    csc.sort_indices()
+    columns, inverse = _input_columns(csc)
+    degree = np.diff(csc.indptr)
+    rows = np.full((csc.shape[1], degree.max()), -1, np.int64)
+    for j in range(csc.shape[1]):
+        rows[j, : degree[j]] = csc.indices[csc.indptr[j] : csc.indptr[j + 1]]
+    want_columns, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(columns, want_columns) and np.array_equal(inverse.ravel(), want_inverse.ravel())

@@ -34,18 +34,32 @@ import scipy.sparse as sp
 
 from spartan_py.engines.shared.bank_schedule import BANKS, edge_colouring
 from spartan_py.engines.shared.ell import ell_from_csc
+from spartan_py.host_threads import ordered_map
 
 #: Swap attempts of the warp search per neuron of a layer.
 SEARCH_SWAPS_PER_NEURON = 64
+#: An odd 64-bit constant (the golden ratio's): its powers weight a column's inputs in its hash.
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _input_columns(csc: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct columns as rows of input indices padded with -1, each output's column)."""
+    """(distinct columns as rows of input indices padded with -1, in lexicographic order, each
+    output's column): ``np.unique(padded, axis=0, return_inverse=True)``, found through a hash
+    of each row (a sort of one integer a row, not of rows compared element by element, which
+    holds the GIL: 0.45 s against 4 ms for a 16384-neuron layer), checked row by row."""
     degree = np.diff(csc.indptr)
     width = max(int(degree.max(initial=0)), 1)
     index, _ = ell_from_csc(csc.indptr, csc.indices, csc.data, csc.shape[1], width)
-    padded = np.where(np.arange(width)[None, :] < degree[:, None], index, -1)
-    return np.unique(padded, axis=0, return_inverse=True)
+    padded = np.where(np.arange(width)[None, :] < degree[:, None], index, -1).astype(np.int64)
+    weights = np.cumprod(np.full(width, _HASH_MULTIPLIER, dtype=np.uint64)).view(np.int64)  # wraps: a hash
+    _, first, inverse = np.unique((padded * weights).sum(axis=1), return_index=True, return_inverse=True)
+    distinct = padded[first]
+    if not np.array_equal(padded, distinct[inverse]):  # two columns with one hash
+        return np.unique(padded, axis=0, return_inverse=True)
+    order = np.lexsort(distinct.T[::-1])  # lexicographic, first entry first, as np.unique's
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[inverse]
 
 
 def _two_sides(columns: int, first: np.ndarray, second: np.ndarray) -> np.ndarray | None:
@@ -201,31 +215,42 @@ def _rank_in_bank(bank: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(bank, kind="stable"), kind="stable") % (bank.size // BANKS)
 
 
-def neuron_orders(layers: Iterable[sp.spmatrix]) -> Iterator[np.ndarray]:
+def neuron_orders(layers: Iterable[sp.spmatrix], workers: int | None = None) -> Iterator[np.ndarray]:
     """The rows kernel's tile positions for square ``layers`` of a width that is a multiple of
     32: first ``order[p]``, the input neuron at position ``p`` of the first layer's input, then,
-    for each layer, its output neuron there (the last layer's: the identity). Layers are read
-    one ahead, so that a lazily built network is never held whole."""
-    layers = iter(layers)
-    layer = next(layers, None)
-    if layer is None:
+    for each layer, its output neuron there (the last layer's: the identity). Each layer's
+    banks and warps depend on that layer and the next only, so they are worked out on
+    ``workers`` threads (:func:`~spartan_py.host_threads.ordered_map`), layers read a few
+    ahead, so that a lazily built network is never held whole; the orders are the same as
+    one thread's."""
+    staged = ordered_map(lambda layer: (layer, rainbow_banks(layer)), layers, workers=workers)
+    head = next(staged, None)
+    if head is None:
         return
+    layer, first_bank = head
     n = layer.shape[0]
     if n % BANKS or layer.shape != (n, n):
         raise ValueError(f"layers must be square with a multiple of {BANKS} neurons, not {layer.shape}")
     natural = np.arange(n) % BANKS
-    first_bank = rainbow_banks(layer)
     in_bank = natural if first_bank is None else first_bank
     # the inputs are not computed by warps: any position in their bank will do
     yield _positions_to_order(_rank_in_bank(in_bank) * BANKS + in_bank)
-    number = 0
-    while layer is not None:
-        following = next(layers, None)
-        out_bank = None if following is None else rainbow_banks(following)
-        out_bank = natural if out_bank is None else out_bank
-        warp = balanced_warps(layer, in_bank, out_bank, search=following is not None, seed=number)
-        yield _positions_to_order(warp * BANKS + out_bank)
-        layer, in_bank, number = following, out_bank, number + 1
+
+    def jobs() -> Iterator[tuple[int, sp.spmatrix, np.ndarray, np.ndarray, bool]]:
+        """(number, layer, its input banks, its output banks, whether a layer follows)."""
+        number, current, bank_in = 0, layer, in_bank
+        for following, following_bank in staged:
+            out_bank = natural if following_bank is None else following_bank
+            yield number, current, bank_in, out_bank, True
+            current, bank_in, number = following, out_bank, number + 1
+        yield number, current, bank_in, natural, False
+
+    def positions(job: tuple[int, sp.spmatrix, np.ndarray, np.ndarray, bool]) -> np.ndarray:
+        number, current, bank_in, out_bank, search = job
+        warp = balanced_warps(current, bank_in, out_bank, search=search, seed=number)
+        return _positions_to_order(warp * BANKS + out_bank)
+
+    yield from ordered_map(positions, jobs(), workers=workers)
 
 
 def renumbered(layer: sp.spmatrix, input_order: np.ndarray, output_order: np.ndarray) -> sp.csr_matrix:

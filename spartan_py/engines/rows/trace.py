@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -11,6 +13,7 @@ from spartan_py.engines.rows.plan import PIXEL_TABLE_SHARED_LIMIT, TWIN_GRID_BLO
 from spartan_py.engines.shared.input_counts import NO_COLUMN, pixel_outputs
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs, weight_loads
 from spartan_py.engines.shared.layer_plan import LayerPlan, plan_layer
+from spartan_py.host_threads import ordered_map
 from spartan_py.trace import TraceRecord
 
 
@@ -39,23 +42,35 @@ class RowsKernelTrace(LayerKernelTrace):
         """:attr:`plans` of the network's layers as the kernel runs them: with ``renumber``,
         their neurons renumbered so that every warp reads each bank equally often
         (:func:`~spartan_py.engines.rows.neuron_order.neuron_orders`; the same results in
-        fewer steps), else in natural order."""
+        fewer steps), else in natural order. Layers are planned on every host thread
+        (:func:`~spartan_py.host_threads.ordered_map`; one thread's plans)."""
         weights = self.network.weights
         self._first_layer = None
         if not renumber or not len(weights):
             self.input_order = self.output_orders = None
-            self.plans = [plan_layer(w) for w in weights]
+            self.plans = list(ordered_map(plan_layer, weights))
             return
         orders = neuron_orders(weights)
-        previous = self.input_order = next(orders)
-        self.output_orders, self.plans = [], []
-        for layer, order in zip(weights, orders):
-            kernel_layer = renumbered(layer, previous, order)
+        first_order = self.input_order = next(orders)
+        output_orders: list[np.ndarray] = []
+        self.output_orders = output_orders
+
+        def jobs() -> Iterator[tuple[sp.spmatrix, np.ndarray, np.ndarray]]:
+            previous = first_order
+            for layer, order in zip(weights, orders):
+                output_orders.append(order.astype(np.uint16 if order.size <= 2**16 else np.int32))
+                yield layer, previous, order
+                previous = order
+
+        def plan(job: tuple[sp.spmatrix, np.ndarray, np.ndarray]) -> tuple[sp.csr_matrix, LayerPlan]:
+            kernel_layer = renumbered(*job)
+            return kernel_layer, plan_layer(kernel_layer)
+
+        self.plans = []
+        for kernel_layer, layer_plan in ordered_map(plan, jobs()):
             if self._first_layer is None:
                 self._first_layer = kernel_layer
-            self.plans.append(plan_layer(kernel_layer))
-            self.output_orders.append(order.astype(np.uint16 if order.size <= 2**16 else np.int32))
-            previous = order
+            self.plans.append(layer_plan)
 
     def kernel_inputs(self, inputs: sp.csr_matrix) -> sp.csr_matrix:
         """Input rows with their columns at the kernel's positions (:attr:`input_order`)."""
