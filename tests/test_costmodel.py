@@ -337,7 +337,7 @@ def test_a_merged_row_holding_the_whole_layer_is_its_own_instance():
     # a training step's role names where the launch sat: row compaction of an input gradient is "rows"
     assert instance_of("gpu.compact", "rows/input_grad") == instance_of("gpu.compact", "rows") == "rows"
     records = pd.DataFrame(
-        {"kernel": ["gpu.gc_merged", "gpu.gc_merged", "gpu.expand"], "variant": ["R1xW4096-a", "R1xW4096-b", "x"]}
+        {"kernel": ["gpu.gc_merged", "gpu.gc_merged", "gpu.epilogue"], "variant": ["R1xW4096-a", "R1xW4096-b", "x"]}
     )
     assert record_instances(records.assign(cols=[4096, 65536, 4096])) == ["R1xW4096" + UNMERGED, "R1xW4096", ""]
     assert record_instances(records) == ["R1xW4096", "R1xW4096", ""]

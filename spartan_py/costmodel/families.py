@@ -128,7 +128,7 @@ A hardware monitor (the ``hw-monitor`` variant) removes this share."""
 FAMILIES: dict[str, KernelFamily] = {
     GC_LAYER: KernelFamily("smem", per_instance=True),
     GC_MERGED: KernelFamily("smem", per_instance=True),
-    EXPAND: KernelFamily("memory"),
+    EXPAND: KernelFamily("memory", per_instance=True),  # "final" (element-wise, before), "rowwise"
     SCATTER_ROWS: KernelFamily("memory"),
     MONITOR_PASS: KernelFamily("memory", monitor_pass=True, host_syncs=1, host_bound=True),
     EPILOGUE: KernelFamily("memory"),

@@ -26,6 +26,11 @@ from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, 
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
 from spartan_py.trace import pass_through
 
+#: The expansion kernel's instance in its records: ``rowwise`` (a block a row, 16-byte
+#: columns) since the commit after 52b5f98; the element-wise kernel before it wrote
+#: ``final-rows`` (instance ``final``), so that each keeps its own fit.
+EXPAND_INSTANCE = "rowwise"
+
 
 class MergedKernelTrace(LayerKernelTrace):
     """The trace of ``gpu.gc_merged``: its launches (as
@@ -231,7 +236,7 @@ class MergedKernelTrace(LayerKernelTrace):
                 run_id,
                 len(layers),
                 EXPAND,
-                "final-rows",
+                EXPAND_INSTANCE + "-final-rows",
                 rows=final,
                 cols=n,
                 bytes_read=final * layers[-1].width * 4 + n * 4,
