@@ -102,3 +102,10 @@ def test_neuron_orders_on_threads_are_one_threads():
         rows[j, : degree[j]] = csc.indices[csc.indptr[j] : csc.indptr[j + 1]]
     want_columns, want_inverse = np.unique(rows, axis=0, return_inverse=True)
     assert np.array_equal(columns, want_columns) and np.array_equal(inverse.ravel(), want_inverse.ravel())
+
+
+@pytest.mark.parametrize("shape", [(64, 96), (48, 48)])
+def test_neuron_orders_refuse_layers_the_kernel_cannot_take(shape):
+    layer = sp.random(*shape, density=0.1, format="csr", random_state=0)
+    with pytest.raises(ValueError, match="square with a multiple of 32 neurons"):
+        list(neuron_orders([layer]))

@@ -27,7 +27,7 @@ from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace,
 from spartan_py.trace import pass_through
 
 #: The expansion kernel's instance in its records: ``rowwise`` (a block a row, 16-byte
-#: columns) since the commit after 52b5f98; the element-wise kernel before it wrote
+#: columns) since 4029541; the element-wise kernel before it wrote
 #: ``final-rows`` (instance ``final``), so that each keeps its own fit.
 EXPAND_INSTANCE = "rowwise"
 
