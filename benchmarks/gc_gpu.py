@@ -138,12 +138,10 @@ def main() -> int:
         ("merged-first-bits", MergedEngine, {"input_counts": False}),  # the first layer's inputs as bits
         ("merged-block-tiles", MergedEngine, {"chain_rows": 0}),  # every launch on kernels/gc_merged.cu
         ("merged-chain1", MergedEngine, {"chain_rows": 1}),
-        ("merged-chain2", MergedEngine, {"chain_rows": 2}),
         ("merged-lone-warps", MergedEngine, {"chain_warps": 1}),  # no pairs in the long launches
         ("merged-pairs", MergedEngine, {"chain_warps": 2}),  # pairs in every chain launch
         ("merged-R8", MergedEngine, {"rows_per_tile": 8}),
         ("merged-R16", MergedEngine, {"rows_per_tile": 16}),  # the first launch's tile as the later ones'
-        ("merged-R32", MergedEngine, {"rows_per_tile": 32}),
         ("merged-streamed", MergedEngine, {"stream": True}),
         ("merged-monitor-off", MergedEngine, {"monitor": False}),
         ("rows-monitor-off", RowsEngine, {"monitor": False}),
