@@ -45,6 +45,7 @@ from dataclasses import replace
 import numpy as np
 
 from spartan_py.sparsity.arrays import array_module
+from spartan_py.sparsity.cublas_algo import with_algorithms
 from spartan_py.sparsity.tiles import TileShape
 from spartan_py.trace import TraceRecord
 
@@ -333,6 +334,8 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             row["software_monitor_us"] = software_us if first else 0.0
             if decision.kernel == "dense" and xp is not np:
                 chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
+            if xp is not np:
+                chosen_records = with_algorithms(chosen_records, transposed_a=gemm.transposed)
         row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
         row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
         row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]

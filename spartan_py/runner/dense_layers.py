@@ -22,6 +22,7 @@ from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
 from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
 from spartan_py.runner.schema import ConvLayersWorkload, Experiment
+from spartan_py.sparsity.cublas_algo import with_algorithms
 from spartan_py.trace import TraceRecord
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
@@ -193,6 +194,8 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         else:
             row, records = run_layer(label, config, xp, clock, policy)
             layer_rows = [row]
+            if clock is not None and xp is not np:
+                records = with_algorithms(records)
         rows += layer_rows
         trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
     summary = {

@@ -1,0 +1,61 @@
+"""cuBLAS's algorithm (output tile, split-K, cluster, waves) for every dense GEMM shape the
+committed H100 traces and the training-step table hold, as this GPU's cuBLASLt heuristic picks it
+(``spartan_py.sparsity.cublas_algo``): a description of the launches, no time.
+
+    python -m benchmarks.cublas_algos        # on a GPU; writes benchmarks/results/cublas_algos-*.json.gz
+
+The committed traces were measured before runs recorded the algorithm; this file lets an analysis
+(or a later fit) read it beside them. Ask it on a GPU of the traces' architecture and SM count.
+"""
+
+from __future__ import annotations
+
+import gzip
+
+import pandas as pd
+
+from benchmarks._results import RESULTS, write_result
+from spartan_py.costmodel.families import dense_gemm
+from spartan_py.engines.shared.cuda import device_name
+from spartan_py.sparsity.cublas_algo import heuristic_algo
+
+PRECISIONS = ("fp32", "tf32")
+
+
+def gemm_shapes() -> list[tuple[int, int, int, str, bool]]:
+    """``(m, n, k, precision, transposed_a)`` of every cuBLAS record in the committed fidelity
+    traces and of every GEMM of the training-step table (its weight gradients read A transposed)."""
+    shapes = set()
+    for path in sorted((RESULTS / "fidelity").glob("*.trace.csv.gz")):
+        trace = pd.read_csv(path, comment="#")
+        for precision in PRECISIONS:
+            for row in trace[trace["kernel"] == dense_gemm(precision)].itertuples():
+                k = int(row.executed_macs // (row.rows_in * row.cols))
+                shapes.add((int(row.rows_in), int(row.cols), k, precision, False))
+    table = pd.read_csv(RESULTS / "spartan-table-h100" / "gemms.csv")
+    for row in table.itertuples():
+        for precision in PRECISIONS:
+            shapes.add((int(row.M), int(row.N), int(row.K), precision, row.gemm == "weight_grad"))
+    return sorted(shapes)
+
+
+def main() -> int:
+    rows = []
+    for m, n, k, precision, transposed in gemm_shapes():
+        algo = heuristic_algo(m, n, k, precision, transposed)
+        shape = {"m": m, "n": n, "k": k, "precision": precision, "transposed_a": transposed}
+        rows.append(shape | {"variant": algo.variant if algo else None})
+    if all(row["variant"] is None for row in rows):
+        raise SystemExit("cuBLASLt could not be asked here (no GPU or no library)")
+    import cupy
+
+    path = write_result("cublas_algos", device_name(cupy), {"shapes": rows}, RESULTS)
+    packed = path.with_suffix(".json.gz")
+    packed.write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+    path.unlink()
+    print(packed.relative_to(RESULTS.parent.parent))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
