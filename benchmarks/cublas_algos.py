@@ -11,6 +11,8 @@ The committed traces were measured before runs recorded the algorithm; this file
 from __future__ import annotations
 
 import gzip
+import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -37,6 +39,29 @@ def gemm_shapes() -> list[tuple[int, int, int, str, bool]]:
         for precision in PRECISIONS:
             shapes.add((int(row.M), int(row.N), int(row.K), precision, row.gemm == "weight_grad"))
     return sorted(shapes)
+
+
+def load_table(path: Path) -> dict[tuple[int, int, int, str, bool], str]:
+    """A ``cublas_algos-*.json.gz`` file as ``(m, n, k, precision, transposed_a) -> variant``."""
+    shapes = json.loads(gzip.decompress(path.read_bytes()))["shapes"]
+    return {(s["m"], s["n"], s["k"], s["precision"], s["transposed_a"]): s["variant"] or "" for s in shapes}
+
+
+def with_algorithm_table(trace: pd.DataFrame, table: dict[tuple[int, int, int, str, bool], str]) -> pd.DataFrame:
+    """``trace`` with each cuBLAS record that names no algorithm given the one ``table`` holds
+    for its shape: for traces measured before runs recorded it. Forward products only
+    (``transposed_a`` False): a dense-layer record does not say whether A was read transposed,
+    and only a training step's weight gradient reads it so."""
+    out = trace.copy()
+    unnamed = out["variant"].fillna("").astype(str) == ""
+    for precision in PRECISIONS:
+        chosen = (out["kernel"] == dense_gemm(precision)) & unnamed
+        m, n = out.loc[chosen, "rows_in"].astype(int), out.loc[chosen, "cols"].astype(int)
+        k = (out.loc[chosen, "executed_macs"] / (m * n)).round().astype(int)
+        out.loc[chosen, "variant"] = [
+            table.get((int(a), int(b), int(c), precision, False), "") for a, b, c in zip(m, n, k, strict=True)
+        ]
+    return out
 
 
 def main() -> int:

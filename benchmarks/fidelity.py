@@ -63,6 +63,16 @@ def _measured(path: Path):
     return trace.assign(point=trace["run"])
 
 
+def _with_algorithms(trace: pd.DataFrame, table: Path | None) -> pd.DataFrame:
+    """``trace``'s cuBLAS records given their algorithm from ``table`` (``benchmarks/cublas_algos.py``)
+    where they name none; unchanged without one."""
+    if table is None:
+        return trace
+    from benchmarks.cublas_algos import load_table, with_algorithm_table
+
+    return with_algorithm_table(trace, load_table(table))
+
+
 def _keep(trace, name: str) -> Path:
     """Keep a run folder's measured launches here as a trace (its points as runs)."""
     kept = OUT / name
@@ -81,7 +91,7 @@ def cmd_calibrate(args) -> dict:
         trace = _measured(path)
         kept.append(str(_keep(trace, name).relative_to(ROOT)) if path.is_dir() else str(path))
         traces.append(trace)
-    trace = pd.concat(traces, ignore_index=True)
+    trace = _with_algorithms(pd.concat(traces, ignore_index=True), args.algorithms)
     device = str(trace["device"].iloc[0])
     held = trace["point"].str.contains(args.holdout)
     fit_points, held_points = sorted(trace.loc[~held, "point"].unique()), sorted(trace.loc[held, "point"].unique())
@@ -89,11 +99,17 @@ def cmd_calibrate(args) -> dict:
     families = tuple(args.families.split(",")) if args.families else None
     target = load_machine(args.machine)
     check_may_calibrate(target, device)  # not a machine validated blind, nor another GPU's runs
-    h100 = calibrate(trace[~held], target, source=source, families=families)
+    instances = set(args.instances.split(",")) if args.instances else None
+    # named instances alone: the families' own fits stay as they are
+    h100 = calibrate(
+        trace[~held], target, source=source, families=families, instances=instances, family_wide=instances is None
+    )
     sim = ROOT / "sim"
     write_calibration(sim / f"{args.machine}.yaml", h100.calibration)
     head = commit().removesuffix("+dirty")
     refitted = f"{', '.join(families)} refitted" if families else "every family"
+    if instances:
+        refitted = f"instances {', '.join(sorted(instances))} of {', '.join(families or ['every family'])} fitted"
     others = "; the other families as their own source says" if families else ""
     set_machine_header(
         sim / f"{args.machine}.yaml",
@@ -142,7 +158,7 @@ def cmd_lopo(args) -> dict:
 
     runs = [args.run, *args.also]
     traces = [_measured(path) for path in runs]
-    trace = pd.concat(traces, ignore_index=True)
+    trace = _with_algorithms(pd.concat(traces, ignore_index=True), args.algorithms)
     trace = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
     machine = load_machine(args.machine)
     unknown = [str(path) for path in args.leave_out if path not in runs]
@@ -306,6 +322,9 @@ def main() -> int:
         "--also", type=Path, action="append", default=[], help="further H100 runs (folders or kept traces)"
     )
     cal.add_argument("--families", help="refit only these kernel families (comma-separated); the rest keep their fit")
+    algorithms_help = "cublas_algos-*.json.gz: cuBLAS records that name no algorithm get the one it holds"
+    cal.add_argument("--algorithms", type=Path, help=algorithms_help)
+    cal.add_argument("--instances", help="fit only these instances (comma-separated); the families' own fits stay")
     cal.add_argument("--machine", default="h100-sxm", help="the machine file to fit (refused for one validated blind)")
     cal.add_argument("--holdout", default=HOLDOUT_POINTS)
     cal.add_argument("--measured-commit", required=True, help="the commit the GPU run was made at")
@@ -328,6 +347,7 @@ def main() -> int:
     lopo.add_argument("--also", type=Path, action="append", default=[], help="further calibration runs")
     lopo.add_argument("--machine", default="h100-sxm")
     lopo.add_argument("--workers", type=int, default=2)
+    lopo.add_argument("--algorithms", type=Path, help=algorithms_help)
     lopo.add_argument(
         "--leave-out", type=Path, action="append", default=[], help="leave out only these runs' points (default: all)"
     )

@@ -126,6 +126,7 @@ def calibrate(
     families: tuple[str, ...] | None = None,
     instances: set[str] | None = None,
     warm: bool = False,
+    family_wide: bool = True,
 ) -> Machine:
     """The machine with every kernel family that has measured records in ``trace`` refitted
     (only those in ``families`` when given; the others keep ``machine``'s fit).
@@ -136,7 +137,9 @@ def calibrate(
     named, when given: an instance's fit reads its own records alone, so the others' fits on
     the same records would not change). ``warm`` starts each fit from ``machine``'s own fit of
     it (fewer iterations when the records changed little, as when one point is left out).
-    ``source`` says which traces these are (it is stored with each fit).
+    ``family_wide=False`` keeps ``machine``'s family-wide fits and refits the instances only (a
+    new instance fitted on records the family-wide fit never read, as cuBLAS records that name
+    their algorithm). ``source`` says which traces these are (it is stored with each fit).
     """
     measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
     kernels = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
@@ -155,7 +158,8 @@ def calibrate(
         kept = {k: v for k, v in calibration.items() if k.startswith(kernel + "/")} if instances is not None else {}
         calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
         base = machine.model_copy(update={"calibration": calibration})
-        calibration[kernel] = _fit(base, kernel, kernel, rows, source, earlier.get(kernel))
+        if family_wide or kernel not in calibration:
+            calibration[kernel] = _fit(base, kernel, kernel, rows, source, earlier.get(kernel))
         of_rows = pd.Series(record_instances(rows), index=rows.index)
         refitted = {}
         for instance, group in rows.groupby(of_rows):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from spartan_py.costmodel.library_gemm import ALGORITHM_INSTANCE, CublasAlgo
+
 GC_LAYER = "gpu.gc_layer"
 """The rows kernel of the ``gpu`` backend (``kernels/gc_layer.cu``): a chunk of layers per launch."""
 GC_MERGED = "gpu.gc_merged"
@@ -73,6 +75,9 @@ class KernelFamily:
     #: before a validation set is drawn): its error is judged against twice its run-to-run
     #: spread instead of the fixed bar (:mod:`spartan_py.costmodel.repeatability`)
     host_bound: bool = False
+    #: a library GEMM (cuBLAS) whose records may name the algorithm it ran
+    #: (:mod:`spartan_py.costmodel.library_gemm`): those are one instance, priced by its tiles
+    library_gemm: bool = False
 
 
 UNMERGED = ":unmerged"
@@ -87,14 +92,21 @@ ROLE_SEPARATOR = "/"
 what follows it names where the launch sat, not what ran."""
 
 
+def named_algorithm(variant: object) -> CublasAlgo | None:
+    """The cuBLAS algorithm a record's ``variant`` names, a training step's role aside, or ``None``."""
+    return CublasAlgo.from_variant(variant.split(ROLE_SEPARATOR, 1)[0]) if isinstance(variant, str) else None
+
+
 def instance_of(kernel: str, variant: str, cols: int = 0) -> str:
     """The compiled instance a record of ``kernel`` ran (``R16xC1``), or ``""`` when the
     family is calibrated as one; a merged-kernel record whose row is the whole layer
     (``cols``, the layer's width, equal to its ``W``) gets :data:`UNMERGED` appended. A
     training step's role (after :data:`ROLE_SEPARATOR`) is not part of the instance."""
     family = FAMILIES.get(kernel)
-    if family is None or not family.per_instance or not variant:
+    if family is None or not family.per_instance or not isinstance(variant, str) or not variant:
         return ""
+    if family.library_gemm:  # one instance: the records that name their algorithm
+        return ALGORITHM_INSTANCE if named_algorithm(variant) else ""
     instance = variant.split("-", 1)[0].split(ROLE_SEPARATOR, 1)[0]
     if kernel == GC_MERGED and cols and instance.endswith(f"W{int(cols)}"):
         instance += UNMERGED
@@ -137,8 +149,8 @@ FAMILIES: dict[str, KernelFamily] = {
     tile_gemm("fp32"): KernelFamily("fp32"),
     tile_gemm("tf32"): KernelFamily("tf32", prefetches=True),
     tile_gemm("bf16"): KernelFamily("bf16", prefetches=True),
-    dense_gemm("fp32"): KernelFamily("fp32"),
-    dense_gemm("tf32"): KernelFamily("tf32"),
+    dense_gemm("fp32"): KernelFamily("fp32", per_instance=True, library_gemm=True),
+    dense_gemm("tf32"): KernelFamily("tf32", per_instance=True, library_gemm=True),
     CSR_GEMM_FP32: KernelFamily("fp32"),
     CSR_CONVERT: KernelFamily("memory", host_syncs=1, host_bound=True),
     COPY_H2D: KernelFamily("link"),

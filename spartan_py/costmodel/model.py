@@ -48,9 +48,11 @@ from spartan_py.costmodel.families import (
     GC_LAYER,
     KernelFamily,
     calibration_key,
+    named_algorithm,
     record_instances,
 )
 from spartan_py.costmodel.hosts import load_host
+from spartan_py.costmodel.library_gemm import ALGORITHM_INSTANCE, algorithm_terms
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
@@ -87,6 +89,11 @@ def family_parameters(machine: Machine, kernel: str, instance: str = "") -> tupl
         source="uncalibrated defaults",
     )
     return default, False
+
+
+def calibrated_apart(machine: Machine, kernel: str, instance: str) -> bool:
+    """Whether ``machine`` holds a fit of ``kernel``'s ``instance`` of its own."""
+    return bool(instance) and calibration_key(kernel, instance) in machine.calibration
 
 
 GUESSED_KINDS = ("family-wide fallback", "default")
@@ -171,7 +178,9 @@ def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd
     return frame
 
 
-def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily, params: FamilyCalibration) -> dict:
+def _predict_kernels(
+    rows: pd.DataFrame, machine: Machine, family: KernelFamily, params: FamilyCalibration, by_algorithm: bool = False
+) -> dict:
     specs = machine.specs
     n = len(rows)
     launch = np.full(n, params.launch_us)
@@ -224,6 +233,12 @@ def _predict_kernels(rows: pd.DataFrame, machine: Machine, family: KernelFamily,
         # a library's launch (no geometry: cuBLAS, cuSPARSE) runs many blocks per SM
         alone = geometry & (not family.prefetches)  # nothing of a block's own memory time hides
         hidden = params.overlap * np.where(alone, 1 - 1 / np.maximum(per_sm, 1), 1.0)
+        if by_algorithm:  # the kernel cuBLAS ran, from the record's algorithm
+            algos = [named_algorithm(v) for v in rows["variant"]]
+            terms = algorithm_terms(rows, algos, specs.sm_count, specs.l2_cache_mib * 2**20)
+            waves = terms["waves"]
+            compute = np.where(bad, np.nan, waves * terms["unit_macs"] / rate)
+            memory = dram_time_us(machine, params, terms["moved_bytes"])
     body = np.maximum(compute, memory) + (1 - hidden) * np.minimum(compute, memory)
     predicted = launch + body
     bound = np.where(compute >= memory, "compute", "memory")
@@ -320,7 +335,11 @@ def _predict_family(
             "memory_us": np.zeros(n),
             "bound": np.full(n, "latency", dtype=object),
         }
-    predicted = _predict_kernels(rows, machine, family, params)
+    # a library GEMM's records that name their algorithm are priced by it once they have a fit of their own
+    by_algorithm = (
+        family.library_gemm and instance == ALGORITHM_INSTANCE and calibrated_apart(machine, kernel, instance)
+    )
+    predicted = _predict_kernels(rows, machine, family, params, by_algorithm)
     predicted["launch_us"] = predicted["launch_us"] + added
     predicted["predicted_us"] = predicted["predicted_us"] + added
     return {**result, **predicted}

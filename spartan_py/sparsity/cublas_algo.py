@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import re
-from dataclasses import dataclass
 
-from spartan_py.costmodel.families import ROLE_SEPARATOR, dense_gemm
+from spartan_py.costmodel.families import dense_gemm
+from spartan_py.costmodel.library_gemm import CublasAlgo
 
 #: cublasLtMatmulTile_t: the tile's rows x columns in cuBLAS's column-major problem
 _TILES = (
@@ -37,39 +36,6 @@ _COMPUTE = {"fp32": 68, "tf32": 77}  # CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FA
 _R_32F = 0
 _WORKSPACE_BYTES = 32 * 2**20  # what cublasGemmEx offers its heuristic
 _IMPL_MASK = 0xFFFFFFFEFFFFFFFF  # likewise (CUBLASLT_LOG_LEVEL=5)
-_PREFIX = "lt"
-
-
-@dataclass(frozen=True)
-class CublasAlgo:
-    """cuBLAS's kernel for one GEMM ``[m x k] @ [k x n]`` (row-major, as spartan_py calls it).
-
-    ``tile_rows`` x ``tile_cols`` is the output tile in the caller's terms (rows of the output,
-    columns of the output); ``splits`` the split-K factor (1: none); ``cluster`` the thread-block
-    cluster as cuBLAS names it; ``waves`` the heuristic's own count of waves of tiles."""
-
-    tile_rows: int
-    tile_cols: int
-    splits: int
-    cluster: str
-    waves: float
-
-    @property
-    def variant(self) -> str:
-        """The record's ``variant``: ``lt-<rows>x<cols>-s<splits>-c<cluster>-w<waves>``."""
-        return f"{_PREFIX}-{self.tile_rows}x{self.tile_cols}-s{self.splits}-c{self.cluster}-w{self.waves:.2f}"
-
-    @classmethod
-    def from_variant(cls, variant: str) -> CublasAlgo | None:
-        """The algorithm a record's ``variant`` names, or ``None`` (none recorded)."""
-        # a training step's records add their GEMM's role after a slash
-        found = re.fullmatch(
-            rf"{_PREFIX}-(\d+)x(\d+)-s(\d+)-c([0-9a-z]+)-w([0-9.]+)", (variant or "").split(ROLE_SEPARATOR, 1)[0]
-        )
-        if found is None:
-            return None
-        rows, cols, splits, cluster, waves = found.groups()
-        return cls(int(rows), int(cols), int(splits), cluster, float(waves))
 
 
 class _HeuristicResult(ctypes.Structure):
