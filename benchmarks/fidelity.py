@@ -21,6 +21,7 @@ networks' runs (experiments/graph-challenge-all.yaml) on the current model.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -235,7 +236,8 @@ def _pct(value: float) -> str:
 def fidelity_tables(summary_file: Path) -> str:
     """The per-family, whole-run, speed-up and reverse tables of a ``compare`` summary as Markdown
     (the H200 after-fix column reads "as blind" where the current model predicts the same)."""
-    found = json.loads(summary_file.read_text())
+    raw = summary_file.read_bytes()
+    found = json.loads(gzip.decompress(raw) if summary_file.suffix == ".gz" else raw)
     lines = [
         "| family | H100 held out: launches, median, p90 (%) "
         "| H200 blind: launches, median, p90 (%) | H200 after fix |",

@@ -3,6 +3,7 @@ back, whole-run errors, speed-ups, and what each machine file says of its valida
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -154,8 +155,8 @@ def test_fidelity_tables_print_every_family_and_run_of_a_summary():
     from benchmarks._results import RESULTS
     from benchmarks.fidelity import fidelity_tables
 
-    summary = RESULTS / "fidelity" / "h200-fidelity-20261126-231250.json"
-    found = json.loads(summary.read_text())
+    summary = RESULTS / "fidelity" / "h200-fidelity-20261126-231250.json.gz"
+    found = json.loads(gzip.decompress(summary.read_bytes()))
     tables = fidelity_tables(summary).split("\n\n")
     families, runs, speedups, reverse = (table.splitlines()[2:] for table in tables[:4])
     assert len(families) == len(speedups) == len(reverse) == len(found["families"])
