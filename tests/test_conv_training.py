@@ -4,6 +4,7 @@ against the dense product, the step's totals and bound, simulated and measured o
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,11 @@ def test_a_measured_step_runs_each_sparse_gemm_and_checks_it(tmp_path, backend, 
     assert summary["im2col_seconds"] > 0 and summary["col2im_seconds"] > 0 and summary["max_rel_diff"] < bound
     # the software monitor (a counting pass and a wait for its counts) beside the fused one
     assert summary["software_monitor_seconds"] > 0
-    assert summary["profiling_ratio"] == pytest.approx(summary["software_monitor_seconds"] / summary["monitor_seconds"])
+    software, fused = summary["software_monitor_seconds"], summary["monitor_seconds"]
+    if fused > 0:
+        assert summary["profiling_ratio"] == pytest.approx(software / fused)
+    else:  # the fused monitor's cost is a per-round difference, which a loaded CPU can leave at nothing
+        assert math.isnan(summary["profiling_ratio"])
 
 
 @pytest.mark.parametrize(
