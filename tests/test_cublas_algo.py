@@ -46,7 +46,6 @@ def test_variant_round_trip_and_role_suffix():
 def test_records_keep_their_variant_where_no_gpu_answers(monkeypatch):
     """No GPU (or no cuBLASLt): no algorithm is made up; other kernels and named variants untouched."""
     monkeypatch.setattr("spartan_py.sparsity.cublas_algo._library", lambda: None)
-    heuristic_algo.cache_clear()
     records = [gemm_record(784, 512, 4608), gemm_record(784, 512, 4608, variant="3xtf32")]
     assert with_algorithms(records) == records
 
@@ -89,7 +88,6 @@ def test_heuristic_matches_cublaslt_log_of_the_legacy_call(tmp_path):
 
 @pytest.mark.gpu
 def test_records_name_the_algorithm_on_a_gpu():
-    heuristic_algo.cache_clear()
     timed = replace(gemm_record(8232, 512, 4608), measured_us=12.5)
     (named,) = with_algorithms([timed])
     algo = CublasAlgo.from_variant(named.variant)

@@ -14,6 +14,9 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))   (a "balanced" record, whose blocks
                 are work items spread evenly: at least 1, not rounded up)
 
+A cuBLAS record that names the kernel cuBLAS ran (its variant: :mod:`spartan_py.costmodel.library_gemm`)
+is priced by that kernel's tiles once its family has a fit of that instance.
+
 The rate per work item is the SM's peak on the unit the kernel is bound by (shared-memory
 operand loads for ``gpu.gc_layer``, FP32/TF32/BF16 pipes for GEMMs) times
 ``compute_efficiency``, shared by the blocks resident on the SM. Occupancy comes from the

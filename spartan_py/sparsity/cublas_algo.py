@@ -85,14 +85,24 @@ def _config(lib: ctypes.CDLL, algo, attribute: int, kind) -> int:
     return int(value.value)
 
 
-@functools.cache
 def heuristic_algo(m: int, n: int, k: int, precision: str, transposed_a: bool = False) -> CublasAlgo | None:
     """The kernel cuBLAS's heuristic picks for ``spartan_py.sparsity.dense_matmul`` of ``[m x k]
     @ [k x n]`` at ``precision`` (``fp32`` or ``tf32``; ``transposed_a``: A stored as its
-    transpose) on the current GPU, or ``None`` where it cannot be asked."""
+    transpose) on the current GPU, or ``None`` where it cannot be asked (asked once per GPU and shape)."""
     lib = _library()
     if lib is None or precision not in _COMPUTE or min(m, n, k) <= 0:
         return None
+    import cupy
+
+    return _asked(lib, cupy.cuda.Device().id, (m, n, k), precision, transposed_a)
+
+
+@functools.cache
+def _asked(
+    lib: ctypes.CDLL, device: int, shape: tuple[int, int, int], precision: str, transposed_a: bool
+) -> CublasAlgo | None:
+    """:func:`heuristic_algo` of ``shape`` on GPU ``device`` (the current one)."""
+    m, n, k = shape
     handle, desc, pref = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     layouts = [ctypes.c_void_p() for _ in range(4)]
     try:
@@ -142,8 +152,8 @@ def heuristic_algo(m: int, n: int, k: int, precision: str, transposed_a: bool = 
             lib.cublasLtDestroy(handle)
     name = _TILES[tile] if tile < len(_TILES) else "0x0"
     along_n, along_m = (int(x) for x in name.split("x")) if "x" in name else (0, 0)
-    shape = _CLUSTERS[cluster] if cluster < len(_CLUSTERS) else f"id{cluster}"
-    return CublasAlgo(along_m, along_n, max(splits, 1), shape, round(float(result.waves_count), 2))
+    cluster_shape = _CLUSTERS[cluster] if cluster < len(_CLUSTERS) else f"id{cluster}"
+    return CublasAlgo(along_m, along_n, max(splits, 1), cluster_shape, round(float(result.waves_count), 2))
 
 
 def with_algorithms(records: list, transposed_a: bool = False) -> list:
