@@ -39,7 +39,8 @@ class TraceRecord:
         run: identifier of the run (free text, e.g. the experiment point).
         layer: 1-based layer the kernel belongs to (0 for set-up work).
         kernel: kernel name, ``<backend>.<what>`` (e.g. ``cpu.gather_rows``).
-        variant: implementation variant or tile configuration.
+        variant: implementation variant or tile configuration (a cuBLAS record measured on a GPU:
+            the algorithm cuBLAS ran, ``lt-<rows>x<cols>-s<split>-c<cluster>-w<waves>``).
         rows_in / rows_out: live rows read / live rows written.
         cols: neurons (columns) of the activation matrix.
         nnz_in / nnz_out: non-zero activations read / written.
