@@ -43,6 +43,15 @@ def test_variant_round_trip_and_role_suffix():
     assert CublasAlgo.from_variant("") is None
 
 
+def test_tile_ids_read_as_the_callers_output_tile():
+    """cuBLASLt's 256x64 (id 21) is 256 along C^T's rows, our columns: 64 output rows x 256
+    columns; the undefined tile and ids past the table give no algorithm."""
+    from spartan_py.sparsity.cublas_algo import output_tile
+
+    assert output_tile(21) == (64, 256) and output_tile(24) == (128, 256) and output_tile(20) == (128, 128)
+    assert output_tile(0) is None and output_tile(10_000) is None
+
+
 def test_records_keep_their_variant_where_no_gpu_answers(monkeypatch):
     """No GPU (or no cuBLASLt): no algorithm is made up; other kernels and named variants untouched."""
     monkeypatch.setattr("spartan_py.sparsity.cublas_algo._library", lambda: None)

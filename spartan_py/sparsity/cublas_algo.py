@@ -150,10 +150,21 @@ def _asked(
             lib.cublasLtMatmulDescDestroy(desc)
         if handle.value:
             lib.cublasLtDestroy(handle)
-    name = _TILES[tile] if tile < len(_TILES) else "0x0"
-    along_n, along_m = (int(x) for x in name.split("x")) if "x" in name else (0, 0)
+    dims = output_tile(tile)
+    if dims is None:  # a tile this table does not know: no algorithm rather than a wrong one
+        return None
     cluster_shape = _CLUSTERS[cluster] if cluster < len(_CLUSTERS) else f"id{cluster}"
-    return CublasAlgo(along_m, along_n, max(splits, 1), cluster_shape, round(float(result.waves_count), 2))
+    return CublasAlgo(*dims, max(splits, 1), cluster_shape, round(float(result.waves_count), 2))
+
+
+def output_tile(tile_id: int) -> tuple[int, int] | None:
+    """``cublasLtMatmulTile_t`` as the output tile in the caller's terms, ``(rows, cols)``:
+    cuBLAS's tile is ``m' x n'`` of the column-major ``C^T``, whose ``m'`` is our columns; ``None``
+    for the undefined tile or one this table does not hold."""
+    if not 0 < tile_id < len(_TILES):
+        return None
+    along_cols, along_rows = (int(x) for x in _TILES[tile_id].split("x"))
+    return along_rows, along_cols
 
 
 def with_algorithms(records: list, transposed_a: bool = False) -> list:
