@@ -6,10 +6,11 @@ asks its heuristic on the GPU that runs; the record keeps the answer as
 kernel that ran (see :func:`algorithm_terms`) instead of its multiply-adds spread over every SM:
 
 - compute: the tiles' padded multiply-adds (``ceil(M / rows) x ceil(N / cols)`` tiles of
-  ``rows x cols x K / splits`` each, ``splits`` times) spread evenly over the SMs: no partial
-  last wave, since Hopper's cuBLAS kernels share out the last tiles' K steps (stream-K, the
-  log's ``numSplitsK=-1``); of the three forms tried on the H100's 27 calibration shapes (even
-  spread, whole waves, at least one wave) it held the earlier drawn sets' shapes best;
+  ``rows x cols x K / splits`` each, ``splits`` times) spread evenly over the SMs, no partial
+  last wave (as if the kernel shared out the last tiles' K steps, stream-K: our reading of the
+  log's ``numSplitsK=-1``, not checked in the kernel); of the three forms tried on the H100's 27
+  calibration shapes (even spread, whole waves, at least one wave) it held the earlier drawn
+  sets' shapes best;
 - memory: ``A`` read once per column of tiles beyond what the L2 cache holds of it (``1 + (tile
   columns - 1) x max(0, 1 - L2 / A)``; a wave's tiles of one row of tiles share it through the
   L2 while it fits), ``B`` once, ``C`` written once, and a split product's partial sums written
