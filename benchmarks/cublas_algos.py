@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks._results import RESULTS, write_result
-from spartan_py.costmodel.families import dense_gemm
+from spartan_py.costmodel.families import dense_gemm_precision
 from spartan_py.engines.shared.cuda import device_name
 from spartan_py.sparsity.cublas_algo import heuristic_algo
 
@@ -29,11 +29,7 @@ def gemm_shapes() -> list[tuple[int, int, int, str, bool]]:
     traces and of every GEMM of the training-step table (its weight gradients read A transposed)."""
     shapes = set()
     for path in sorted((RESULTS / "fidelity").glob("*.trace.csv.gz")):
-        trace = pd.read_csv(path, comment="#")
-        for precision in PRECISIONS:
-            for row in trace[trace["kernel"] == dense_gemm(precision)].itertuples():
-                k = int(row.executed_macs // (row.rows_in * row.cols))
-                shapes.add((int(row.rows_in), int(row.cols), k, precision, False))
+        shapes |= set(forward_shapes(pd.read_csv(path, comment="#")).dropna())
     table = pd.read_csv(RESULTS / "spartan-table-h100" / "gemms.csv")
     for row in table.itertuples():
         for precision in PRECISIONS:
@@ -54,14 +50,23 @@ def with_algorithm_table(trace: pd.DataFrame, table: dict[tuple[int, int, int, s
     and only a training step's weight gradient reads it so."""
     out = trace.copy()
     unnamed = out["variant"].fillna("").astype(str) == ""
-    for precision in PRECISIONS:
-        chosen = (out["kernel"] == dense_gemm(precision)) & unnamed
-        m, n = out.loc[chosen, "rows_in"].astype(int), out.loc[chosen, "cols"].astype(int)
-        k = (out.loc[chosen, "executed_macs"] / (m * n)).round().astype(int)
-        out.loc[chosen, "variant"] = [
-            table.get((int(a), int(b), int(c), precision, False), "") for a, b, c in zip(m, n, k, strict=True)
-        ]
+    keys = forward_shapes(out)[unnamed]
+    out.loc[keys.dropna().index, "variant"] = [table.get(key, "") for key in keys.dropna()]
     return out
+
+
+def forward_shapes(trace: pd.DataFrame) -> pd.Series:
+    """Per record of ``trace``: its cuBLAS product's ``(m, n, k, precision, False)`` (A read as
+    stored: a record does not say otherwise), ``None`` for other kernels."""
+    precisions = [dense_gemm_precision(kernel) for kernel in trace["kernel"]]  # None kept (map would make it NaN)
+    return pd.Series(
+        [
+            None if p is None or not m or not n else (int(m), int(n), int(macs // (m * n)), p, False)
+            for p, m, n, macs in zip(precisions, trace["rows_in"], trace["cols"], trace["executed_macs"], strict=True)
+        ],
+        index=trace.index,
+        dtype=object,
+    )
 
 
 def main() -> int:

@@ -46,6 +46,12 @@ def dense_gemm(precision: str) -> str:
     return f"gpu.dense_gemm.{precision}"
 
 
+def dense_gemm_precision(kernel: str) -> str | None:
+    """The precision of a cuBLAS GEMM record's ``kernel`` (:func:`dense_gemm`), ``None`` for any other kernel."""
+    precision = kernel.removeprefix(dense_gemm(""))
+    return precision if precision != kernel and kernel in FAMILIES else None
+
+
 def tile_gemm(precision: str) -> str:
     """The tile-sparse GEMM family at ``precision`` (``fp32``, ``tf32``, ``bf16``)."""
     return f"gpu.tile_gemm.{precision}"

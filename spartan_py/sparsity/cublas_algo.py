@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from spartan_py.costmodel.families import dense_gemm
+from spartan_py.costmodel.families import dense_gemm_precision
 from spartan_py.costmodel.library_gemm import CublasAlgo
 
 #: cublasLtMatmulTile_t: the tile's rows x columns in cuBLAS's column-major problem
@@ -175,7 +175,7 @@ def with_algorithms(records: list, transposed_a: bool = False) -> list:
 
     out = []
     for record in records:
-        precision = next((p for p in _COMPUTE if record.kernel == dense_gemm(p)), None)
+        precision = dense_gemm_precision(record.kernel)
         if precision is not None and not record.variant and record.rows_in and record.cols:
             k = record.executed_macs // (record.rows_in * record.cols)
             algo = heuristic_algo(int(record.rows_in), int(record.cols), int(k), precision, transposed_a)
