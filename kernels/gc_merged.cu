@@ -43,7 +43,10 @@
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
 // items are 32 columns of one row, whose reads are bank-conflict-free by the plan's order.
 // Where GM_THREADS is a multiple of width_l, a thread's items are one column of several
-// rows, and each step's index and weight are loaded once for all of them.
+// rows, and each step's index and weight are loaded once for all of them. The host builds
+// the first launch's blocks of 256 threads and later launches' (wide networks, few live rows)
+// of 512: a row's layer then takes half as long at the same resident threads an SM, so a
+// launch's last wave of rows is shorter (spartan_py/engines/merged/plan.py).
 
 #ifndef GM_THREADS
 #define GM_THREADS 256
@@ -58,7 +61,7 @@
 #define GM_COUNT_MAX 64  // layer 0's steps at most, for the counts path (input_counts.COUNT_MAX_STEPS)
 #endif
 #ifndef GM_MIN_BLOCKS
-#define GM_MIN_BLOCKS 4
+#define GM_MIN_BLOCKS (1024 / GM_THREADS)  // 64 registers a thread (plan.MERGED_SM_THREADS)
 #endif
 
 // The ILP sums of items (r[j], h[j]) over the layer's k steps. One instance per weight source

@@ -414,20 +414,24 @@ def test_chain_launches_need_narrow_layers_of_few_weights():
 def test_twin_trace_names_the_chain_launches():
     """Launches after the first run the chain kernel ("C": a team per group of rows, of one warp
     in launches of up to 8 layers, "T1", 32 teams an SM, else of two, "T2", 8 teams an SM); with
-    ``chain_rows=0`` every launch runs the block-tile kernel ("R")."""
+    ``chain_rows=0`` every launch runs the block-tile kernel ("R", blocks of 512 threads after
+    the first launch's 256, "T512", two an SM by the launch bound's registers)."""
     network = generate_network(1024, 30, seed=2)  # launches of 1, 1, 1, 1, 2, 4, 8 and 12 layers
     inputs = generate_inputs(400, 1024, seed=2)
     for chain_rows, kind, long_kind in (
         (1, "C1T1xW", "C1T2xW"),
         (2, "C2T1xW", "C2T2xW"),
-        (0, "R16xW", "R16xW"),
+        (0, "R16T512xW", "R16T512xW"),
         (None, "C2T1xW", "C2T2xW"),
     ):
         out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows).run(inputs)
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
         assert len(launches) == 8 and launches[0].variant.startswith("P32xW")
         assert [r.variant.split("xW")[0] + "xW" for r in launches[1:]] == [kind] * 6 + [long_kind]
-        if chain_rows != 0:
+        assert launches[0].block_threads == 256
+        if chain_rows == 0:
+            assert all(r.block_threads == 512 and r.resident_blocks_per_sm == 2 for r in launches[1:])
+        else:
             short, long = launches[1:7], launches[7]
             assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in short)
             assert long.block_threads == 64 and long.resident_blocks_per_sm == 8

@@ -32,9 +32,14 @@ from spartan_py.engines.merged.chain import (
     checked_chain_rows,
     checked_chain_warps,
 )
-from spartan_py.engines.merged.plan import MERGED_THREADS as THREADS
-from spartan_py.engines.merged.plan import MERGED_TILE_ROWS as TILE_ROWS
-from spartan_py.engines.merged.plan import merged_block_bytes, monitor_masks
+from spartan_py.engines.merged.plan import (
+    MERGED_LATER_THREADS,
+    MERGED_THREADS,
+    MERGED_TILE_ROWS,
+    merged_block_bytes,
+    merged_min_blocks,
+    monitor_masks,
+)
 from spartan_py.engines.merged.trace import MergedKernelTrace
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
@@ -46,19 +51,23 @@ from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
 
+_FIRST_LAUNCH_INSTANCES = tuple((rows, bits) for rows in MERGED_TILE_ROWS for bits in (False, True))
+
 
 @functools.cache
-def _merged_kernels(device_id: int):
-    """Compile kernels/gc_merged.cu once per device: ({(R, bits): gc_merged<R, bits>},
-    scatter, expand); the ``bits`` instances run first launches of binary inputs."""
+def _merged_kernels(device_id: int, threads: int = MERGED_THREADS, instances=_FIRST_LAUNCH_INSTANCES):
+    """Compile kernels/gc_merged.cu once per device and block size: ({(R, bits):
+    gc_merged<R, bits>} of ``instances``, scatter, expand); the ``bits`` instances run
+    first launches of binary inputs."""
     import cupy
 
-    names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows in TILE_ROWS for bits in (False, True)}
+    names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows, bits in instances}
     module = cupy.RawModule(
         code=kernel_source("gc_merged.cu"),
         options=(
             "-std=c++17",
-            f"-DGM_THREADS={THREADS}",
+            f"-DGM_THREADS={threads}",
+            f"-DGM_MIN_BLOCKS={merged_min_blocks(threads)}",
             f"-DGM_COUNT_MAX={COUNT_MAX_STEPS}",
             "-DGM_NO_EXPLICIT_INSTANCES",
         ),
@@ -146,13 +155,23 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self._device = device_name(cp)
         self.stride = self.merged.width
         self.plan_launch_shapes(rows_per_tile, self._block_shared_limit)
-        kernels, self._scatter, self._expand = _merged_kernels(cp.cuda.Device().id)
-        self.kernel = kernels[self.rows_per_tile, False]
+        device_id = cp.cuda.Device().id
+        kernels, self._scatter, self._expand = _merged_kernels(device_id)
         #: dynamic shared memory of each later block-tile launch, by its first layer
         self.shared_by_start = {
             start: self._shared_bytes(self.rows_per_tile, 0, words)
             for start, words in self.stage_words_by_start.items()
+            if start and start not in self.chain_shape_by_start
         }
+        #: the later block-tile launches' kernel (:data:`MERGED_LATER_THREADS` a block), built
+        #: only when a later launch does not run the chain kernel
+        self.kernel = None
+        if self.shared_by_start:
+            instance = (self.rows_per_tile, False)
+            self.kernel = _merged_kernels(device_id, MERGED_LATER_THREADS, (instance,))[0][instance]
+            self.kernel.max_dynamic_shared_size_bytes = max(
+                max(self.shared_by_start.values()), self.kernel.max_dynamic_shared_size_bytes
+            )
         # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones
         self.first_launches = {}
         for bits in (False, True):
@@ -162,7 +181,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 rows,
                 self._shared_bytes(rows, words, self.stage_words_by_start[0]),
             )
-        for kernel, _, shared in (*self.first_launches.values(), (self.kernel, 0, max(self.shared_by_start.values()))):
+        for kernel, _, shared in self.first_launches.values():
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
         # masks only where a tile's one-byte counts fit every launch's stage, which holds them (else lookups)
@@ -230,12 +249,12 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         stage of ``stage_words``."""
         return merged_block_bytes(rows, self.stride, input_words, stage_words)
 
-    def _grid(self, kernel, shared: int) -> int:
-        """A persistent grid: as many blocks as fit on every SM at once."""
+    def _grid(self, kernel, shared: int, threads: int) -> int:
+        """A persistent grid: as many blocks of ``threads`` as fit on every SM at once."""
         regs = max(int(kernel.num_regs), 1)
-        by_regs = 65536 // (regs * THREADS)
+        by_regs = 65536 // (regs * threads)
         by_smem = self._sm_shared_bytes // (shared + int(kernel.shared_size_bytes) + 1024)
-        return self.sm_count * max(1, min(by_regs, by_smem, 2048 // THREADS))
+        return self.sm_count * max(1, min(by_regs, by_smem, 2048 // threads))
 
     def upload(self, inputs: sp.csr_matrix) -> MergedBatch:
         """Put a batch of input rows and its work buffers on the device (not timed)."""
@@ -276,8 +295,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             first = start == 0
             if first:
                 kernel, _, shared = self.first_launches[batch.input_value != 0.0]
+                threads = MERGED_THREADS
             else:
-                kernel, shared = self.kernel, self.shared_by_start[start]
+                kernel, shared, threads = self.kernel, self.shared_by_start[start], MERGED_LATER_THREADS
             args = (
                 *(
                     (batch.csr_ptr, batch.csr_idx, batch.csr_val)
@@ -301,7 +321,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 np.float32(batch.input_value),
                 *(self._counts_args if first and batch.input_value != 0.0 else (NULL_POINTER, np.int32(0))),
             )
-            kernel((self._grid(kernel, shared),), (THREADS,), args, shared_mem=shared)
+            kernel((self._grid(kernel, shared, threads),), (threads,), args, shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()

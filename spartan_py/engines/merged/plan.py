@@ -34,8 +34,28 @@ def monitor_masks(groups: np.ndarray, width: int) -> np.ndarray | None:
     return np.ascontiguousarray(packed).view("<u4").reshape(levels, tiles, width // 32)
 
 
-#: Threads per block of the merged kernel.
+#: Threads per block of the merged kernel's first launch (block tiles over every input row).
 MERGED_THREADS = 256
+
+#: Threads per block of the merged kernel's later launches (wide networks, whose later launches
+#: do not run the chain kernel). Persistent blocks of one to four rows take a row's layer in
+#: half the time of a 256-thread block at the same threads an SM, so a launch's rows end in
+#: shorter waves: 65536 x 1920 on a quarter of 60000 rows (a 4-GPU shard's) 516 -> 447 ms and
+#: 16384 x 1920 102 -> 64 ms, the whole batch 1746 -> 1703 ms and 259 -> 249 ms (one H200;
+#: 1024 threads: 449-499 and 73 ms; docs/performance-notes.md).
+MERGED_LATER_THREADS = 512
+
+#: Threads an SM the merged kernel's launch bound keeps resident (64 registers a thread, the
+#: kernel's ``GM_MIN_BLOCKS`` = this over a block's threads): at 4 and 6 blocks of 256 threads
+#: the registers spilled and 65536 x 1920 ran 1.5-1.8x slower (session 37).
+MERGED_SM_THREADS = 1024
+
+
+def merged_min_blocks(threads: int) -> int:
+    """The merged kernel's launch bound for blocks of ``threads``: the blocks an SM holds by
+    registers (``GM_MIN_BLOCKS``)."""
+    return MERGED_SM_THREADS // threads
+
 
 #: Tile heights built for the merged kernel (rows per block; at most 32, one warp's lanes).
 MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)

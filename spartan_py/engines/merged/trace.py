@@ -15,9 +15,11 @@ from spartan_py.engines.merged.chain import (
     chain_teams,
 )
 from spartan_py.engines.merged.plan import (
+    MERGED_LATER_THREADS,
     MERGED_THREADS,
     counts_tile_rows,
     merged_block_bytes,
+    merged_min_blocks,
     merged_tile_rows,
     stage_words,
 )
@@ -143,7 +145,11 @@ class MergedKernelTrace(LayerKernelTrace):
         with the traces it ran); its teams work independently, so its record describes a
         team as the block (one group of rows, its two buffers, as many resident on an SM as a
         block holds) and leaves the stage of indices, loaded once per launch, to the fitted
-        per-wave cost."""
+        per-wave cost. A later block-tile launch runs blocks of :data:`MERGED_LATER_THREADS`
+        (instance "R", its rows, then "T" and its threads; "R" and the rows alone name the
+        256-thread blocks before, whose fit stays with the traces they ran), resident as many an
+        SM as its launch bound holds by registers. First launches' records still leave that
+        bound out (their fits were made without it)."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
         chunk = layers[start:stop]
         useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
@@ -197,16 +203,18 @@ class MergedKernelTrace(LayerKernelTrace):
             pairs = int(np.count_nonzero(columns.view(np.uint16) != NO_COLUMN))
             first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], row_layers)
             executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
+        threads = MERGED_LATER_THREADS if start else MERGED_THREADS
         return LaunchCost(
-            variant=f"{kind}{tile}{suffix}",
+            variant=f"{kind}{tile}" + (f"T{threads}" if start else "") + suffix,
             tile_rows=tile,
             tiles=tiles,
             bytes_read=read + weight_bytes,
             row_bytes_written=chunk[-1].width * 4 + 4,
             useful_macs=useful,
             executed_macs=executed,
-            block_threads=MERGED_THREADS,
+            block_threads=threads,
             block_shared_bytes=merged_block_bytes(tile, stride, input_tile, self.stage_words_by_start[start]),
+            resident_blocks_per_sm=merged_min_blocks(threads) if start else 0,
         )
 
     def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):
