@@ -8,7 +8,8 @@ the device, one host synchronisation at the end; then the final live rows are ex
 to ``neurons`` columns on the device (timed). The first launch runs block tiles
 (``kernels/gc_merged.cu``); later ones, where the layers fit it, the chain kernel
 (``kernels/gc_chain.cu``: a warp carries its rows through the launch's layers alone; see
-:mod:`spartan_py.engines.merged.chain`). Weights that exceed the device memory budget
+:mod:`spartan_py.engines.merged.chain`), else block tiles again, in blocks of
+:data:`~spartan_py.engines.merged.plan.MERGED_LATER_THREADS` threads. Weights that exceed the device memory budget
 stream from pinned host memory (:class:`~spartan_py.engines.shared.weight_store.LayerStore`).
 """
 
