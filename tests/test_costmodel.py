@@ -223,6 +223,40 @@ def test_block_start_and_shared_staging_terms():
         FamilyCalibration(**base, wave_overhead_us=-1.0)
 
 
+def test_a_record_without_residency_takes_its_familys_launch_bound():
+    """A merged-kernel block-tile record that names no residency (traces before session 46) is
+    resident as many an SM as the kernel's launch bound holds by registers (4 blocks of 256
+    threads), not the 6 its 36 KB of shared memory would allow; a record that names its
+    residency, and a family without a bound, keep theirs."""
+    h100 = load_machine("h100-sxm")
+    sms = h100.specs.sm_count
+    assert FAMILIES["gpu.gc_merged"].register_bound_threads_per_sm == 1024
+    assert not FAMILIES["gpu.gc_layer"].register_bound_threads_per_sm
+    rows = pd.DataFrame(
+        {
+            "kernel": ["gpu.gc_merged", "gpu.gc_merged", "gpu.gc_merged", "gpu.gc_layer"],
+            "variant": "",
+            "rows_in": sms * 24,
+            "blocks": sms * 24,
+            "block_rows": 1,
+            "block_threads": [256, 256, 512, 256],
+            "block_shared_bytes": 36_000,  # 6 blocks an SM by shared memory
+            "resident_blocks_per_sm": [0, 6, 0, 0],
+            "fused_layers": 1,
+            "executed_macs": 0,
+            "weight_loads": 0,
+            "bytes_read": 0,
+            "bytes_written": 0,
+        }
+    )
+    params = FamilyCalibration(
+        launch_us=0.0, compute_efficiency=1.0, memory_efficiency=1.0, wave_overhead_us=1.0, source="test"
+    )
+    machine = h100.model_copy(update={"calibration": {"gpu.gc_merged": params, "gpu.gc_layer": params}})
+    waves = predict(rows, machine)["predicted_us"].to_numpy()  # one microsecond a wave
+    assert waves == pytest.approx([6.0, 4.0, 12.0, 4.0])
+
+
 def test_a_prefetching_kernel_hides_its_memory_time_alone_on_its_sm():
     """One block per SM: a layer kernel (load, compute, store in turn) pays compute plus
     memory; a TF32 tile GEMM, which loads its next step while it computes, pays the larger term

@@ -428,7 +428,7 @@ def test_twin_trace_names_the_chain_launches():
         launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"]
         assert len(launches) == 8 and launches[0].variant.startswith("P32xW")
         assert [r.variant.split("xW")[0] + "xW" for r in launches[1:]] == [kind] * 6 + [long_kind]
-        assert launches[0].block_threads == 256
+        assert launches[0].block_threads == 256 and launches[0].resident_blocks_per_sm == 4
         if chain_rows == 0:
             assert all(r.block_threads == 512 and r.resident_blocks_per_sm == 2 for r in launches[1:])
         else:

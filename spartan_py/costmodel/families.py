@@ -84,6 +84,11 @@ class KernelFamily:
     #: a library GEMM (cuBLAS) whose records may name the algorithm it ran
     #: (:mod:`spartan_py.costmodel.library_gemm`): those are one instance, priced by its tiles
     library_gemm: bool = False
+    #: threads an SM its launch bound keeps resident by registers (``__launch_bounds__``'
+    #: minimum blocks times the block size it was written for), or 0: none. A record that
+    #: names no residency (``resident_blocks_per_sm`` 0: the merged kernel's block tiles before
+    #: session 46) is resident at most this over its ``block_threads``.
+    register_bound_threads_per_sm: int = 0
 
 
 UNMERGED = ":unmerged"
@@ -145,7 +150,8 @@ A hardware monitor (the ``hw-monitor`` variant) removes this share."""
 
 FAMILIES: dict[str, KernelFamily] = {
     GC_LAYER: KernelFamily("smem", per_instance=True),
-    GC_MERGED: KernelFamily("smem", per_instance=True),
+    # 64 registers a thread since e5ff51c (nvcc -Xptxas -v on sm_90): 4 blocks of 256 an SM
+    GC_MERGED: KernelFamily("smem", per_instance=True, register_bound_threads_per_sm=1024),
     EXPAND: KernelFamily("memory", per_instance=True),  # "final" (element-wise, before), "rowwise"
     SCATTER_ROWS: KernelFamily("memory"),
     MONITOR_PASS: KernelFamily("memory", monitor_pass=True, host_syncs=1, host_bound=True),

@@ -201,6 +201,9 @@ def _predict_kernels(
         by_shared = np.where(shared > 0, np.floor(specs.shared_memory_per_sm_kib * 1024 / (shared + 1024)), np.inf)
         occupancy = np.minimum(np.minimum(by_threads, by_shared), specs.max_blocks_per_sm)
         launched = rows["resident_blocks_per_sm"].to_numpy(float)  # as launched: registers limit it too
+        if family.register_bound_threads_per_sm:  # records that name none: the launch bound's
+            bound = np.floor(family.register_bound_threads_per_sm / threads)
+            launched = np.where(launched > 0, launched, bound)
         occupancy = np.where(launched > 0, np.minimum(occupancy, launched), occupancy)
         geometry = blocks > 0
         per_sm = np.where(geometry, np.maximum(np.minimum(occupancy, np.ceil(blocks / specs.sm_count)), 1), 0)

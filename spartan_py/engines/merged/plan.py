@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spartan_py.costmodel.families import FAMILIES, GC_MERGED
 from spartan_py.engines.rows.plan import ROWS_PER_TILE
 from spartan_py.engines.shared.column_merge import MergedLayer
 from spartan_py.errors import BackendUnavailableError, InputError
@@ -46,9 +47,10 @@ MERGED_THREADS = 256
 MERGED_LATER_THREADS = 512
 
 #: Threads an SM the merged kernel's launch bound keeps resident (64 registers a thread, the
-#: kernel's ``GM_MIN_BLOCKS`` = this over a block's threads): at 4 and 6 blocks of 256 threads
-#: the registers spilled and 65536 x 1920 ran 1.5-1.8x slower (session 37).
-MERGED_SM_THREADS = 1024
+#: kernel's ``GM_MIN_BLOCKS`` = this over a block's threads; the cost model reads it from the
+#: family): at 5 and 6 blocks of 256 threads the registers spilled and 65536 x 1920 ran
+#: 1.5-1.8x slower (session 37).
+MERGED_SM_THREADS = FAMILIES[GC_MERGED].register_bound_threads_per_sm
 
 
 def merged_min_blocks(threads: int) -> int:

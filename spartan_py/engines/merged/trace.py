@@ -147,9 +147,8 @@ class MergedKernelTrace(LayerKernelTrace):
         block holds) and leaves the stage of indices, loaded once per launch, to the fitted
         per-wave cost. A later block-tile launch runs blocks of :data:`MERGED_LATER_THREADS`
         (instance "R", its rows, then "T" and its threads; "R" and the rows alone name the
-        256-thread blocks before, whose fit stays with the traces they ran), resident as many an
-        SM as its launch bound holds by registers. First launches' records still leave that
-        bound out (their fits were made without it)."""
+        256-thread blocks before, whose fit stays with the traces they ran). A block-tile
+        launch is resident as many an SM as the kernel's launch bound holds by registers."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
         chunk = layers[start:stop]
         useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
@@ -214,7 +213,7 @@ class MergedKernelTrace(LayerKernelTrace):
             executed_macs=executed,
             block_threads=threads,
             block_shared_bytes=merged_block_bytes(tile, stride, input_tile, self.stage_words_by_start[start]),
-            resident_blocks_per_sm=merged_min_blocks(threads) if start else 0,
+            resident_blocks_per_sm=merged_min_blocks(threads),
         )
 
     def records_before(self, counts, input_nnz, run_id, bit_inputs=False, **options):
