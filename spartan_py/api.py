@@ -67,7 +67,17 @@ class InferenceResult:
             "prepare_seconds": self.prepare_seconds,
             "simulated": self.simulated,
             "machine": self.machine,
+            "guessed": self.guessed_calibrations(),
         }
+
+    def guessed_calibrations(self) -> dict[str, list[str]]:
+        """{calibration kind: families} of the simulated launches priced by a guess (a
+        family-wide fallback or the defaults; empty for a measured run)."""
+        if self.predicted_trace is None:
+            return {}
+        from spartan_py.costmodel.simulate import guessed_families
+
+        return guessed_families(self.predicted_trace)
 
 
 def edge_rate(rows: int, edges: int, seconds: float) -> float:

@@ -131,6 +131,8 @@ def _cmd_infer(args) -> int:
             f"inference {result.seconds:.3f} s, {result.edges_per_second:.3e} edges/s "
             f"(loading {result.load_seconds:.2f} s, preparing {result.prepare_seconds:.2f} s)"
         )
+        for kind, families in summary["guessed"].items():
+            print(f"warning: the time includes launches priced by {kind} parameters: {', '.join(families)}")
     return 0
 
 

@@ -85,6 +85,18 @@ def test_each_prediction_says_how_its_family_was_calibrated(capsys):
     assert "warning: totals include launches priced by family-wide fallback parameters: gpu.gc_layer" in text
 
 
+def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
+    """`spartan infer --mode simulated` warns as `spartan simulate` does: a 16384-neuron
+    network's later launches (the merged kernel's 512-thread blocks, `R4T512xW1024`) have no
+    fit of their own on the H100; a 1024-neuron network's launches all have one."""
+    common = ["infer", "--layers", "4", "--inputs", "generated:300", "--backend", "gpu-merged", "--mode", "simulated"]
+    assert cli.main([*common, "--network", "generated:16384"]) == 0
+    text = capsys.readouterr().out
+    assert "warning: the time includes launches priced by family-wide fallback parameters: gpu.gc_merged" in text
+    assert cli.main([*common, "--network", "generated:1024", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["guessed"] == {}
+
+
 def test_what_if_machines_derive_their_calibration_when_loaded(tmp_path):
     from spartan_py.costmodel import carry_over, load_machine, machine_names
     from spartan_py.errors import InputError

@@ -57,6 +57,14 @@ def simulate_trace(
     return float(timed["predicted_us"].sum()) / 1e6, predicted
 
 
+def guessed_families(predicted: pd.DataFrame) -> dict[str, list[str]]:
+    """{calibration kind: families} of a predicted trace's timed launches priced by a guess (a
+    family-wide fallback or the defaults): what a total's warning line names."""
+    timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
+    kinds = timed.groupby("calibration")["kernel"].agg(lambda k: sorted(set(k)))
+    return {str(kind): families for kind, families in kinds.items() if kind in GUESSED_KINDS}
+
+
 def read_replayable_trace(path: str | Path) -> pd.DataFrame:
     """The GPU kernel launches to replay from ``path``: a trace file (``--trace-out``, a
     benchmark's) or a ``spartan run`` folder (every point's trace, ``run`` naming the point).
@@ -146,8 +154,7 @@ def replay_summary(
             unpriced[str(run)] = f"{int(missing.sum())} launches cannot be priced ({families}): {reason}"
         else:
             by_run[str(run)] = float(rows["predicted_us"].sum())
-    kinds = timed.groupby("calibration")["kernel"].agg(lambda k: sorted(set(k)))
-    guessed = {kind: families for kind, families in kinds.items() if kind in GUESSED_KINDS}
+    guessed = guessed_families(predicted)
     outside = trace[~trace["kernel"].isin(list(FAMILIES))]
     measured = trace[trace["measured_us"].notna() & trace["kernel"].isin(list(FAMILIES))]
     devices = sorted(str(d) for d in measured["device"].unique())
