@@ -281,6 +281,14 @@ def _cmd_run(args) -> int:
         f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
         f"tables (*.csv) and points/ written"
     )
+    from spartan_py.runner.store import guessed_predictions
+
+    guessed = guessed_predictions(out)
+    if guessed:
+        print(
+            f"warning: {guessed[0]} of {guessed[1]} predictions in simulated.csv include launches priced by "
+            "a family-wide fallback or the defaults (its column guessed)"
+        )
     if args.report:
         from spartan_py.report import write_report
 

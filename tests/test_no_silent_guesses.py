@@ -97,6 +97,24 @@ def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["guessed"] == {}
 
 
+def test_a_simulated_experiment_says_which_predictions_include_a_guess(tmp_path, capsys):
+    """`spartan run` of a simulated experiment: simulated.csv names the families each prediction
+    priced by a guess (``guessed``), and the command warns when any did."""
+    for neurons, warned in ((16384, True), (1024, False)):
+        spec = tmp_path / f"guess-{neurons}.yaml"
+        spec.write_text(
+            f"name: guess-{neurons}\n"
+            f"workload: {{network: 'generated:{neurons}', layers: 4, inputs: 'generated:300'}}\n"
+            "backend: gpu-merged\nmode: simulated\nmachines: [h100-sxm]\nrepeats: 1\n"
+        )
+        out = tmp_path / f"run-{neurons}"
+        assert cli.main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+        text = capsys.readouterr().out
+        table = pd.read_csv(out / "simulated.csv", keep_default_na=False)
+        assert list(table["guessed"]) == (["family-wide fallback: gpu.gc_merged"] if warned else [""])
+        assert ("warning: 1 of 1 predictions in simulated.csv" in text) == warned
+
+
 def test_what_if_machines_derive_their_calibration_when_loaded(tmp_path):
     from spartan_py.costmodel import carry_over, load_machine, machine_names
     from spartan_py.errors import InputError

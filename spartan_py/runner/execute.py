@@ -44,10 +44,11 @@ class RunSummary:
 
 def replay_on_machines(trace, machines: list[str]) -> dict:
     """A point's ``machines`` entry: its trace (records or a table) replayed on each listed
-    machine, ``{name: {"seconds": ...}}``, or ``None`` with a note where the machine cannot
-    run the kernel configuration."""
+    machine, ``{name: {"seconds": ...}}`` with its 80% interval and the families priced by a
+    guess (``guessed``), or ``None`` with a note where the machine cannot run the kernel
+    configuration."""
     from spartan_py.costmodel.intervals import run_interval
-    from spartan_py.costmodel.simulate import resolve_machine, simulate_trace
+    from spartan_py.costmodel.simulate import guessed_families, resolve_machine, simulate_trace
 
     frame = trace if isinstance(trace, pd.DataFrame) else to_frame(trace)
     out: dict[str, dict[str, Any]] = {}
@@ -60,6 +61,7 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
                 "seconds": seconds,
                 "interval_seconds": list(bounds) if bounds else None,
                 "interval_from": kind,
+                "guessed": guessed_families(predicted),
             }
         except SpartanError as exc:
             out[name] = {"seconds": None, "note": str(exc)}

@@ -330,6 +330,10 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
                     "low_seconds": (predicted.get("interval_seconds") or [None, None])[0],
                     "high_seconds": (predicted.get("interval_seconds") or [None, None])[1],
                     "note": predicted.get("note", ""),
+                    # families priced by a family-wide fallback or the defaults ("" : none)
+                    "guessed": "; ".join(
+                        f"{kind}: {', '.join(families)}" for kind, families in (predicted.get("guessed") or {}).items()
+                    ),
                     "own_seconds": point["summary"]["seconds"],
                     "own_device": point["summary"]["device"],
                     "own_simulated": point["summary"]["simulated"],
@@ -339,6 +343,17 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def guessed_predictions(out: Path) -> tuple[int, int] | None:
+    """(predictions that priced some launches by a guess, predictions) of the run folder
+    ``out``'s simulated.csv (its column ``guessed``), or None where none did or there is none."""
+    try:
+        table = pd.read_csv(out / "simulated.csv", keep_default_na=False)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return None
+    guessed = int((table["guessed"] != "").sum()) if "guessed" in table else 0
+    return (guessed, len(table)) if guessed else None
 
 
 def _is_stock(point: dict) -> bool:
