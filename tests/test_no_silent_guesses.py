@@ -99,7 +99,7 @@ def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
 
 def test_a_simulated_experiment_says_which_predictions_include_a_guess(tmp_path, capsys):
     """`spartan run` of a simulated experiment: simulated.csv names the families each prediction
-    priced by a guess (``guessed``), and the command warns when any did."""
+    priced by a guess (``guessed``), the command warns when any did, and the report shows it."""
     for neurons, warned in ((16384, True), (1024, False)):
         spec = tmp_path / f"guess-{neurons}.yaml"
         spec.write_text(
@@ -113,6 +113,8 @@ def test_a_simulated_experiment_says_which_predictions_include_a_guess(tmp_path,
         table = pd.read_csv(out / "simulated.csv", keep_default_na=False)
         assert list(table["guessed"]) == (["family-wide fallback: gpu.gc_merged"] if warned else [""])
         assert ("warning: 1 of 1 predictions in simulated.csv" in text) == warned
+        assert cli.main(["report", str(out)]) == 0  # the what-if table shows the column
+        assert ("family-wide fallback: gpu.gc_merged" in (out / "report.md").read_text()) == warned
 
 
 def test_what_if_machines_derive_their_calibration_when_loaded(tmp_path):

@@ -290,6 +290,7 @@ def write_report(
                         "own_device",
                         "trust",
                         "note",
+                        "guessed",
                     ]
                 ],
             )
