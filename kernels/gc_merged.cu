@@ -23,7 +23,7 @@
 //   y_dense     : null, or the input rows expanded (rows x n) when a tile of n-wide rows does
 //                 not fit shared memory; the first layer then gathers from it.
 //   y_in, y_out : live rows of Z, row stride `stride` floats (the widest layer, padded).
-//   per layer l (device pointers as 64-bit integers): w_idx (int32) / w_val (float32 or
+//   per layer l (device pointers as 64-bit integers): w_idx (int32; uint16 for GM_INDEX16) / w_val (float32 or
 //                 null: uniform weight) [k * width_l + h]; sizes (int32 [width_l]: original
 //                 outputs in column h, 0 for padding); groups (int32 [n]: column of output j).
 //   widths[l]   : merged columns of layer l (a multiple of 32); the input of layer l is
@@ -63,6 +63,26 @@
 #ifndef GM_MIN_BLOCKS
 #define GM_MIN_BLOCKS (1024 / GM_THREADS)  // 64 registers a thread (plan.MERGED_SM_THREADS)
 #endif
+// GM_LATER: the module of the later block-tile launches on tiles of two rows or more (wide
+// networks' tails; spartan_py/engines/merged/plan.py, later_module_shares_rows), whose time is
+// the layers' indices streamed from L2 once per tile and layer (a 65536-neuron tail layer's
+// 51 x 4096). There a thread's GM_ILP items are one column of up to GM_ILP rows of the tile, so
+// that one index load serves them all (GM_SHARE_ROWS), and no first launch runs
+// (GM_FIRST_LAUNCHES 0: the input-tile paths are not built, which keeps the registers).
+// GM_INDEX16: the indices in device memory are 16-bit (a later layer's input is narrower than
+// 65536 columns), half the bytes; a staged layer's are widened to ints in shared memory.
+#ifdef GM_LATER
+#define GM_SHARE_ROWS 1
+#define GM_FIRST_LAUNCHES 0
+#else
+#define GM_SHARE_ROWS 0
+#define GM_FIRST_LAUNCHES 1
+#endif
+#ifdef GM_INDEX16
+typedef unsigned short GmIndex;
+#else
+typedef int GmIndex;
+#endif
 
 // The ILP sums of items (r[j], h[j]) over the layer's k steps. One instance per weight source
 // (staged in shared memory or in global memory) and kind (uniform or per-entry weights), so
@@ -79,12 +99,14 @@
 // or its counts of lit inputs per merged column (see pixel_columns)
 enum GmSource { GM_SHARED = 0, GM_GLOBAL = 1, GM_BITS = 2, GM_COUNTS = 3 };
 
-// SAME_H: the items are one column of GM_ILP rows (the block's threads a multiple of the
-// layer's width), so that each step loads one index and weight for all of them.
-template <int SRC, bool UNIFORM, bool SAME_H>
+// SHARE: items j, j + 1, ..., j + SHARE - 1 (j a multiple of SHARE) are one column of SHARE
+// rows, so that each step loads one index and weight for all of them (GM_ILP: the block's
+// threads a multiple of the layer's width; fewer: a tile of SHARE rows, GM_SHARE_ROWS).
+// IDX: the indices' type where they are read (shared stage: int; device memory: GmIndex).
+template <int SRC, bool UNIFORM, int SHARE, typename IDX>
 __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
                                         const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
-                                        const int* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
+                                        const IDX* __restrict__ w_idx, const float* __restrict__ w_val, float w_uniform,
                                         int width, int k, float input_value) {
     const float* row[GM_ILP];  // GM_BITS: the row's words (src_stride words a row)
     bool valid[GM_ILP];
@@ -98,10 +120,16 @@ __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_
     for (int s = 0; s < k; ++s) {
         const int i0 = w_idx[h[0]];
         const float w0 = UNIFORM ? w_uniform : w_val[h[0]];
+        int i_shared = i0;
+        float w_shared = w0;
 #pragma unroll
         for (int j = 0; j < GM_ILP; ++j) {
-            const int i = SAME_H ? i0 : w_idx[h[j]];
-            const float w = SAME_H ? w0 : UNIFORM ? w_uniform : w_val[h[j]];
+            if (SHARE > 1 && SHARE < GM_ILP && j % SHARE == 0 && j) {  // the next group's column
+                i_shared = w_idx[h[j]];
+                w_shared = UNIFORM ? w_uniform : w_val[h[j]];
+            }
+            const int i = SHARE == 1 ? w_idx[h[j]] : i_shared;
+            const float w = SHARE == 1 ? (UNIFORM ? w_uniform : w_val[h[j]]) : w_shared;
             float x;
             if constexpr (SRC == GM_GLOBAL) x = (valid[j] && i < width_in) ? __ldg(row[j] + i) : 0.0f;
             else if constexpr (SRC == GM_BITS) x = (reinterpret_cast<const unsigned*>(row[j])[i >> 5] >> (i & 31)) & 1u ? input_value : 0.0f;
@@ -115,21 +143,45 @@ __device__ __forceinline__ void gm_sums(float (&acc)[GM_ILP], const int (&r)[GM_
 
 // gm_sums with the weights from `stage` (indices, then weights) when `staged`, else from
 // w_idx / w_val (null: every weight is w_uniform); the branches are uniform across the block.
-template <int SRC, bool SAME_H>
+template <int SRC, int SHARE>
 __device__ __forceinline__ void gm_sums_from(float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
                                              const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
-                                             bool staged, const int* __restrict__ stage, const int* __restrict__ w_idx,
+                                             bool staged, const int* __restrict__ stage, const GmIndex* __restrict__ w_idx,
                                              const float* __restrict__ w_val, float w_uniform, int width, int k,
                                              float input_value) {
     if (staged && !w_val)
-        gm_sums<SRC, true, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
+        gm_sums<SRC, true, SHARE, int>(acc, r, h, src, src_stride, width_in, valid_rows, stage, nullptr, w_uniform, width, k, input_value);
     else if (staged)
-        gm_sums<SRC, false, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, stage,
+        gm_sums<SRC, false, SHARE, int>(acc, r, h, src, src_stride, width_in, valid_rows, stage,
                                     reinterpret_cast<const float*>(stage + k * width), w_uniform, width, k, input_value);
     else if (!w_val)
-        gm_sums<SRC, true, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k, input_value);
+        gm_sums<SRC, true, SHARE, GmIndex>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, nullptr, w_uniform, width, k,
+                                           input_value);
     else
-        gm_sums<SRC, false, SAME_H>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k, input_value);
+        gm_sums<SRC, false, SHARE, GmIndex>(acc, r, h, src, src_stride, width_in, valid_rows, w_idx, w_val, w_uniform, width, k,
+                                            input_value);
+}
+
+// The epilogue of a thread's items (r[j], h[j]) where stored[j]: y = min(clamp, ReLU(acc +
+// bias)) into dst, the row's weighted non-zeros into row_count, the warp's non-zero bits into
+// nz_mask (a warp's items j are 32 columns of one row: width is a multiple of 32).
+__device__ __forceinline__ void gm_store_items(const float (&acc)[GM_ILP], const int (&r)[GM_ILP], const int (&h)[GM_ILP],
+                                               const bool (&stored)[GM_ILP], float* __restrict__ dst, int dst_stride,
+                                               const int* __restrict__ sizes, float bias, float clamp, int* row_count,
+                                               unsigned* nz_mask, int mask_words) {
+#pragma unroll
+    for (int j = 0; j < GM_ILP; ++j) {
+        if (stored[j]) {  // uniform across the warp
+            const float y = (acc[j] != 0.0f) ? fminf(fmaxf(acc[j] + bias, 0.0f), clamp) : 0.0f;
+            dst[r[j] * dst_stride + h[j]] = y;
+            const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? sizes[h[j]] : 0);  // staged or global
+            const unsigned nonzero = __ballot_sync(0xffffffffu, y != 0.0f);  // for the monitor's masks
+            if ((threadIdx.x & 31) == 0) {
+                if (lit) atomicAdd(&row_count[r[j]], lit);
+                nz_mask[r[j] * mask_words + (h[j] >> 5)] = nonzero;
+            }
+        }
+    }
 }
 
 // One layer: dst (R x stride) <- layer(src); adds each row's weighted non-zeros to row_count.
@@ -138,50 +190,64 @@ __device__ __forceinline__ void gm_sums_from(float (&acc)[GM_ILP], const int (&r
 template <int R, int SRC>
 __device__ __forceinline__ void gm_layer(const float* __restrict__ src, int src_stride, int width_in, int valid_rows,
                                          float* __restrict__ dst, int dst_stride, int width, bool staged,
-                                         const int* __restrict__ stage, const int* __restrict__ w_idx,
+                                         const int* __restrict__ stage, const GmIndex* __restrict__ w_idx,
                                          const float* __restrict__ w_val, float w_uniform, int k,
                                          const int* __restrict__ sizes, float bias, float clamp, int* row_count,
                                          unsigned* nz_mask, int mask_words, float input_value,
                                          const float* __restrict__ chain = nullptr) {
     const int items = R * width;
-    for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
-        int r[GM_ILP], h[GM_ILP];
-        float acc[GM_ILP];
-        // (the branches are uniform across the block)
-        // every item of a thread in one column: built for tiles of 16 rows or more (fewer are for
-        // wide layers) and for sm_90 on (sm_80 would spill at the 64-register cap)
-        const bool same_h = GM_SAME_COLUMN && R >= 16 && GM_THREADS % width == 0;
+    // (the branches are uniform across the block)
+    // every item of a thread in one column: built for tiles of 16 rows or more (fewer are for
+    // wide layers) and for sm_90 on (sm_80 would spill at the 64-register cap)
+    const bool same_h = GM_SAME_COLUMN && R >= 16 && GM_THREADS % width == 0;
+    // the later launches' module (GM_SHARE_ROWS): a thread's items are one column of Q rows
+    // of the tile, a slot being a (group of Q rows, column) pair, a warp's 32 slots 32
+    // columns of one group
+    constexpr int Q = GM_SHARE_ROWS && GM_SAME_COLUMN && SRC == GM_SHARED ? (R < GM_ILP ? R : GM_ILP) : 1;
+    if (Q > 1 && !same_h) {
+        const int slots = items / Q;
+        for (int base = threadIdx.x; base < slots; base += (GM_ILP / Q) * GM_THREADS) {
+            int r[GM_ILP], h[GM_ILP];
+            bool stored[GM_ILP];
+            float acc[GM_ILP];
 #pragma unroll
-        for (int j = 0; j < GM_ILP; ++j) {
-            // past the end: same_h, a row of the tile in the same column; else the last item
-            // (computed, not stored)
-            const int item = same_h ? base + j * GM_THREADS : min(base + j * GM_THREADS, items - 1);
-            r[j] = item / width;
-            h[j] = item - r[j] * width;
-            if (same_h) r[j] = min(r[j], R - 1);
-        }
-        if constexpr (SRC == GM_COUNTS) {  // src: the tile's counts (src_stride words a row); chain: their sums
-#pragma unroll
-            for (int j = 0; j < GM_ILP; ++j) acc[j] = chain[reinterpret_cast<const int*>(src)[r[j] * src_stride + h[j]]];
-        } else if (same_h)
-            gm_sums_from<SRC, true>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
-                                    k, input_value);
-        else
-            gm_sums_from<SRC, false>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
-                                     k, input_value);
-#pragma unroll
-        for (int j = 0; j < GM_ILP; ++j) {
-            if (base + j * GM_THREADS < items) {  // uniform across the warp (items and threads are multiples of 32)
-                const float y = (acc[j] != 0.0f) ? fminf(fmaxf(acc[j] + bias, 0.0f), clamp) : 0.0f;
-                dst[r[j] * dst_stride + h[j]] = y;
-                // a warp's items are 32 columns of one row (width is a multiple of 32)
-                const int lit = __reduce_add_sync(0xffffffffu, y != 0.0f ? sizes[h[j]] : 0);  // staged or global
-                const unsigned nonzero = __ballot_sync(0xffffffffu, y != 0.0f);  // for the monitor's masks
-                if ((threadIdx.x & 31) == 0) {
-                    if (lit) atomicAdd(&row_count[r[j]], lit);
-                    nz_mask[r[j] * mask_words + (h[j] >> 5)] = nonzero;
-                }
+            for (int j = 0; j < GM_ILP; ++j) {
+                const int slot = base + (j / Q) * GM_THREADS;
+                stored[j] = slot < slots;
+                const int item = min(slot, slots - 1);  // past the end: the last slot (computed, not stored)
+                const int group = item / width;
+                h[j] = item - group * width;
+                r[j] = group * Q + j % Q;
             }
+            gm_sums_from<SRC, Q>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width, k,
+                                 input_value);
+            gm_store_items(acc, r, h, stored, dst, dst_stride, sizes, bias, clamp, row_count, nz_mask, mask_words);
+        }
+    } else {
+        for (int base = threadIdx.x; base < items; base += GM_ILP * GM_THREADS) {
+            int r[GM_ILP], h[GM_ILP];
+            bool stored[GM_ILP];
+            float acc[GM_ILP];
+#pragma unroll
+            for (int j = 0; j < GM_ILP; ++j) {
+                // past the end: same_h, a row of the tile in the same column; else the last item
+                // (computed, not stored)
+                const int item = same_h ? base + j * GM_THREADS : min(base + j * GM_THREADS, items - 1);
+                stored[j] = base + j * GM_THREADS < items;  // items and threads are multiples of 32
+                r[j] = item / width;
+                h[j] = item - r[j] * width;
+                if (same_h) r[j] = min(r[j], R - 1);
+            }
+            if constexpr (SRC == GM_COUNTS) {  // src: the tile's counts (src_stride words a row); chain: their sums
+#pragma unroll
+                for (int j = 0; j < GM_ILP; ++j) acc[j] = chain[reinterpret_cast<const int*>(src)[r[j] * src_stride + h[j]]];
+            } else if (same_h)
+                gm_sums_from<SRC, GM_ILP>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform,
+                                          width, k, input_value);
+            else
+                gm_sums_from<SRC, 1>(acc, r, h, src, src_stride, width_in, valid_rows, staged, stage, w_idx, w_val, w_uniform, width,
+                                     k, input_value);
+            gm_store_items(acc, r, h, stored, dst, dst_stride, sizes, bias, clamp, row_count, nz_mask, mask_words);
         }
     }
     // the next layer's padding steps read columns width .. width + 31: keep them zero
@@ -208,6 +274,28 @@ __device__ __forceinline__ void gm_copy_words(int* __restrict__ dst, const int* 
     for (int e = threadIdx.x; e < count; e += GM_THREADS) dst[e] = __ldg(src + e);
 }
 
+// count indices from device memory (GmIndex) to shared ints, as gm_copy_words
+__device__ __forceinline__ void gm_copy_index(int* __restrict__ dst, const GmIndex* __restrict__ src, int count) {
+#ifdef GM_INDEX16
+    if ((reinterpret_cast<size_t>(src) & 15) == 0 && (count & 7) == 0) {  // eight indices a 16-byte load
+        const uint4* s8 = reinterpret_cast<const uint4*>(src);
+        for (int e = threadIdx.x; e < count / 8; e += GM_THREADS) {
+            const uint4 v = __ldg(s8 + e);
+            const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                dst[8 * e + 2 * j] = (int)(words[j] & 0xffffu);
+                dst[8 * e + 2 * j + 1] = (int)(words[j] >> 16);
+            }
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < count; e += GM_THREADS) dst[e] = (int)__ldg(src + e);
+#else
+    gm_copy_words(dst, src, count);
+#endif
+}
+
 // Layer l's indices, then its weights (when not uniform), then its column sizes, into
 // `stage` if they fit its `words`; returns whether they were staged. Called by every thread;
 // the caller synchronizes.
@@ -220,7 +308,7 @@ __device__ __forceinline__ bool gm_stage_layer(int* __restrict__ stage, int word
     const int* w_val = reinterpret_cast<const int*>(w_val_ptrs[l]);
     const int weights = w_val ? count : 0;
     if (count + weights + width > words) return false;
-    gm_copy_words(stage, reinterpret_cast<const int*>(w_idx_ptrs[l]), count);
+    gm_copy_index(stage, reinterpret_cast<const GmIndex*>(w_idx_ptrs[l]), count);
     if (w_val) gm_copy_words(stage + count, w_val, count);
     gm_copy_words(stage + count + weights, reinterpret_cast<const int*>(size_ptrs[l]), width);
     return true;
@@ -277,7 +365,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           int n, int stride, int stage_words, float bias, float clamp, float input_value,
           const unsigned* __restrict__ pixel_columns, int count_words) {
     extern __shared__ float smem[];
-    const bool first_launch = layer == 0;
+    const bool first_launch = GM_FIRST_LAUNCHES && layer == 0;
     const bool tile_input = first_launch && !y_dense;  // n-wide input rows in shared memory
     // BITS: the tile holds bits (see the header), an instance of its own so that the other
     // launches keep their registers
@@ -411,11 +499,11 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
             const int width = widths[l];
             const int k = ks[l];
             const bool staged = staged_layer == l;
-            const int* w_idx = reinterpret_cast<const int*>(w_idx_ptrs[l]);
+            const GmIndex* w_idx = reinterpret_cast<const GmIndex*>(w_idx_ptrs[l]);
             const float* w_val = reinterpret_cast<const float*>(w_val_ptrs[l]);
             const int* sizes = staged ? stage + k * width * (w_val ? 2 : 1) : reinterpret_cast<const int*>(size_ptrs[l]);
             const int out = cur == 0 ? 1 : 0;
-            if (cur >= 0)
+            if (!GM_FIRST_LAUNCHES || cur >= 0)
                 gm_layer<R, GM_SHARED>(buffers + cur * R * S, S, widths[l - 1], valid_rows, buffers + out * R * S, S, width, staged,
                                        stage, w_idx, w_val, w_uniforms[l], k, sizes, bias, clamp, s_row_count, nz_mask, MW, 0.0f);
             else if (counts_input)
@@ -560,16 +648,20 @@ extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int strid
                                           const unsigned long long*, int*, unsigned long long*, int, int,            \
                                           unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
                                           float, float, float, const unsigned*, int);
+#ifndef GM_LATER  // the later module runs tiles of two rows or more, and no first launch
 GC_MERGED_INSTANCE(1, false)
+#endif
 GC_MERGED_INSTANCE(2, false)
 GC_MERGED_INSTANCE(4, false)
 GC_MERGED_INSTANCE(8, false)
 GC_MERGED_INSTANCE(16, false)
 GC_MERGED_INSTANCE(32, false)
+#ifndef GM_LATER
 GC_MERGED_INSTANCE(1, true)
 GC_MERGED_INSTANCE(2, true)
 GC_MERGED_INSTANCE(4, true)
 GC_MERGED_INSTANCE(8, true)
 GC_MERGED_INSTANCE(16, true)
 GC_MERGED_INSTANCE(32, true)
+#endif
 #endif

@@ -572,6 +572,35 @@ def test_merged_engine_refuses_a_network_too_wide_for_shared_memory():
     assert merged_tile_rows(65536, 1024)[0] >= 1
 
 
+def test_later_launches_take_two_row_tiles_at_65536_neurons_and_16_bit_indices():
+    """The later block-tile launches' tile: two rows at 65536 neurons' 4096 merged columns (two
+    65.5 KiB blocks an SM), four at 16384's 1024, an explicit ``rows_per_tile`` as given; on
+    tiles of two rows or more their layers' indices are 16-bit and the records count 2 bytes
+    an index (the first launch's and 1-row tiles' 4)."""
+    from spartan_py.engines.merged.plan import LATER_BUFFER_BUDGET_BYTES, later_tile_rows, merged_row_bytes
+
+    assert later_tile_rows(4096) == 2 and later_tile_rows(1024) == 4
+    assert later_tile_rows(4096, rows_per_tile=1) == 1
+    assert 2 * merged_row_bytes(4096) <= LATER_BUFFER_BUDGET_BYTES < 4 * merged_row_bytes(4096)
+    network = generate_network(1024, 12, seed=4)
+    block_tiles = make_engine("gpu-merged-twin", network, chain_rows=0)
+    chained = make_engine("gpu-merged-twin", network)
+    starts = np.cumsum([0, *block_tiles.chunks[:-1]])
+    expected = [bool(start) for start, length in zip(starts, block_tiles.chunks) for _ in range(length)]
+    assert block_tiles.later_block_layers() == expected and any(expected)
+    assert not any(chained.later_block_layers())  # the chain kernel reads its own words
+    start = int(starts[1])
+    layers, n = block_tiles.merged.layers, network.neurons
+    plan = layers[start].plan
+    weights = 0 if plan.uniform is not None else plan.weight.size * 4
+    read = 10 * (layers[start - 1].width * 4 + 4) + weights + layers[start].width * 4 + n * 4
+    one_row = make_engine("gpu-merged-twin", network, chain_rows=0, rows_per_tile=1)
+    for engine, index_bytes in ((block_tiles, 2), (one_row, 4)):  # 1-row tiles keep the first launches' code
+        later = engine.launch_cost(start, start + 1, 10, [10], 0, None, None)
+        assert later.bytes_read == read + plan.index.size * index_bytes
+        assert later.variant.startswith(f"R{engine.later_rows}T")
+
+
 def test_counts_path_first_launch_takes_the_tallest_tile_that_keeps_four_blocks_an_sm():
     """Binary inputs entering as counts: the first launch's tile grows to 32 rows at 1024
     neurons (41 KiB a block), stays at the later launches' 16 at 4096 (32 rows would take 121

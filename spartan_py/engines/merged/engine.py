@@ -36,8 +36,10 @@ from spartan_py.engines.merged.chain import (
 from spartan_py.engines.merged.plan import (
     MERGED_LATER_THREADS,
     MERGED_THREADS,
+    later_index_dtype,
+    later_module_shares_rows,
     merged_block_bytes,
-    merged_min_blocks,
+    merged_module_options,
     monitor_masks,
 )
 from spartan_py.engines.merged.trace import MergedKernelTrace
@@ -53,11 +55,13 @@ from spartan_py.resources import kernel_source
 
 
 @functools.cache
-def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bool], ...]):
-    """Compile kernels/gc_merged.cu once per device, block size and set of instances: ({(R,
-    bits): gc_merged<R, bits>} of ``instances``, scatter, expand); the ``bits`` instances run
-    first launches of binary inputs. Only the instances an engine launches are built: all
-    twelve took 39 s of a cold start (CuPy's kernel cache empty; one H200 host)."""
+def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bool], ...], later: bool = False):
+    """Compile kernels/gc_merged.cu once per device, block size, module (first launches, or
+    ``later`` block-tile launches: :func:`~spartan_py.engines.merged.plan.merged_module_options`)
+    and set of instances: ({(R, bits): gc_merged<R, bits>} of ``instances``, scatter, expand);
+    the ``bits`` instances run first launches of binary inputs. Only the instances an engine
+    launches are built: all twelve took 39 s of a cold start (CuPy's kernel cache empty; one
+    H200 host)."""
     import cupy
 
     names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows, bits in instances}
@@ -65,8 +69,7 @@ def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bo
         code=kernel_source("gc_merged.cu"),
         options=(
             "-std=c++17",
-            f"-DGM_THREADS={threads}",
-            f"-DGM_MIN_BLOCKS={merged_min_blocks(threads)}",
+            *merged_module_options(threads, later),
             f"-DGM_COUNT_MAX={COUNT_MAX_STEPS}",
             "-DGM_NO_EXPLICIT_INSTANCES",
         ),
@@ -159,7 +162,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         kernels, self._scatter, self._expand = _merged_kernels(device_id, MERGED_THREADS, first_instances)
         #: dynamic shared memory of each later block-tile launch, by its first layer
         self.shared_by_start = {
-            start: self._shared_bytes(self.rows_per_tile, 0, words)
+            start: self._shared_bytes(self.later_rows, 0, words)
             for start, words in self.stage_words_by_start.items()
             if start and start not in self.chain_shape_by_start
         }
@@ -167,8 +170,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         #: only when a later launch does not run the chain kernel
         self.kernel = None
         if self.shared_by_start:
-            instance = (self.rows_per_tile, False)
-            self.kernel = _merged_kernels(device_id, MERGED_LATER_THREADS, (instance,))[0][instance]
+            instance = (self.later_rows, False)
+            later = later_module_shares_rows(self.later_rows)
+            self.kernel = _merged_kernels(device_id, MERGED_LATER_THREADS, (instance,), later)[0][instance]
             self.kernel.max_dynamic_shared_size_bytes = max(
                 max(self.shared_by_start.values()), self.kernel.max_dynamic_shared_size_bytes
             )
@@ -185,23 +189,25 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
         self.use_graph = use_graph
         # masks only where a tile's one-byte counts fit every launch's stage, which holds them (else lookups)
-        counts_fit = max(self.rows_per_tile, *(rows for _, rows, _ in self.first_launches.values())) * (
+        counts_fit = max(self.later_rows, *(rows for _, rows, _ in self.first_launches.values())) * (
             network.neurons // 32
         ) <= 4 * min(self.stage_words_by_start.values())
         masks = [
             monitor_masks(m.groups, m.width) if self.monitor != "off" and counts_fit else None
             for m in self.merged.layers
         ]
+        later_index = later_index_dtype(self.later_rows)
         layers = [
             {
-                "index": np.asarray(m.plan.index, dtype=np.int32),  # int32 already: no copy
+                # int32 already: no copy, but for the later block-tile launches' (16-bit)
+                "index": np.asarray(m.plan.index, dtype=later_index if later else np.int32),
                 "weight": None if m.plan.uniform is not None else m.plan.weight,
                 "sizes": m.sizes,
                 "groups": m.groups,
                 "masks": mask,
                 "chain": chain_words(m) if self.chain_shape_by_start else None,
             }
-            for m, mask in zip(self.merged.layers, masks)
+            for m, mask, later in zip(self.merged.layers, masks, self.later_block_layers())
         ]
         self.weights = LayerStore(cp, layers, self.chunks, weight_budget_bytes)
         if self.weights.streamed:

@@ -46,6 +46,30 @@ MERGED_THREADS = 256
 #: 1024 threads: 449-499 and 73 ms; docs/performance-notes.md).
 MERGED_LATER_THREADS = 512
 
+
+def later_module_shares_rows(later_rows: int) -> bool:
+    """Whether the later block-tile launches, on tiles of ``later_rows`` rows, run the kernel's
+    later module (``GM_LATER``, ``GM_INDEX16``): a thread's items one column of several rows,
+    so that one index load serves them, and 16-bit indices in device memory (a later layer's
+    input is narrower than 65536 columns). These launches stream each layer's indices from L2
+    once per tile (a 65536-neuron tail layer's 51 x 4096), so shared loads are their time.
+    Tiles of one row share nothing and keep the first launches' code: in the later module they
+    ran 65536 x 1920 in 1854 against 1704 ms (one H200, docs/performance-notes.md)."""
+    return later_rows > 1
+
+
+def later_index_dtype(later_rows: int) -> type[np.integer]:
+    """The dtype of the indices the later block-tile launches read, on tiles of ``later_rows``."""
+    return np.uint16 if later_module_shares_rows(later_rows) else np.int32
+
+
+def merged_module_options(threads: int, later: bool) -> tuple[str, ...]:
+    """nvcc options of a ``kernels/gc_merged.cu`` module of blocks of ``threads``: the first
+    launches' code, or (``later``) the later module (:func:`later_module_shares_rows`)."""
+    options = (f"-DGM_THREADS={threads}", f"-DGM_MIN_BLOCKS={merged_min_blocks(threads)}")
+    return options + ("-DGM_LATER", "-DGM_INDEX16") if later else options
+
+
 #: Threads an SM the merged kernel's launch bound keeps resident (64 registers a thread, the
 #: kernel's ``GM_MIN_BLOCKS`` = this over a block's threads; the cost model reads it from the
 #: family): at 5 and 6 blocks of 256 threads the registers spilled and 65536 x 1920 ran
@@ -64,6 +88,13 @@ MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)
 
 #: Shared memory the two Z buffers of a block may take; more blocks per SM hide latency.
 BUFFER_BUDGET_BYTES = 48 * 1024
+
+#: Shared memory the rows of a later block-tile launch's tile may take (two buffers and bits a
+#: row): 65536 neurons' tail runs tiles of two rows (65.5 KiB; two blocks an SM, as the launch
+#: bound's registers at :data:`MERGED_LATER_THREADS` allow), each index load serving both:
+#: 65536 x 1920 on 60000 rows 1704 -> 1248 ms on one H200 (docs/performance-notes.md). 16384
+#: neurons keep tiles of four (eight, 67 KiB, not measured).
+LATER_BUFFER_BUDGET_BYTES = 66 * 1024
 
 #: Shared memory a block of the first launch may take (the H100 allows 227 KiB).
 FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024
@@ -106,6 +137,22 @@ def merged_block_bytes(rows: int, stride: int, input_words: int, stage_words: in
     return 4 * (buffers + stage_words)
 
 
+def merged_row_bytes(width: int) -> int:
+    """Shared memory a row of a merged network ``width`` columns wide takes in a block: two
+    buffers with their padding, and the monitor's non-zero bits."""
+    return 2 * (width + 32) * 4 + width // 32 * 4
+
+
+def later_tile_rows(width: int, rows_per_tile: int | None = None) -> int:
+    """Rows a tile of the later block-tile launches takes: ``rows_per_tile`` when given, else
+    the tallest of :data:`MERGED_TILE_ROWS` (at most 16) whose rows fit
+    :data:`LATER_BUFFER_BUDGET_BYTES` (at least one)."""
+    if rows_per_tile is not None:
+        return rows_per_tile
+    row_bytes = merged_row_bytes(width)
+    return max((r for r in MERGED_TILE_ROWS if r <= 16 and r * row_bytes <= LATER_BUFFER_BUDGET_BYTES), default=1)
+
+
 def counts_tile_rows(rows_per_tile: int, stride: int, input_words: int, stage_words: int) -> int:
     """Rows a tile of the first launch takes when binary inputs enter as counts: the tallest of
     :data:`MERGED_TILE_ROWS`, no shorter than ``rows_per_tile``, whose block fits
@@ -137,7 +184,7 @@ def merged_tile_rows(
     one row fits. A network whose one row does not fit a block at all (an unmergeable 65536-neuron
     one: 520 KiB a row) is refused with :class:`~spartan_py.errors.BackendUnavailableError`.
     """
-    row_bytes = 2 * (width + 32) * 4 + width // 32 * 4  # two buffers and the monitor's bits
+    row_bytes = merged_row_bytes(width)
     if row_bytes > block_shared_limit:
         raise BackendUnavailableError(
             f"gpu-merged holds each row of the merged network in shared memory: {width} merged columns need "

@@ -18,6 +18,8 @@ from spartan_py.engines.merged.plan import (
     MERGED_LATER_THREADS,
     MERGED_THREADS,
     counts_tile_rows,
+    later_index_dtype,
+    later_tile_rows,
     merged_block_bytes,
     merged_min_blocks,
     merged_tile_rows,
@@ -55,6 +57,9 @@ class MergedKernelTrace(LayerKernelTrace):
     #: rows a tile of the first launch takes when binary inputs enter as counts
     #: (:func:`~spartan_py.engines.merged.plan.counts_tile_rows`, or ``rows_per_tile`` when given)
     count_rows: int
+    #: rows a tile of the later block-tile launches takes
+    #: (:func:`~spartan_py.engines.merged.plan.later_tile_rows`, or ``rows_per_tile`` when given)
+    later_rows: int
     #: 4-byte words of each block-tile launch's stage, by the launch's first layer
     #: (:func:`~spartan_py.engines.merged.plan.stage_words`; set by :meth:`plan_launch_shapes`)
     stage_words_by_start: dict[int, int]
@@ -73,14 +78,15 @@ class MergedKernelTrace(LayerKernelTrace):
 
     def plan_launch_shapes(self, rows_per_tile: int | None, block_shared_limit: int = 227 * 1024) -> None:
         """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile`,
-        :attr:`count_rows` and :attr:`stage_words_by_start` as the GPU engine launches (and the
+        :attr:`count_rows`, :attr:`later_rows` and :attr:`stage_words_by_start` as the GPU engine launches (and the
         twin records) them: each launch's stage sized to what it holds, the first launch's tile
         to what fits beside (call after :attr:`input_columns` is set)."""
         merged, n = self.merged, self.merged.neurons
         tile = merged_tile_rows(n, merged.width, block_shared_limit, rows_per_tile)[0]
+        self.later_rows = later_tile_rows(merged.width, rows_per_tile)
         starts = np.cumsum([0, *self.chunks[:-1]], dtype=np.int64)
         self.stage_words_by_start = {
-            int(start): stage_words(merged.layers[start : start + length], n, tile)
+            int(start): stage_words(merged.layers[start : start + length], n, self.later_rows if start else tile)
             for start, length in zip(starts, self.chunks)
         }
         first_stage = 4 * self.stage_words_by_start.get(0, 0)
@@ -104,6 +110,16 @@ class MergedKernelTrace(LayerKernelTrace):
                 plan[start] = (rows, warps)
             start += length
         return plan
+
+    def later_block_layers(self) -> list[bool]:
+        """Per layer, whether a later block-tile launch computes it (not the first launch, not
+        the chain kernel): those read their indices as
+        :func:`~spartan_py.engines.merged.plan.later_index_dtype` has them."""
+        later, start = [], 0
+        for length in self.chunks:
+            later += [bool(start) and start not in self.chain_shape_by_start] * length
+            start += length
+        return later
 
     def plan_input_counts(self, enabled: bool) -> np.ndarray | None:
         """:attr:`input_columns` for the engine option ``input_counts`` (None when off or when
@@ -173,7 +189,7 @@ class MergedKernelTrace(LayerKernelTrace):
                 resident_blocks_per_sm=chain_teams(warps),
             )
         first_rows, input_words = self.first_launch_tile(bit_inputs)
-        tile = first_rows if start == 0 else self.rows_per_tile
+        tile = first_rows if start == 0 else self.later_rows
         tiles = -(-rows_in // tile)
         if start == 0 and bit_inputs:
             read = input_nnz * 4 + (rows_in + 1) * 4  # the indices only
@@ -181,8 +197,9 @@ class MergedKernelTrace(LayerKernelTrace):
             read = input_nnz * 8 + (rows_in + 1) * 4 if self.first_from_tile else rows_in * n * 4
         else:
             read = rows_in * (layers[start - 1].width * 4 + 4)
+        index_bytes = np.dtype(later_index_dtype(self.later_rows)).itemsize if start else 4
         weight_bytes = sum(
-            layer.plan.index.size * 4
+            layer.plan.index.size * index_bytes
             + (0 if layer.plan.uniform is not None else layer.plan.weight.size * 4)
             + layer.width * 4
             + n * 4

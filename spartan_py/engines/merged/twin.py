@@ -120,7 +120,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
 
     def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:
-            return self.chain_shape_by_start.get(launch_start, (self.rows_per_tile, 1))[0]
+            return self.chain_shape_by_start.get(launch_start, (self.later_rows, 1))[0]
         return self.first_launch_tile(**self._trace_options(inputs))[0]
 
     def _trace_options(self, inputs):
