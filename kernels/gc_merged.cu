@@ -43,7 +43,8 @@
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
 // items are 32 columns of one row, whose reads are bank-conflict-free by the plan's order.
 // Where GM_THREADS is a multiple of width_l, a thread's items are one column of several
-// rows, and each step's index and weight are loaded once for all of them. The host builds
+// rows, and each step's index and weight are loaded once for all of them (in the later
+// module, GM_LATER below, a thread's items are one column of several rows of any tile). The host builds
 // the first launch's blocks of 256 threads and later launches' (wide networks, few live rows)
 // of 512: a row's layer then takes half as long at the same resident threads an SM, so a
 // launch's last wave of rows is shorter (spartan_py/engines/merged/plan.py).
