@@ -572,6 +572,18 @@ def test_merged_engine_refuses_a_network_too_wide_for_shared_memory():
     assert merged_tile_rows(65536, 1024)[0] >= 1
 
 
+def test_merged_plans_hold_16_bit_indices_where_the_input_fits():
+    """A merged plan's indices are 16-bit while its input and padding fit (so the later module
+    reads them as merged, no copy), 32-bit over a 65536-wide input; the merge is the same."""
+    from spartan_py.engines.shared.column_merge import merge_network, plan_index_dtype
+
+    assert plan_index_dtype(65504) is np.uint16 and plan_index_dtype(65536) is np.int32
+    merged = merge_network(generate_network(1024, 3, seed=4))
+    for layer in merged.layers:
+        assert layer.plan.index.dtype == np.uint16
+        assert int(layer.plan.index.max()) < layer.width_in + 32
+
+
 def test_later_launches_take_two_row_tiles_at_65536_neurons_and_16_bit_indices():
     """The later block-tile launches' tile: two rows at 65536 neurons' 4096 merged columns (two
     65.5 KiB blocks an SM), four at 16384's 1024, an explicit ``rows_per_tile`` as given; on

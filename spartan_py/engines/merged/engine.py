@@ -200,7 +200,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         later_index = later_index_dtype(self.later_rows)
         layers = [
             {
-                # int32 already: no copy, but for the later block-tile launches' (16-bit)
+                # as the launch reads them (the merge's 16-bit ones: no copy in the later module)
                 "index": np.asarray(m.plan.index, dtype=later_index if later else np.int32),
                 "weight": None if m.plan.uniform is not None else m.plan.weight,
                 "sizes": m.sizes,

@@ -51,7 +51,9 @@ class MergedLayer:
     steps x ``width``, bank-conflict-free, padding steps reading zero columns
     ``width_in .. width_in + 31``. ``groups[j]``: merged column of original output ``j``.
     ``sizes[h]``: original outputs in merged column ``h`` (0 for padding columns).
-    ``original_nnz``: weights of the original layer.
+    ``original_nnz``: weights of the original layer. The plan's indices are 16-bit where the
+    input and its padding fit (:func:`plan_index_dtype`), as the later block-tile launches read
+    them, else 32-bit.
     """
 
     plan: LayerPlan
@@ -164,6 +166,13 @@ def _column_groups(network: Network, layer: int) -> _ColumnGroups:
     )
 
 
+def plan_index_dtype(width_in: int) -> type[np.integer]:
+    """The dtype of a merged plan's indices over an input ``width_in`` wide: 16-bit while the
+    input and the 32 zero columns its padding steps read fit (every merged layer but a wide
+    network's first), else 32-bit."""
+    return np.uint16 if width_in + BANKS <= 1 << 16 else np.int32
+
+
 def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_in: int) -> MergedLayer:
     width = _padded(found.inputs.shape[0])
     sizes = np.bincount(found.groups, minlength=width).astype(np.int32)
@@ -173,7 +182,7 @@ def _merged_layer(found: _ColumnGroups, input_groups: np.ndarray | None, width_i
     )
     index, weight = conflict_free_ell(indptr, indices, values, width, width_in)
     uniform = float(values[0]) if values.size and np.all(values == values[0]) else None
-    plan = LayerPlan(index.astype(np.int32), weight, uniform, int(values.size))
+    plan = LayerPlan(index.astype(plan_index_dtype(width_in)), weight, uniform, int(values.size))
     return MergedLayer(plan, found.groups, sizes, width_in, found.original_nnz)
 
 
