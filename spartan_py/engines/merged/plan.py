@@ -133,8 +133,7 @@ def merged_block_bytes(rows: int, stride: int, input_words: int, stage_words: in
     rows' two buffers (``stride`` floats and 32 padding columns each) and non-zero bits, the
     first launch's input tile of ``input_words`` a row (rounded up to 16-byte units, as the
     kernel does; 0 in later launches) and a stage of ``stage_words``."""
-    buffers = rows * (2 * (stride + 32) + stride // 32) + (rows * input_words + 3) // 4 * 4
-    return 4 * (buffers + stage_words)
+    return rows * merged_row_bytes(stride) + 4 * ((rows * input_words + 3) // 4 * 4 + stage_words)
 
 
 def merged_row_bytes(width: int) -> int:
