@@ -13,8 +13,14 @@ engine's weights and the most its runs needed at once). Every merged result must
 one-GPU run exactly (categories, live rows and non-zeros per layer), and the truth where
 given. The result file is written after each case, so an interrupted run keeps what it did.
 
+``--by-turns`` runs on one GPU: each count's shards one after another in this process, on one
+engine (each shard what one GPU of that many would run; no Dask, so wall times are the
+turns' sum and say nothing of a real fan-out). The efficiency it gives leaves out what
+GPUs running at once would share (the host, PCIe, power): a forecast, not the measurement.
+
     python -m benchmarks.gc_multi_gpu --cluster local-cuda --gpus 1,2,4 \
         --generated 16384x1920x60000,65536x1920x60000 --repeats 20 --out benchmarks/results
+    python -m benchmarks.gc_multi_gpu --by-turns --gpus 1,2,4 --generated 65536x1920x60000 --no-proxy
 """
 
 from __future__ import annotations
@@ -124,19 +130,25 @@ def main() -> int:
     parser.add_argument("--no-proxy", action="store_true", help="skip the official network's proxy")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--by-turns", action="store_true", help="one GPU: each count's shards in turn in this process (see above)"
+    )
     args = parser.parse_args()
     gpus = gpu_count()
-    if gpus < 2:
-        log(f"needs at least 2 GPUs; CuPy sees {gpus}")
+    if gpus < (1 if args.by_turns else 2):
+        log(f"needs at least {1 if args.by_turns else 2} GPUs; CuPy sees {gpus}")
         return 2
-    counts = gpu_counts(args.gpus or str(gpus), gpus)
+    counts = gpu_counts(args.gpus or str(gpus), 1 << 16 if args.by_turns else gpus)
+    if args.by_turns:
+        gpus = max(counts)  # shards of the set-up run below, all on GPU 0
     import cupy
 
-    device = f"{gpus} x {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    device = f"1 x {name} (shards by turns)" if args.by_turns else f"{gpus} x {name}"
     rows: list[dict] = []
     setups: list[dict] = []
     path = None
-    with open_executor(args.cluster) as workers:
+    with open_executor(None if args.by_turns else args.cluster) as workers:
         log(f"{gpus} GPUs, {workers.description}; GPU counts {counts}")
         for case in cases(args):
             common = dict(
@@ -176,7 +188,13 @@ def main() -> int:
                     f"equal {row['merged_equals_one_gpu']}, truth {runs[n].passed}; GPU GB {memory} "
                     f"(1 GPU {one.shard_gpu_bytes[0] / 1e9:.1f})"
                 )
-            payload = {"executor": workers.description, "gpu_counts": counts, "setup": setups, "cases": rows}
+            payload = {
+                "executor": workers.description,
+                "by_turns": args.by_turns,
+                "gpu_counts": counts,
+                "setup": setups,
+                "cases": rows,
+            }
             written = write_result("gc_multi_gpu", device, payload, args.out)
             if path is not None and path != written:
                 path.unlink()  # the previous case's file: this one holds it too

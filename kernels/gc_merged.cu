@@ -38,6 +38,12 @@
 //                 count looks its 32 columns' groups up.
 //   stage_words : shared memory (4-byte words) for staging a layer's indices, weights and
 //                 column sizes (a one-layer launch stages its layer once per block).
+//   split_part  : 0: the launch takes all the live rows. 1 or 2: the head or the tail of a later
+//                 launch split in two (spartan_py/engines/merged/plan.py, split_cut): of L live
+//                 rows, the head takes the whole rounds of split_round_rows (its tile rows x its
+//                 grid) and the tail the rest, in shorter tiles, where the rest fits one round
+//                 of the tail (split_tail_rows); else the head takes all L. A last round of
+//                 short tiles costs less than a round of tall ones.
 //
 // Work split: a block holds R rows in shared memory in two buffers (in and out of a layer);
 // thread t computes items t, t + GM_THREADS, ... of the R x width_l outputs; a warp's 32
@@ -46,8 +52,8 @@
 // rows, and each step's index and weight are loaded once for all of them (in the later
 // module, GM_LATER below, a thread's items are one column of several rows of any tile). The host builds
 // the first launch's blocks of 256 threads and later launches' (wide networks, few live rows)
-// of 512: a row's layer then takes half as long at the same resident threads an SM, so a
-// launch's last wave of rows is shorter (spartan_py/engines/merged/plan.py).
+// of 1024, one an SM: a row's layer then takes a quarter as long at the same resident threads,
+// and a launch's last round of rows takes tiles half as tall (split_part; plan.py).
 
 #ifndef GM_THREADS
 #define GM_THREADS 256
@@ -364,7 +370,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
           unsigned char* __restrict__ tile_nnz, int* __restrict__ row_nnz, int* __restrict__ row_layers,
           const unsigned long long* __restrict__ mask_ptrs, const int* __restrict__ mask_levels,
           int n, int stride, int stage_words, float bias, float clamp, float input_value,
-          const unsigned* __restrict__ pixel_columns, int count_words) {
+          const unsigned* __restrict__ pixel_columns, int count_words, int split_round_rows, int split_tail_rows,
+          int split_part) {
     extern __shared__ float smem[];
     const bool first_launch = GM_FIRST_LAUNCHES && layer == 0;
     const bool tile_input = first_launch && !y_dense;  // n-wide input rows in shared memory
@@ -400,8 +407,17 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         s_chain[threadIdx.x] = acc;
     }
 
-    const int rows = counts[layer];
-    const int n_tiles = (rows + R - 1) / R;
+    // the rows this launch takes (see split_part in the header): all the live rows, or the
+    // head or tail of a split launch
+    const int live_rows = counts[layer];
+    int row_begin = 0, row_end = live_rows;
+    if (split_part) {
+        const int full = live_rows / split_round_rows * split_round_rows;
+        const int cut = live_rows - full <= split_tail_rows ? full : live_rows;
+        if (split_part == 1) row_end = cut;
+        else row_begin = cut;
+    }
+    const int n_tiles = (row_end - row_begin + R - 1) / R;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int last = layer + layer_count - 1;
@@ -418,8 +434,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     int staged_layer = -1;
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-        const int first = t * R;
-        const int valid_rows = min(R, rows - first);
+        const int first = row_begin + t * R;
+        const int valid_rows = min(R, row_end - first);
         if (threadIdx.x < R) s_row_count[threadIdx.x] = 0;
         if (staged_layer != layer)
             staged_layer = gm_stage_layer(stage, stage_words, layer, w_idx_ptrs, w_val_ptrs, size_ptrs, ks, widths) ? layer : -1;
@@ -648,7 +664,7 @@ extern "C" __global__ void gm_expand_rows(const float* __restrict__ z, int strid
                                           const float*, const int*, const int*, const unsigned long long*,           \
                                           const unsigned long long*, int*, unsigned long long*, int, int,            \
                                           unsigned char*, int*, int*, const unsigned long long*, const int*, int, int, int, \
-                                          float, float, float, const unsigned*, int);
+                                          float, float, float, const unsigned*, int, int, int, int);
 #ifndef GM_LATER  // the later module runs tiles of two rows or more, and no first launch
 GC_MERGED_INSTANCE(1, false)
 #endif

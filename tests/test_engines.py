@@ -584,16 +584,25 @@ def test_merged_plans_hold_16_bit_indices_where_the_input_fits():
         assert int(layer.plan.index.max()) < layer.width_in + 32
 
 
-def test_later_launches_take_two_row_tiles_at_65536_neurons_and_16_bit_indices():
-    """The later block-tile launches' tile: two rows at 65536 neurons' 4096 merged columns (two
-    65.5 KiB blocks an SM), four at 16384's 1024, an explicit ``rows_per_tile`` as given; on
-    tiles of two rows or more their layers' indices are 16-bit and the records count 2 bytes
-    an index (the first launch's and 1-row tiles' 4)."""
-    from spartan_py.engines.merged.plan import LATER_BUFFER_BUDGET_BYTES, later_tile_rows, merged_row_bytes
+def test_later_launches_take_four_row_tiles_at_65536_neurons_and_16_bit_indices():
+    """The later block-tile launches' tile: four rows at 65536 neurons' 4096 merged columns (one
+    131 KiB block an SM), eight at 16384's 1024, an explicit ``rows_per_tile`` as given (and no
+    split); on tiles of two rows or more their layers' indices are 16-bit and the records count
+    2 bytes an index (the first launch's and 1-row tiles' 4)."""
+    from spartan_py.engines.merged.plan import (
+        LATER_BUFFER_BUDGET_BYTES,
+        LaterShape,
+        later_launch_shape,
+        later_tile_rows,
+        merged_row_bytes,
+    )
 
-    assert later_tile_rows(4096) == 2 and later_tile_rows(1024) == 4
+    assert later_tile_rows(4096) == 4 and later_tile_rows(1024) == 8
     assert later_tile_rows(4096, rows_per_tile=1) == 1
-    assert 2 * merged_row_bytes(4096) <= LATER_BUFFER_BUDGET_BYTES < 4 * merged_row_bytes(4096)
+    assert 4 * merged_row_bytes(4096) <= LATER_BUFFER_BUDGET_BYTES < 8 * merged_row_bytes(4096)
+    assert later_launch_shape(4096) == LaterShape(1024, 4, 2)
+    assert later_launch_shape(4096, rows_per_tile=4) == LaterShape(1024, 4, 0)
+    assert later_launch_shape(4096, rows_per_tile=2).tail_rows == 0
     network = generate_network(1024, 12, seed=4)
     block_tiles = make_engine("gpu-merged-twin", network, chain_rows=0)
     chained = make_engine("gpu-merged-twin", network)
@@ -610,7 +619,35 @@ def test_later_launches_take_two_row_tiles_at_65536_neurons_and_16_bit_indices()
     for engine, index_bytes in ((block_tiles, 2), (one_row, 4)):  # 1-row tiles keep the first launches' code
         later = engine.launch_cost(start, start + 1, 10, [10], 0, None, None)
         assert later.bytes_read == read + plan.index.size * index_bytes
-        assert later.variant.startswith(f"R{engine.later_rows}T")
+        split = f"S{engine.later_shape.tail_rows}" if engine.later_shape.tail_rows else ""
+        assert later.variant.startswith(f"R{engine.later_rows}{split}T")
+
+
+def test_a_later_launchs_last_round_takes_shorter_tiles():
+    """A split later launch takes whole rounds of its head's tiles and the rest in tiles half as
+    tall when they fit one round of those (a 65536-neuron quarter shard's 1250 live rows: two
+    rounds of 528 and 194 rows in 2-row tiles), else all in head tiles; the twin's records count
+    both parts' tiles and their computed rows."""
+    from spartan_py.engines.merged.plan import split_cut
+
+    assert split_cut(1250, 528, 264) == 1056
+    assert split_cut(2500, 528, 264) == 2500  # 388 left over: one more round of the head's tiles
+    assert split_cut(200, 528, 264) == 0  # the tail's one round takes them all
+    assert split_cut(1056, 528, 264) == 1056
+    network = generate_network(1024, 12, seed=4)
+    twin = make_engine("gpu-merged-twin", network, chain_rows=0)  # later tiles of 16 rows, tails of 8
+    assert twin.later_tile_heights(2 * 16 * 132 + 100).tolist() == [16] * 264 + [8] * 13
+    assert twin.later_tile_heights(16 * 132 + 1100).tolist() == [16] * 201
+    out = twin.run(generate_inputs(3000, 1024, seed=4))
+    launches = [r for r in out.trace if r.kernel == "gpu.gc_merged"][1:]
+    assert all(r.variant.startswith("R16S8T1024") for r in launches)
+    assert [r.blocks for r in launches] == [len(twin.later_tile_heights(r.rows_in)) for r in launches]
+    unsplit = make_engine("gpu-merged-twin", network, chain_rows=0, rows_per_tile=16)
+    unsplit = unsplit.run(generate_inputs(3000, 1024, seed=4))
+    assert out.live_rows_by_layer == unsplit.live_rows_by_layer
+    assert sum(r.executed_macs for r in launches) < sum(
+        r.executed_macs for r in unsplit.trace if r.kernel == "gpu.gc_merged" and r.layer > 1
+    )
 
 
 def test_counts_path_first_launch_takes_the_tallest_tile_that_keeps_four_blocks_an_sm():

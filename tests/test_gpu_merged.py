@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import Network, generate_inputs, generate_network, make_engine
-from spartan_py.engines.merged.plan import merged_tile_rows
+from spartan_py.engines.merged.plan import merged_tile_rows, split_cut
 from spartan_py.engines.reference import ReferenceEngine
 from spartan_py.engines.shared.column_merge import duplicate_groups, merge_network
 from spartan_py.engines.shared.input_counts import input_bit_value
@@ -182,6 +182,28 @@ def test_gpu_merged_matches_its_twin_exactly(options):
     first = got[got["kernel"] == "gpu.gc_merged"]["variant"].iloc[0]
     binary_kind = "P" if options.get("input_counts", True) else "B"
     assert first.startswith("R" if input_bit_value(inputs) == 0 else binary_kind), first
+
+
+@pytest.mark.gpu
+def test_split_later_launches_match_the_twin_exactly():
+    """Later block-tile launches split in two (whole rounds of 16-row tiles, the rest in 8-row
+    tiles, as the kernel works it out from the live rows on the device): the values, counts,
+    monitor and trace equal the twin's, which splits on the same grids."""
+    network = generate_network(1024, 30, seed=8)
+    inputs = generate_inputs(3000, 1024, seed=8)
+    engine = make_engine("gpu-merged", network, chain_rows=0)
+    assert len(engine.later_parts) == 2 and engine._later_grids() == (132, 132)  # H100 and H200: a block an SM
+    gpu = engine.run(inputs)
+    twin = make_engine("gpu-merged-twin", network, chain_rows=0).run(inputs)
+    assert np.array_equal(gpu.live_rows, twin.live_rows)
+    assert gpu.live_rows_by_layer == twin.live_rows_by_layer and gpu.nonzeros_by_layer == twin.nonzeros_by_layer
+    assert (gpu.values != twin.values).nnz == 0
+    got, want = to_frame(gpu.trace), to_frame(twin.trace)
+    columns = [c for c in got.columns if c not in ("measured_us", "device", "executed_macs")]
+    assert got[columns].equals(want[columns])
+    later = got[(got["kernel"] == "gpu.gc_merged") & (got["layer"] > 1)]
+    cuts = [split_cut(int(rows), 16 * 132, 8 * 132) for rows in later["rows_in"]]
+    assert any(0 < cut < rows for cut, rows in zip(cuts, later["rows_in"]))  # both parts ran
 
 
 def test_monitor_masks_count_each_tiles_nonzeros():
@@ -417,14 +439,15 @@ def test_chain_launches_need_narrow_layers_of_few_weights():
 def test_twin_trace_names_the_chain_launches():
     """Launches after the first run the chain kernel ("C": a team per group of rows, of one warp
     in launches of up to 8 layers, "T1", 32 teams an SM, else of two, "T2", 8 teams an SM); with
-    ``chain_rows=0`` every launch runs the block-tile kernel ("R", blocks of 512 threads after
-    the first launch's 256, "T512", two an SM by the launch bound's registers)."""
+    ``chain_rows=0`` every launch runs the block-tile kernel ("R", blocks of 1024 threads after
+    the first launch's 256, "T1024", one an SM by the launch bound's registers; "S8": a
+    launch's last round in 8-row tiles)."""
     network = generate_network(1024, 30, seed=2)  # launches of 1, 1, 1, 1, 2, 4, 8 and 12 layers
     inputs = generate_inputs(400, 1024, seed=2)
     for chain_rows, kind, long_kind in (
         (1, "C1T1xW", "C1T2xW"),
         (2, "C2T1xW", "C2T2xW"),
-        (0, "R16T512xW", "R16T512xW"),
+        (0, "R16S8T1024xW", "R16S8T1024xW"),
         (None, "C2T1xW", "C2T2xW"),
     ):
         out = make_engine("gpu-merged-twin", network, chain_rows=chain_rows).run(inputs)
@@ -433,7 +456,7 @@ def test_twin_trace_names_the_chain_launches():
         assert [r.variant.split("xW")[0] + "xW" for r in launches[1:]] == [kind] * 6 + [long_kind]
         assert launches[0].block_threads == 256 and launches[0].resident_blocks_per_sm == 4
         if chain_rows == 0:
-            assert all(r.block_threads == 512 and r.resident_blocks_per_sm == 2 for r in launches[1:])
+            assert all(r.block_threads == 1024 and r.resident_blocks_per_sm == 1 for r in launches[1:])
         else:
             short, long = launches[1:7], launches[7]
             assert all(r.block_threads == 32 and r.resident_blocks_per_sm == 32 for r in short)

@@ -8,8 +8,9 @@ the device, one host synchronisation at the end; then the final live rows are ex
 to ``neurons`` columns on the device (timed). The first launch runs block tiles
 (``kernels/gc_merged.cu``); later ones, where the layers fit it, the chain kernel
 (``kernels/gc_chain.cu``: a warp carries its rows through the launch's layers alone; see
-:mod:`spartan_py.engines.merged.chain`), else block tiles again, in blocks of
-:data:`~spartan_py.engines.merged.plan.MERGED_LATER_THREADS` threads. Weights that exceed the device memory budget
+:mod:`spartan_py.engines.merged.chain`), else block tiles again
+(:func:`~spartan_py.engines.merged.plan.later_launch_shape`: a launch's last round in shorter
+tiles). Weights that exceed the device memory budget
 stream from pinned host memory (:class:`~spartan_py.engines.shared.weight_store.LayerStore`).
 """
 
@@ -34,7 +35,6 @@ from spartan_py.engines.merged.chain import (
     checked_chain_warps,
 )
 from spartan_py.engines.merged.plan import (
-    MERGED_LATER_THREADS,
     MERGED_THREADS,
     later_index_dtype,
     later_module_shares_rows,
@@ -161,22 +161,23 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         device_id = cp.cuda.Device().id
         first_instances = tuple(sorted({(self.first_launch_tile(bits)[0], bits) for bits in (False, True)}))
         kernels, self._scatter, self._expand = _merged_kernels(device_id, MERGED_THREADS, first_instances)
-        #: dynamic shared memory of each later block-tile launch, by its first layer
-        self.shared_by_start = {
-            start: self._shared_bytes(self.later_rows, 0, words)
-            for start, words in self.stage_words_by_start.items()
-            if start and start not in self.chain_shape_by_start
-        }
-        #: the later block-tile launches' kernel (:data:`MERGED_LATER_THREADS` a block), built
-        #: only when a later launch does not run the chain kernel
-        self.kernel = None
-        if self.shared_by_start:
-            instance = (self.later_rows, False)
-            later = later_module_shares_rows(self.later_rows)
-            self.kernel = _merged_kernels(device_id, MERGED_LATER_THREADS, (instance,), later)[0][instance]
-            self.kernel.max_dynamic_shared_size_bytes = max(
-                max(self.shared_by_start.values()), self.kernel.max_dynamic_shared_size_bytes
-            )
+        later_starts = [s for s in self.stage_words_by_start if s and s not in self.chain_shape_by_start]
+        #: the later block-tile launches (built only when a later launch does not run the chain
+        #: kernel): one of all the live rows, or a split launch's head and tail
+        #: (:attr:`later_shape`), each (kernel, its grid, its shared bytes by the launch's first layer)
+        self.later_parts: list[tuple] = []
+        if later_starts:
+            shape = self.later_shape
+            heights = (shape.rows, shape.tail_rows) if shape.tail_rows else (shape.rows,)
+            instances = tuple((rows, False) for rows in heights)
+            later = later_module_shares_rows(min(heights))
+            built = _merged_kernels(device_id, shape.threads, instances, later)[0]
+            for rows in heights:
+                kernel = built[rows, False]
+                by_start = {s: self._shared_bytes(rows, 0, self.stage_words_by_start[s]) for s in later_starts}
+                most = max(by_start.values())
+                kernel.max_dynamic_shared_size_bytes = max(most, kernel.max_dynamic_shared_size_bytes)
+                self.later_parts.append((kernel, self._grid(kernel, most, shape.threads), by_start))
         # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones
         self.first_launches = {}
         for bits in (False, True):
@@ -250,6 +251,18 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             start += length
         return launches
 
+    @property
+    def _split_args(self) -> tuple:
+        """The rows a round of a split launch's head takes and the most its tail takes in one
+        (``split_round_rows``, ``split_tail_rows``; zeros where launches are not split)."""
+        (head, tail), split = self._later_grids(), len(self.later_parts) > 1
+        return (np.int32(split * self.later_shape.rows * head), np.int32(split * self.later_shape.tail_rows * tail))
+
+    def _later_grids(self) -> tuple[int, int]:
+        """The blocks of a split launch's head and tail (the head's twice where none is split)."""
+        grids = [grid for _, grid, _ in self.later_parts] or [0]
+        return (grids[0], grids[-1])
+
     def _shared_bytes(self, rows: int, input_words: int, stage_words: int) -> int:
         """Dynamic shared memory of a block of ``rows`` rows, ``input_words`` of input tile a
         row (the first launch's; the kernel rounds the tile up to whole 16-byte units) and a
@@ -302,9 +315,14 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             first = start == 0
             if first:
                 kernel, _, shared = self.first_launches[batch.input_value != 0.0]
+                parts = [(kernel, self._grid(kernel, shared, MERGED_THREADS), shared, 0)]
                 threads = MERGED_THREADS
             else:
-                kernel, shared, threads = self.kernel, self.shared_by_start[start], MERGED_LATER_THREADS
+                threads = self.later_shape.threads
+                parts = [
+                    (kernel, grid, shared[start], part + (len(self.later_parts) > 1))
+                    for part, (kernel, grid, shared) in enumerate(self.later_parts)
+                ]
             args = (
                 *(
                     (batch.csr_ptr, batch.csr_idx, batch.csr_val)
@@ -327,8 +345,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 np.float32(network.clamp),
                 np.float32(batch.input_value),
                 *(self._counts_args if first and batch.input_value != 0.0 else (NULL_POINTER, np.int32(0))),
+                *self._split_args,
             )
-            kernel((self._grid(kernel, shared, threads),), (threads,), args, shared_mem=shared)
+            for kernel, grid, shared, part in parts:  # a split launch: its head, then its tail
+                kernel((grid,), (threads,), (*args, np.int32(part)), shared_mem=shared)
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()
@@ -394,7 +414,8 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         return len(self.chunks) + 2
 
     def _trace_options(self, batch: MergedBatch) -> dict:
-        return {"streamed": self.weights.streamed, "bit_inputs": batch.input_value != 0.0}
+        options = {"streamed": self.weights.streamed, "bit_inputs": batch.input_value != 0.0}
+        return options | ({"later_grids": self._later_grids()} if self.later_parts else {})
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when

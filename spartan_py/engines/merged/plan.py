@@ -5,6 +5,7 @@ masks, rows per tile and the shared-memory budgets."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,12 +40,46 @@ def monitor_masks(groups: np.ndarray, width: int) -> np.ndarray | None:
 MERGED_THREADS = 256
 
 #: Threads per block of the merged kernel's later launches (wide networks, whose later launches
-#: do not run the chain kernel). Persistent blocks of one to four rows take a row's layer in
-#: half the time of a 256-thread block at the same threads an SM, so a launch's rows end in
-#: shorter waves: 65536 x 1920 on a quarter of 60000 rows (a 4-GPU shard's) 516 -> 447 ms and
-#: 16384 x 1920 102 -> 64 ms, the whole batch 1746 -> 1703 ms and 259 -> 249 ms (one H200;
-#: 1024 threads: 449-499 and 73 ms; docs/performance-notes.md).
-MERGED_LATER_THREADS = 512
+#: do not run the chain kernel): persistent blocks, one an SM (the launch bound's 64 registers a
+#: thread), each taking a tile of rows through the launch's layers at a time. A 65536 x 1920
+#: round of 1024-thread blocks took 113 ms on 4-row tiles against 121 ms for two 512-thread
+#: blocks of 2 rows an SM (528 rows either way), and 66 ms on 2-row tiles (264 rows; one H200,
+#: docs/performance-notes.md), so that a launch's last round takes shorter tiles
+#: (:func:`split_cut`): 65536 x 1920 on 60000 rows 1247 -> 1065 ms, a quarter of the rows
+#: 370 -> 294 ms; 16384 x 1920 160 -> 137 ms (one H200, by turns).
+MERGED_LATER_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class LaterShape:
+    """How the later block-tile launches run: blocks of ``threads``, tiles of ``rows`` rows and,
+    where ``tail_rows`` is not 0, each launch split in two (:func:`split_cut`): its whole
+    rounds of ``rows``-row tiles, then the rest in tiles of ``tail_rows`` when they fit one
+    round of those."""
+
+    threads: int
+    rows: int
+    tail_rows: int = 0
+
+
+def later_launch_shape(width: int, rows_per_tile: int | None = None) -> LaterShape:
+    """The later block-tile launches' shape for a merged network ``width`` columns wide: tiles of
+    :func:`later_tile_rows` in blocks of :data:`MERGED_LATER_THREADS`, their last round split
+    off in tiles of half the rows where a tile has four rows or more. A ``rows_per_tile`` given
+    is kept for every tile (no split)."""
+    rows = later_tile_rows(width, rows_per_tile)
+    tail = rows // 2 if rows_per_tile is None and rows >= 4 else 0
+    return LaterShape(MERGED_LATER_THREADS, rows, tail)
+
+
+def split_cut(live_rows: int, round_rows: int, tail_round_rows: int) -> int:
+    """Where a split later launch (``kernels/gc_merged.cu``, ``split_part``) divides ``live_rows``:
+    the head takes rows ``[0, cut)`` in whole rounds of ``round_rows`` (its tile rows times its
+    grid), the tail the rest, when the rest fits one round of the tail's shorter tiles
+    (``tail_round_rows``); else the head takes them all. The kernel works the same out from the
+    live-row count on the device."""
+    full = live_rows // round_rows * round_rows
+    return full if live_rows - full <= tail_round_rows else live_rows
 
 
 def later_module_shares_rows(later_rows: int) -> bool:
@@ -90,11 +125,9 @@ MERGED_TILE_ROWS = (1, 2, 4, 8, 16, 32)
 BUFFER_BUDGET_BYTES = 48 * 1024
 
 #: Shared memory the rows of a later block-tile launch's tile may take (two buffers and bits a
-#: row): 65536 neurons' tail runs tiles of two rows (65.5 KiB; two blocks an SM, as the launch
-#: bound's registers at :data:`MERGED_LATER_THREADS` allow), each index load serving both:
-#: 65536 x 1920 on 60000 rows 1704 -> 1248 ms on one H200 (docs/performance-notes.md). 16384
-#: neurons keep tiles of four (eight, 67 KiB, not measured).
-LATER_BUFFER_BUDGET_BYTES = 66 * 1024
+#: row), one block an SM: 65536 neurons' tail runs tiles of four rows (131 KiB), each index load
+#: serving all four; 16384 neurons tiles of eight (67 KiB).
+LATER_BUFFER_BUDGET_BYTES = 132 * 1024
 
 #: Shared memory a block of the first launch may take (the H100 allows 227 KiB).
 FIRST_LAUNCH_BUDGET_BYTES = 160 * 1024

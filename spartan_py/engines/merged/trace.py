@@ -15,16 +15,18 @@ from spartan_py.engines.merged.chain import (
     chain_teams,
 )
 from spartan_py.engines.merged.plan import (
-    MERGED_LATER_THREADS,
     MERGED_THREADS,
+    LaterShape,
     counts_tile_rows,
     later_index_dtype,
-    later_tile_rows,
+    later_launch_shape,
     merged_block_bytes,
     merged_min_blocks,
     merged_tile_rows,
+    split_cut,
     stage_words,
 )
+from spartan_py.engines.rows.plan import TWIN_GRID_BLOCKS
 from spartan_py.engines.shared.column_merge import MergedNetwork
 from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, pixel_columns
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
@@ -57,9 +59,9 @@ class MergedKernelTrace(LayerKernelTrace):
     #: rows a tile of the first launch takes when binary inputs enter as counts
     #: (:func:`~spartan_py.engines.merged.plan.counts_tile_rows`, or ``rows_per_tile`` when given)
     count_rows: int
-    #: rows a tile of the later block-tile launches takes
-    #: (:func:`~spartan_py.engines.merged.plan.later_tile_rows`, or ``rows_per_tile`` when given)
-    later_rows: int
+    #: the later block-tile launches' blocks, tiles and split
+    #: (:func:`~spartan_py.engines.merged.plan.later_launch_shape`)
+    later_shape: LaterShape
     #: 4-byte words of each block-tile launch's stage, by the launch's first layer
     #: (:func:`~spartan_py.engines.merged.plan.stage_words`; set by :meth:`plan_launch_shapes`)
     stage_words_by_start: dict[int, int]
@@ -78,12 +80,12 @@ class MergedKernelTrace(LayerKernelTrace):
 
     def plan_launch_shapes(self, rows_per_tile: int | None, block_shared_limit: int = 227 * 1024) -> None:
         """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile`,
-        :attr:`count_rows`, :attr:`later_rows` and :attr:`stage_words_by_start` as the GPU engine launches (and the
+        :attr:`count_rows`, :attr:`later_shape` and :attr:`stage_words_by_start` as the GPU engine launches (and the
         twin records) them: each launch's stage sized to what it holds, the first launch's tile
         to what fits beside (call after :attr:`input_columns` is set)."""
         merged, n = self.merged, self.merged.neurons
         tile = merged_tile_rows(n, merged.width, block_shared_limit, rows_per_tile)[0]
-        self.later_rows = later_tile_rows(merged.width, rows_per_tile)
+        self.later_shape = later_launch_shape(merged.width, rows_per_tile)
         starts = np.cumsum([0, *self.chunks[:-1]], dtype=np.int64)
         self.stage_words_by_start = {
             int(start): stage_words(merged.layers[start : start + length], n, self.later_rows if start else tile)
@@ -97,6 +99,24 @@ class MergedKernelTrace(LayerKernelTrace):
         if rows_per_tile is None and self.input_columns is not None:
             words = count_tile_words(merged.layers[0], n)
             self.count_rows = counts_tile_rows(self.rows_per_tile, merged.width, words, first_stage // 4)
+
+    @property
+    def later_rows(self) -> int:
+        """Rows a tile of the later block-tile launches takes (a split launch's head tiles)."""
+        return self.later_shape.rows
+
+    def later_tile_heights(self, rows_in: int, grids: tuple[int, int] = (TWIN_GRID_BLOCKS,) * 2) -> np.ndarray:
+        """The rows of each tile of a later block-tile launch entered by ``rows_in`` live rows, in
+        the order they take the rows: a split launch's head tiles, then its tail's
+        (:func:`~spartan_py.engines.merged.plan.split_cut`); ``grids``: the head's and the
+        tail's blocks (the GPU engine's, or the twin's 132)."""
+        shape = self.later_shape
+        cut = rows_in
+        if shape.tail_rows:
+            cut = split_cut(rows_in, shape.rows * grids[0], shape.tail_rows * grids[1])
+        head = np.full(-(-cut // shape.rows), shape.rows, np.int64)
+        tail = np.full(-(-(rows_in - cut) // max(shape.tail_rows, 1)), shape.tail_rows, np.int64)
+        return np.concatenate([head, tail])
 
     def plan_chain_launches(self) -> dict[int, tuple[int, int]]:
         """{first layer: (rows a team takes, warps a team has)} of the launches
@@ -148,7 +168,17 @@ class MergedKernelTrace(LayerKernelTrace):
         return self.first_rows, (n + 32) if self.first_from_tile else 0
 
     def launch_cost(
-        self, start, stop, rows_in, entering, input_nnz, row_layers, tile_layers, streamed=False, bit_inputs=False
+        self,
+        start,
+        stop,
+        rows_in,
+        entering,
+        input_nnz,
+        row_layers,
+        tile_layers,
+        streamed=False,
+        bit_inputs=False,
+        later_grids=(TWIN_GRID_BLOCKS, TWIN_GRID_BLOCKS),
     ):
         """``tile_layers`` is not needed: merged tiles compute whole tiles, so the cost model
         works their weight loads out from the multiply-adds. ``streamed``: the weights come
@@ -161,10 +191,13 @@ class MergedKernelTrace(LayerKernelTrace):
         with the traces it ran); its teams work independently, so its record describes a
         team as the block (one group of rows, its two buffers, as many resident on an SM as a
         block holds) and leaves the stage of indices, loaded once per launch, to the fitted
-        per-wave cost. A later block-tile launch runs blocks of :data:`MERGED_LATER_THREADS`
+        per-wave cost. A later block-tile launch runs blocks of :attr:`later_shape`'s threads
         (instance "R", its rows, then "T" and its threads; "R" and the rows alone name the
-        256-thread blocks before, whose fit stays with the traces they ran). A block-tile
-        launch is resident as many an SM as the kernel's launch bound holds by registers."""
+        256-thread blocks before, whose fit stays with the traces they ran); a split one (its
+        last round in shorter tiles: ``later_grids``, the head's and the tail's blocks, say
+        where it splits) is one record of both launches, "S" and the tail's rows after the
+        head's, its ``tiles`` both parts'. A block-tile launch is resident as many an SM as the
+        kernel's launch bound holds by registers."""
         n, layers, stride = self.merged.neurons, self.merged.layers, self.merged.width
         chunk = layers[start:stop]
         useful = sum(count * layer.original_nnz // max(n, 1) for count, layer in zip(entering, chunk))
@@ -190,7 +223,9 @@ class MergedKernelTrace(LayerKernelTrace):
             )
         first_rows, input_words = self.first_launch_tile(bit_inputs)
         tile = first_rows if start == 0 else self.later_rows
-        tiles = -(-rows_in // tile)
+        heights = np.full(-(-rows_in // tile), tile) if start == 0 else self.later_tile_heights(rows_in, later_grids)
+        tiles = len(heights)
+        split = f"S{self.later_shape.tail_rows}" if start and self.later_shape.tail_rows else ""
         if start == 0 and bit_inputs:
             read = input_nnz * 4 + (rows_in + 1) * 4  # the indices only
         elif start == 0:
@@ -211,7 +246,7 @@ class MergedKernelTrace(LayerKernelTrace):
         # apart; so is one holding its inputs as bits ("B")
         kind = "R" if start else "B" if bit_inputs else "R" if self.first_from_tile else "G"
         executed = executed_macs(
-            [layer.plan for layer in chunk], start, tiles, tile, [layer.width for layer in chunk], row_layers
+            [layer.plan for layer in chunk], start, int(heights.sum()), 1, [layer.width for layer in chunk], row_layers
         )
         columns = self.input_columns if start == 0 and bit_inputs else None
         if columns is not None:  # the counts path (counts_first_layer)
@@ -219,9 +254,9 @@ class MergedKernelTrace(LayerKernelTrace):
             pairs = int(np.count_nonzero(columns.view(np.uint16) != NO_COLUMN))
             first = executed_macs([layers[0].plan], 0, tiles, tile, [layers[0].width], row_layers)
             executed += input_nnz * pairs // max(n, 1) + first // layers[0].plan.steps - first
-        threads = MERGED_LATER_THREADS if start else MERGED_THREADS
+        threads = self.later_shape.threads if start else MERGED_THREADS
         return LaunchCost(
-            variant=f"{kind}{tile}" + (f"T{threads}" if start else "") + suffix,
+            variant=f"{kind}{tile}{split}" + (f"T{threads}" if start else "") + suffix,
             tile_rows=tile,
             tiles=tiles,
             bytes_read=read + weight_bytes,

@@ -121,10 +121,16 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
     def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:
             return self.chain_shape_by_start.get(launch_start, (self.later_rows, 1))[0]
-        return self.first_launch_tile(**self._trace_options(inputs))[0]
+        return self.first_launch_tile(input_bit_value(inputs) != 0.0)[0]
+
+    def _tile_heights(self, launch_start, inputs, rows):
+        if launch_start and launch_start not in self.chain_shape_by_start:
+            return self.later_tile_heights(rows)  # a split launch's tail tiles are shorter
+        return super()._tile_heights(launch_start, inputs, rows)
 
     def _trace_options(self, inputs):
-        # as MergedEngine: binary inputs go to a first launch holding them as bits
+        # as MergedEngine: binary inputs go to a first launch holding them as bits (the later
+        # launches split as on grids of 132 blocks: launch_cost's default)
         return {"bit_inputs": input_bit_value(inputs) != 0.0}
 
     def _final_values(self, rows):

@@ -139,7 +139,8 @@ class RowsTwinEngine(RowsKernelTrace, TwinEngine):
         )
         return rows  # computed in place
 
-    def _rows_computed(self, live_per_tile, tile, *, launch_start):
+    def _rows_computed(self, live_per_tile, heights, *, launch_start):
+        tile = int(heights[0]) if heights.size else 1  # the rows kernel's tiles of a launch are one height
         return rows_computed(live_per_tile, tile, self.compact_tiles and not launch_start)
 
     def _tile_rows(self, launch_start, inputs, rows):

@@ -51,10 +51,18 @@ class TwinEngine(Engine):
         batch's input rows; ``rows``: the live rows entering it)."""
         raise NotImplementedError
 
-    def _rows_computed(self, live_per_tile: np.ndarray, tile: int, *, launch_start: bool) -> int:
+    def _tile_heights(self, launch_start: int, inputs: sp.csr_matrix, rows: int) -> np.ndarray:
+        """The rows of each tile of the launch that starts at layer ``launch_start``, in the
+        order the tiles take the ``rows`` live rows entering it: all :meth:`_tile_rows` high
+        unless the kernel says otherwise."""
+        tile = self._tile_rows(launch_start, inputs, rows)
+        return np.full(-(-rows // tile), tile, np.int64)
+
+    def _rows_computed(self, live_per_tile: np.ndarray, heights: np.ndarray, *, launch_start: bool) -> int:
         """Rows the kernel's tiles compute at a layer (``live_per_tile``: each tile's live rows
-        entering it): every tile that still has a live row computes all its rows."""
-        return int(np.count_nonzero(live_per_tile)) * tile
+        entering it; ``heights``: each tile's rows): every tile that still has a live row
+        computes all its rows."""
+        return int(heights[: live_per_tile.size][live_per_tile > 0].sum())
 
     def _final_values(self, rows: np.ndarray) -> np.ndarray:
         """The last layer's live rows as n-wide activations."""
@@ -86,12 +94,13 @@ class TwinEngine(Engine):
         row_layers = np.zeros(network.layers, np.int64)
         tile_layers = np.zeros(network.layers, np.int64)
         starts = set(np.cumsum([0] + self.chunks[:-1]).tolist())
-        entering, tile = ids, 1
+        entering, heights, ends = ids, np.ones(0, np.int64), np.ones(0, np.int64)
         for layer in range(network.layers):
             if layer in starts:  # the GPU compacts here; the twin keeps rows in input order
-                entering, tile = ids, self._tile_rows(layer, inputs, ids.size)
-            live_per_tile = np.bincount(np.searchsorted(entering, ids) // tile)
-            row_layers[layer] = self._rows_computed(live_per_tile, tile, launch_start=layer in starts)
+                entering, heights = ids, self._tile_heights(layer, inputs, ids.size)
+                ends = np.cumsum(heights)
+            live_per_tile = np.bincount(np.searchsorted(ends, np.searchsorted(entering, ids), side="right"))
+            row_layers[layer] = self._rows_computed(live_per_tile, heights, launch_start=layer in starts)
             tile_layers[layer] = np.count_nonzero(live_per_tile)
             row_nnz = np.zeros(rows.shape[0], np.int64)
             rows = self._compute_layer(layer, rows, bias, clamp, row_nnz)
