@@ -87,7 +87,7 @@ def test_each_prediction_says_how_its_family_was_calibrated(capsys):
 
 def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
     """`spartan infer --mode simulated` warns as `spartan simulate` does: a 16384-neuron
-    network's later launches (the merged kernel's 512-thread blocks, `R4T512xW1024`) have no
+    network's later launches (the merged kernel's split 1024-thread blocks, `R8S4T1024xW1024`) have no
     fit of their own on the H100; a 1024-neuron network's launches all have one."""
     common = ["infer", "--layers", "4", "--inputs", "generated:300", "--backend", "gpu-merged", "--mode", "simulated"]
     assert cli.main([*common, "--network", "generated:16384"]) == 0

@@ -131,7 +131,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         merged: MergedNetwork | None = None,
     ):
         """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits, the
-        later launches' by :func:`~spartan_py.engines.merged.plan.later_tile_rows`);
+        later launches' by :func:`~spartan_py.engines.merged.plan.later_launch_shape`, split);
         ``chain_rows``: rows a team of the chain kernel takes in the launches after the
         first (``kernels/gc_chain.cu``; None: two, 0: every launch runs the block-tile
         kernel); ``chain_warps``: warps a team has there (None: by launch length);
