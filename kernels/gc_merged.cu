@@ -52,8 +52,8 @@
 // rows, and each step's index and weight are loaded once for all of them (in the later
 // module, GM_LATER below, a thread's items are one column of several rows of any tile). The host builds
 // the first launch's blocks of 256 threads and later launches' (wide networks, few live rows)
-// of 1024, one an SM: a row's layer then takes a quarter as long at the same resident threads,
-// and a launch's last round of rows takes tiles half as tall (split_part; plan.py).
+// of 1024, one an SM, on tiles of several rows; a launch's last round of rows takes tiles half
+// as tall (split_part; spartan_py/engines/merged/plan.py has the measured round times).
 
 #ifndef GM_THREADS
 #define GM_THREADS 256
