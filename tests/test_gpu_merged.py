@@ -192,7 +192,7 @@ def test_split_later_launches_match_the_twin_exactly():
     network = generate_network(1024, 30, seed=8)
     inputs = generate_inputs(3000, 1024, seed=8)
     engine = make_engine("gpu-merged", network, chain_rows=0)
-    assert len(engine.later_parts) == 2 and engine._later_grids() == (132, 132)  # H100 and H200: a block an SM
+    assert len(engine.later_parts) == 2 and engine.later_grids == (132, 132)  # H100 and H200: a block an SM
     gpu = engine.run(inputs)
     twin = make_engine("gpu-merged-twin", network, chain_rows=0).run(inputs)
     assert np.array_equal(gpu.live_rows, twin.live_rows)

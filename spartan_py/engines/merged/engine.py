@@ -164,20 +164,26 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         later_starts = [s for s in self.stage_words_by_start if s and s not in self.chain_shape_by_start]
         #: the later block-tile launches (built only when a later launch does not run the chain
         #: kernel): one of all the live rows, or a split launch's head and tail
-        #: (:attr:`later_shape`), each (kernel, its grid, its shared bytes by the launch's first layer)
+        #: (:attr:`later_shape`), each (kernel, its grid, its shared bytes by the launch's first
+        #: layer, its ``split_part``: 0 all the rows, 1 the head, 2 the tail)
         self.later_parts: list[tuple] = []
+        #: the kernel's ``split_round_rows`` and ``split_tail_rows`` (zeros: no split)
+        self._split_args = (np.int32(0), np.int32(0))
         if later_starts:
             shape = self.later_shape
             heights = (shape.rows, shape.tail_rows) if shape.tail_rows else (shape.rows,)
             instances = tuple((rows, False) for rows in heights)
             later = later_module_shares_rows(min(heights))
             built = _merged_kernels(device_id, shape.threads, instances, later)[0]
-            for rows in heights:
+            for part, rows in enumerate(heights, start=1 if shape.tail_rows else 0):
                 kernel = built[rows, False]
                 by_start = {s: self._shared_bytes(rows, 0, self.stage_words_by_start[s]) for s in later_starts}
                 most = max(by_start.values())
                 kernel.max_dynamic_shared_size_bytes = max(most, kernel.max_dynamic_shared_size_bytes)
-                self.later_parts.append((kernel, self._grid(kernel, most, shape.threads), by_start))
+                self.later_parts.append((kernel, self._grid(kernel, most, shape.threads), by_start, part))
+            if shape.tail_rows:
+                head, tail = self.later_grids
+                self._split_args = (np.int32(shape.rows * head), np.int32(shape.tail_rows * tail))
         # the first launch: (kernel, rows per tile, shared bytes) for float inputs and binary ones
         self.first_launches = {}
         for bits in (False, True):
@@ -252,15 +258,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         return launches
 
     @property
-    def _split_args(self) -> tuple:
-        """The rows a round of a split launch's head takes and the most its tail takes in one
-        (``split_round_rows``, ``split_tail_rows``; zeros where launches are not split)."""
-        (head, tail), split = self._later_grids(), len(self.later_parts) > 1
-        return (np.int32(split * self.later_shape.rows * head), np.int32(split * self.later_shape.tail_rows * tail))
-
-    def _later_grids(self) -> tuple[int, int]:
-        """The blocks of a split launch's head and tail (the head's twice where none is split)."""
-        grids = [grid for _, grid, _ in self.later_parts] or [0]
+    def later_grids(self) -> tuple[int, int]:
+        """The blocks of a split launch's head and tail (the one launch's twice where none is split)."""
+        grids = [part[1] for part in self.later_parts] or [0]
         return (grids[0], grids[-1])
 
     def _shared_bytes(self, rows: int, input_words: int, stage_words: int) -> int:
@@ -319,10 +319,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
                 threads = MERGED_THREADS
             else:
                 threads = self.later_shape.threads
-                parts = [
-                    (kernel, grid, shared[start], part + (len(self.later_parts) > 1))
-                    for part, (kernel, grid, shared) in enumerate(self.later_parts)
-                ]
+                parts = [(kernel, grid, shared[start], part) for kernel, grid, shared, part in self.later_parts]
             args = (
                 *(
                     (batch.csr_ptr, batch.csr_idx, batch.csr_val)
@@ -415,7 +412,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
 
     def _trace_options(self, batch: MergedBatch) -> dict:
         options = {"streamed": self.weights.streamed, "bit_inputs": batch.input_value != 0.0}
-        return options | ({"later_grids": self._later_grids()} if self.later_parts else {})
+        return options | ({"later_grids": self.later_grids} if self.later_parts else {})
 
     def _bytes_per_row(self) -> int:
         """Two merged-row buffers with ids, the monitor's counts, the expanded output and, when

@@ -32,6 +32,9 @@ from spartan_py.engines.shared.input_counts import NO_COLUMN, count_tile_words, 
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs
 from spartan_py.trace import pass_through
 
+#: The later launches' grids (head, tail) the twin splits on: a block an SM of 132 (H100, H200).
+TWIN_LATER_GRIDS = (TWIN_GRID_BLOCKS, TWIN_GRID_BLOCKS)
+
 #: The expansion kernel's instance in its records: ``rowwise`` (a block a row, 16-byte
 #: columns) since 4029541; the element-wise kernel before it wrote
 #: ``final-rows`` (instance ``final``), so that each keeps its own fit.
@@ -105,7 +108,7 @@ class MergedKernelTrace(LayerKernelTrace):
         """Rows a tile of the later block-tile launches takes (a split launch's head tiles)."""
         return self.later_shape.rows
 
-    def later_tile_heights(self, rows_in: int, grids: tuple[int, int] = (TWIN_GRID_BLOCKS,) * 2) -> np.ndarray:
+    def later_tile_heights(self, rows_in: int, grids: tuple[int, int] = TWIN_LATER_GRIDS) -> np.ndarray:
         """The rows of each tile of a later block-tile launch entered by ``rows_in`` live rows, in
         the order they take the rows: a split launch's head tiles, then its tail's
         (:func:`~spartan_py.engines.merged.plan.split_cut`); ``grids``: the head's and the
@@ -178,7 +181,7 @@ class MergedKernelTrace(LayerKernelTrace):
         tile_layers,
         streamed=False,
         bit_inputs=False,
-        later_grids=(TWIN_GRID_BLOCKS, TWIN_GRID_BLOCKS),
+        later_grids=TWIN_LATER_GRIDS,
     ):
         """``tile_layers`` is not needed: merged tiles compute whole tiles, so the cost model
         works their weight loads out from the multiply-adds. ``streamed``: the weights come
