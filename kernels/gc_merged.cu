@@ -589,10 +589,20 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         }
         if (counts_in_stage) {  // worked out during the last layer's count: copy them out
             const int tiles = n / 32;
-            for (int r = warp; r < R; r += GM_THREADS / 32) {
-                if (s_rank[r] < 0) continue;  // (uniform across the warp)
-                unsigned char* out = tile_nnz + ((size_t)s_base + s_rank[r]) * tiles;
-                for (int c = lane; c < tiles; c += 32) out[c] = tile_counts[r * tiles + c];
+            if ((tiles & 15) == 0) {  // 16 bytes a thread: a warp's store covers 16 rows of 32 tiles
+                const int chunks = tiles / 16;
+                for (int e = threadIdx.x; e < R * chunks; e += GM_THREADS) {
+                    const int r = e / chunks, c = e - r * chunks;
+                    if (s_rank[r] < 0) continue;
+                    reinterpret_cast<uint4*>(tile_nnz + ((size_t)s_base + s_rank[r]) * tiles)[c] =
+                        reinterpret_cast<const uint4*>(tile_counts + r * tiles)[c];
+                }
+            } else {
+                for (int r = warp; r < R; r += GM_THREADS / 32) {
+                    if (s_rank[r] < 0) continue;  // (uniform across the warp)
+                    unsigned char* out = tile_nnz + ((size_t)s_base + s_rank[r]) * tiles;
+                    for (int c = lane; c < tiles; c += 32) out[c] = tile_counts[r * tiles + c];
+                }
             }
         } else if (tile_nnz) {  // a warp per (row, 32-column tile): lane j looks up column j's group
             const int* groups = reinterpret_cast<const int*>(group_ptrs[last]);
