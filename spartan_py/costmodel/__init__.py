@@ -1,9 +1,10 @@
 """The cost model: described GPUs, the analytical model, calibration and validation."""
 
-from spartan_py.costmodel.calibrate import calibrate, carry_over
+from spartan_py.costmodel.calibrate import calibrate
 from spartan_py.costmodel.machine import (
     Machine,
     Variant,
+    carry_over,
     load_machine,
     load_variants,
     machine_names,

@@ -188,30 +188,3 @@ def check_may_calibrate(machine: Machine, measured_on: str) -> None:
             f"the runs were measured on {measured_on!r}, which {machine.name} does not describe "
             f"(its device_names: {', '.join(machine.device_names) or 'none'})"
         )
-
-
-def carry_over(calibrated: Machine, target: Machine) -> Machine:
-    """``target`` with ``calibrated``'s efficiencies and per-step overheads (scaled by clock),
-    for machines we could not measure; each family's source says where it came from."""
-    clock_ratio = calibrated.specs.boost_clock_mhz / target.specs.boost_clock_mhz
-    families = {}
-    for kernel, params in calibrated.calibration.items():
-        families[kernel] = params.model_copy(
-            update={
-                "launch_us": params.launch_us,
-                "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
-                "wave_overhead_us": round(params.wave_overhead_us * clock_ratio, 6),
-                "shared_step_us": round(params.shared_step_us * clock_ratio, 6),
-                "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
-                "records": 0,
-                "fit_median_error_pct": None,
-            }
-        )
-    return target.model_copy(
-        update={
-            "calibration": families,
-            "calibration_host": calibrated.calibration_host or calibrated.host,
-            "error_spread": calibrated.error_spread,
-            "run_to_run_spread": calibrated.run_to_run_spread,
-        }
-    )

@@ -21,7 +21,7 @@ import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.intervals import run_intervals
-from spartan_py.costmodel.machine import Machine
+from spartan_py.costmodel.machine import Machine, carry_over
 from spartan_py.costmodel.model import predict, run_totals
 from spartan_py.costmodel.validation import kernel_error_table
 from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_names
@@ -244,7 +244,7 @@ def compare(
     ``speedups`` (measured and predicted, first over second) and ``reverse_families`` (fit
     on the second machine, carried over to predict the first).
     """
-    from spartan_py.costmodel.calibrate import calibrate, carry_over
+    from spartan_py.costmodel.calibrate import calibrate
 
     on_first = predict(first, first_machine)
     held = on_first[on_first["point"].str.contains(holdout)]

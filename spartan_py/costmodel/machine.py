@@ -350,9 +350,34 @@ def load_machine(name: str | Path) -> Machine:
     source = load_machine(machine.calibration_from)
     if source.calibration_from is not None:
         raise InputError(f"calibration_from names {source.name}, which carries its own over; name a fitted machine")
-    from spartan_py.costmodel.calibrate import carry_over
-
     return carry_over(source, machine)
+
+
+def carry_over(calibrated: Machine, target: Machine) -> Machine:
+    """``target`` with ``calibrated``'s efficiencies and per-step overheads (scaled by clock),
+    for machines we could not measure; each family's source says where it came from."""
+    clock_ratio = calibrated.specs.boost_clock_mhz / target.specs.boost_clock_mhz
+    families = {}
+    for kernel, params in calibrated.calibration.items():
+        families[kernel] = params.model_copy(
+            update={
+                "launch_us": params.launch_us,
+                "step_overhead_us": round(params.step_overhead_us * clock_ratio, 6),
+                "wave_overhead_us": round(params.wave_overhead_us * clock_ratio, 6),
+                "shared_step_us": round(params.shared_step_us * clock_ratio, 6),
+                "source": f"carried over from {calibrated.name} ({params.source}); not measured on {target.name}",
+                "records": 0,
+                "fit_median_error_pct": None,
+            }
+        )
+    return target.model_copy(
+        update={
+            "calibration": families,
+            "calibration_host": calibrated.calibration_host or calibrated.host,
+            "error_spread": calibrated.error_spread,
+            "run_to_run_spread": calibrated.run_to_run_spread,
+        }
+    )
 
 
 def load_variants(path: str | Path | None = None) -> dict[str, Variant]:
