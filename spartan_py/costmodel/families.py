@@ -141,7 +141,7 @@ def calibration_key(kernel: str, instance: str = "") -> str:
 FUSED_MONITOR_SHARE: dict[str, float] = {GC_LAYER: 0.0196, GC_MERGED: 0.0270}
 """The share of a fused-monitored launch's time that its monitor costs, measured on the official
 proxy on an H100 with ``python -m benchmarks.gc_gpu``: the rows kernel in 2.3241 ms with the
-monitor off and 2.3706 ms fused (``benchmarks/results/gc_gpu-20261126-183259.json``, commit
+monitor off and 2.3706 ms fused (``benchmarks/results/gc_gpu-20261126-183259.json.gz``, commit
 5c0b6be), the merged kernels in 0.3967 and 0.4087 ms (``gc_gpu-20261128-071140.json``, commit
 d121edd; 3.78% with the kernels before 9ab4d00). The monitor's extra bytes, all the records
 describe of it, account for 0.02% and 0.6%: the rest is the epilogue's counting instructions.
