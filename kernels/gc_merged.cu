@@ -589,7 +589,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
         }
         if (counts_in_stage) {  // worked out during the last layer's count: copy them out
             const int tiles = n / 32;
-            if ((tiles & 15) == 0) {  // 16 bytes a thread: a warp's store covers 16 rows of 32 tiles
+            if ((tiles & 15) == 0) {  // 16 bytes a thread: a warp's store covers 512 bytes, where a byte a lane covered 32
                 const int chunks = tiles / 16;
                 for (int e = threadIdx.x; e < R * chunks; e += GM_THREADS) {
                     const int r = e / chunks, c = e - r * chunks;

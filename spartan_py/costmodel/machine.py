@@ -3,7 +3,8 @@
 A machine file has ``specs`` (datasheet figures, units in the names), ``sources`` (where
 each spec came from: every spec needs one), and ``calibration`` (per kernel family, the
 cost model's free parameters fitted on measured traces, with their provenance). See
-``sim/README.md`` for the format.
+``sim/README.md`` for the format. A what-if machine's file names its source instead
+(``calibration_from``), and :func:`carry_over` derives its calibration when it is loaded.
 """
 
 from __future__ import annotations
