@@ -121,7 +121,7 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
     def _tile_rows(self, launch_start, inputs, rows):
         if launch_start:
             return self.chain_shape_by_start.get(launch_start, (self.later_rows, 1))[0]
-        return self.first_launch_tile(input_bit_value(inputs) != 0.0)[0]
+        return self.first_launch_tile(self._trace_options(inputs)["bit_inputs"])[0]
 
     def _tile_heights(self, launch_start, inputs, rows):
         if launch_start and launch_start not in self.chain_shape_by_start:
