@@ -13,6 +13,9 @@ engine's weights and the most its runs needed at once). Every merged result must
 one-GPU run exactly (categories, live rows and non-zeros per layer), and the truth where
 given. The result file is written after each case, so an interrupted run keeps what it did.
 
+``--balance work,count`` runs each GPU count with the rows dealt by predicted work (the default,
+:func:`spartan_py.shard_rows.shard_rows`) and in contiguous blocks, each against the same one-GPU run.
+
 ``--by-turns`` runs on one GPU: each count's shards one after another in this process, on one
 engine (each shard what one GPU of that many would run; no Dask, so wall times are the
 turns' sum and say nothing of a real fan-out). The efficiency it gives leaves out what
@@ -90,6 +93,7 @@ def compare(case: dict, one, many, gpus: int) -> dict:
     """One GPU count's figures against the one-GPU run of the same case."""
     return {
         "case": case["name"],
+        "balance": many.balance,
         "rows": one.rows,
         "neurons": one.neurons,
         "layers": one.layers,
@@ -129,6 +133,7 @@ def main() -> int:
     parser.add_argument("--backend", default="auto", help="engine of every shard (default: auto)")
     parser.add_argument("--no-proxy", action="store_true", help="skip the official network's proxy")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--balance", default="work", help="how the rows are split: work, count, or both (work,count)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--by-turns", action="store_true", help="one GPU: each count's shards in turn in this process (see above)"
@@ -139,6 +144,7 @@ def main() -> int:
         log(f"needs at least {1 if args.by_turns else 2} GPUs; CuPy sees {gpus}")
         return 2
     counts = gpu_counts(args.gpus or str(gpus), 1 << 16 if args.by_turns else gpus)
+    balances = [b for b in args.balance.split(",") if b]
     if args.by_turns:
         gpus = max(counts)  # shards of the set-up run below, all on GPU 0
     import cupy
@@ -175,17 +181,21 @@ def main() -> int:
                 f"{case['name']}: {gpus} shards set up in {setup['wall_seconds']:.1f} s (merged once here: "
                 f"{first.prepare_seconds:.1f} s; shards {', '.join(f'{t:.1f}' for t in first.shard_setup_seconds)} s)"
             )
-            runs = {n: infer_sharded(case["network"], case["inputs"], shards=n, **common) for n in counts}
-            one = runs[1]
-            for n in counts[:-1]:
-                row = compare(case, one, runs[n], n)
+            runs = {
+                (balance, n): infer_sharded(case["network"], case["inputs"], shards=n, balance=balance, **common)
+                for n in counts[:-1]
+                for balance in balances
+            }
+            one = infer_sharded(case["network"], case["inputs"], shards=1, **common)
+            for (balance, n), many in runs.items():
+                row = compare(case, one, many, n)
                 rows.append(row)
-                shards = ", ".join(f"{t * 1e3:.2f}" for t in runs[n].shard_seconds)
-                memory = ", ".join(f"{b / 1e9:.1f}" for b in runs[n].shard_gpu_bytes)
+                shards = ", ".join(f"{t * 1e3:.2f}" for t in many.shard_seconds)
+                memory = ", ".join(f"{b / 1e9:.1f}" for b in many.shard_gpu_bytes)
                 log(
-                    f"{case['name']} ({row['backend']}): 1 GPU {one.seconds * 1e3:.2f} ms, {n} GPUs "
-                    f"{runs[n].seconds * 1e3:.2f} ms (shards {shards} ms), efficiency {row['efficiency']:.2f}; "
-                    f"equal {row['merged_equals_one_gpu']}, truth {runs[n].passed}; GPU GB {memory} "
+                    f"{case['name']} ({row['backend']}, rows by {balance}): 1 GPU {one.seconds * 1e3:.2f} ms, "
+                    f"{n} GPUs {many.seconds * 1e3:.2f} ms (shards {shards} ms), efficiency {row['efficiency']:.2f}; "
+                    f"equal {row['merged_equals_one_gpu']}, truth {many.passed}; GPU GB {memory} "
                     f"(1 GPU {one.shard_gpu_bytes[0] / 1e9:.1f})"
                 )
             payload = {

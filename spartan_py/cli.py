@@ -17,6 +17,7 @@ from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError, SpartanError
 from spartan_py.files import json_ready
+from spartan_py.shard_rows import SHARD_BALANCES
 
 
 def _log(args, message: str) -> None:
@@ -44,6 +45,7 @@ def _cmd_infer_sharded(args) -> int:
             layers=args.layers,
             rows=args.rows,
             truth=args.truth,
+            balance=args.balance,
         )
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
@@ -365,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
         "address tcp://host:8786 (default: local processes)",
     )
     run.add_argument("--workers", type=int, help="worker processes for --shards (default: one per shard)")
+    run.add_argument(
+        "--balance", choices=SHARD_BALANCES, default="work", help="--shards' rows: by predicted work, or blocks"
+    )
     run.set_defaults(handler=_cmd_infer)
 
     machines = commands.add_parser(

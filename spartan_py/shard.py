@@ -1,9 +1,12 @@
 """Graph Challenge inference with its input rows split across workers (processes, GPUs, or a
 Dask cluster), merged exactly: the result equals one run over all rows.
 
-Rows are independent through every layer, so each shard (a contiguous block of rows) runs
-the whole network on its own; categories are the shards' categories shifted to global row
-numbers, and per-layer counts (live rows, non-zeros) are sums. Workers load the network
+Rows are independent through every layer, so each shard (a set of rows,
+:func:`~spartan_py.shard_rows.shard_rows`) runs the whole network on its own; categories are
+the shards' categories mapped back to global row numbers, and per-layer counts (live rows,
+non-zeros) are sums. Rows are dealt by predicted work by default: a row's survival, and so its
+share of the deep layers, rises steeply with the non-zeros of its input, so blocks of rows take
+unequal tails. Workers load the network
 and inputs themselves from their specs (paths or ``generated:...``), once per process, so
 nothing large crosses the wire but the results. Where the backend takes a merged network
 (:attr:`~spartan_py.engines.base.Engine.takes_merged_network`) and every worker is on this
@@ -41,14 +44,7 @@ from spartan_py.api import cached_inputs, cached_network, edge_rate, network_neu
 from spartan_py.errors import InputError
 from spartan_py.executors import Workers, gpu_count, run_all
 from spartan_py.graph_challenge.generate import generated_family
-
-
-def shard_bounds(rows: int, shards: int) -> list[tuple[int, int]]:
-    """``shards`` contiguous ``[start, stop)`` row ranges covering ``rows``, sizes within one."""
-    if shards < 1:
-        raise InputError(f"shards must be >= 1, got {shards}")
-    edges = np.linspace(0, rows, shards + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+from spartan_py.shard_rows import shard_rows
 
 
 def _neurons(network: str, layers: int | None) -> int:
@@ -143,8 +139,7 @@ def release_engines() -> None:
 def run_shard(
     network: str,
     inputs: str,
-    start: int,
-    stop: int,
+    row_ids: np.ndarray,
     index: int,
     *,
     layers: int | None,
@@ -155,15 +150,16 @@ def run_shard(
     options: dict,
     prepared: str | None = None,
 ) -> dict:
-    """One shard where its worker is (a task for any executor): one checked run, then
-    ``repeats`` timed ones (:meth:`Engine.time <spartan_py.engines.base.Engine.time>`: a GPU
-    engine keeps the shard on the device and replays it, timed with CUDA events).
+    """One shard where its worker is (a task for any executor): the rows ``row_ids`` (global
+    row numbers, ascending) of the inputs, one checked run, then ``repeats`` timed ones
+    (:meth:`Engine.time <spartan_py.engines.base.Engine.time>`: a GPU engine keeps the shard on
+    the device and replays it, timed with CUDA events).
     ``prepared``: the network merged once for every shard (:func:`shared_preparation`)."""
     from spartan_py.engines import choose_backend
 
     started = time.perf_counter()
     net = cached_network(network, layers)
-    x = cached_inputs(inputs, net.neurons, rows)[start:stop]
+    x = cached_inputs(inputs, net.neurons, rows)[row_ids]
     device, gpu = _gpu_device(backend, index)
     with device:
         options_key = tuple(sorted(options.items()))
@@ -175,9 +171,9 @@ def run_shard(
         gpu_name, gpu_bytes = _gpu_footprint(gpu)
     return {
         "index": index,
-        "start": start,
-        "stop": stop,
-        "categories": output.live_rows.astype(np.int64) + start,
+        "rows": len(row_ids),
+        "row_ids": row_ids,
+        "categories": row_ids[output.live_rows].astype(np.int64),
         "live_rows_by_layer": np.asarray(output.live_rows_by_layer, dtype=np.int64),
         "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
         "seconds": seconds,
@@ -276,6 +272,8 @@ class ShardedResult:
     #: this process's time merging the network for every shard (0 where done before or not shared)
     prepare_seconds: float = 0.0
     shared_preparation: bool = False
+    #: how the rows were split (:data:`~spartan_py.shard_rows.SHARD_BALANCES`)
+    balance: str = "work"
 
     @property
     def seconds(self) -> float:
@@ -302,6 +300,7 @@ class ShardedResult:
             "shard_row_layers": self.shard_row_layers,
             "prepare_seconds": self.prepare_seconds,
             "shared_preparation": self.shared_preparation,
+            "balance": self.balance,
             "executor": self.executor,
         }
 
@@ -320,6 +319,7 @@ def infer_sharded(
     keep_values: bool = False,
     retries: int = 3,
     share_preparation: bool = True,
+    balance: str = "work",
     **engine_options,
 ) -> ShardedResult:
     """Run ``network`` over ``inputs`` (specs: paths or ``generated:...``) in ``shards`` row
@@ -328,7 +328,9 @@ def infer_sharded(
     brings every shard's final activations back and stacks them (memory!).
     ``share_preparation``: merge the network once here for shards on this host
     (:func:`shared_preparation`) where the backend allows it; else each worker (each GPU, inline)
-    merges its own."""
+    merges its own. ``balance``: how the rows are split
+    (:func:`~spartan_py.shard_rows.shard_rows`: ``work``, by predicted work, or ``count``,
+    contiguous blocks)."""
     from spartan_py.graph_challenge.formats import read_truth
 
     if not isinstance(network, str) or not isinstance(inputs, str):
@@ -336,12 +338,13 @@ def infer_sharded(
             "infer_sharded takes the network and inputs as specs (paths or generated:...), "
             "so that each worker loads its own copy"
         )
-    total = cached_inputs(inputs, _neurons(network, layers), rows).shape[0]  # a bad spec fails here, before any task
-    bounds = shard_bounds(total, shards or workers.workers)
+    x = cached_inputs(inputs, _neurons(network, layers), rows)  # a bad spec fails here, before any task
+    total = x.shape[0]
+    parts_rows = shard_rows(x, shards or workers.workers, balance)
     started = time.perf_counter()
     prepared = None
     # one shard uses the file too where an earlier run wrote it, so that it finds its engine kept
-    if share_preparation and workers.on_this_host and (len(bounds) > 1 or (network, layers) in _PREPARED):
+    if share_preparation and workers.on_this_host and (len(parts_rows) > 1 or (network, layers) in _PREPARED):
         prepared = shared_preparation(network, layers, backend)
     prepare_seconds = time.perf_counter() - started
     task = functools.partial(
@@ -358,12 +361,12 @@ def infer_sharded(
     )
     started = time.perf_counter()
     if workers.executor is None:
-        parts = [task(a, b, i) for i, (a, b) in enumerate(bounds)]
+        parts = [task(ids, i) for i, ids in enumerate(parts_rows)]
     else:
-        parts = _fan_out(workers, task, bounds, retries)
+        parts = _fan_out(workers, task, parts_rows, retries)
     wall = time.perf_counter() - started
     parts.sort(key=lambda p: p["index"])
-    categories = np.concatenate([p["categories"] for p in parts]).astype(np.int64) + 1
+    categories = np.sort(np.concatenate([p["categories"] for p in parts])).astype(np.int64) + 1
     first = parts[0]
     result = ShardedResult(
         backend=first["backend"],
@@ -375,7 +378,7 @@ def infer_sharded(
         categories=categories,
         live_rows_by_layer=[int(v) for v in np.sum([p["live_rows_by_layer"] for p in parts], axis=0)],
         nonzeros_by_layer=[int(v) for v in np.sum([p["nonzeros_by_layer"] for p in parts], axis=0)],
-        shard_rows=[p["stop"] - p["start"] for p in parts],
+        shard_rows=[p["rows"] for p in parts],
         shard_seconds=[statistics.median(p["seconds"]) for p in parts],
         wall_seconds=wall,
         executor=workers.description,
@@ -386,7 +389,8 @@ def infer_sharded(
         shard_row_layers=[int(p["live_rows_by_layer"].sum()) for p in parts],
         prepare_seconds=prepare_seconds if prepared is not None else 0.0,
         shared_preparation=prepared is not None,
-        values=sp.vstack([p["values"] for p in parts], format="csr") if keep_values else None,
+        values=_in_row_order([p["values"] for p in parts], [p["row_ids"] for p in parts]) if keep_values else None,
+        balance=balance,
     )
     if truth is not None:
         expected = truth if isinstance(truth, np.ndarray) else read_truth(truth)
@@ -394,9 +398,17 @@ def infer_sharded(
     return result
 
 
-def _fan_out(workers: Workers, task, bounds, retries: int) -> list[dict]:
+def _in_row_order(values: list[sp.csr_matrix], row_ids: list[np.ndarray]) -> sp.csr_matrix:
+    """The shards' final activations stacked in global row order."""
+    stacked = sp.vstack(values, format="csr")
+    order = np.empty(stacked.shape[0], dtype=np.int64)
+    order[np.concatenate(row_ids)] = np.arange(stacked.shape[0])
+    return stacked[order]
+
+
+def _fan_out(workers: Workers, task, parts_rows: list[np.ndarray], retries: int) -> list[dict]:
     """Every shard's result; a shard whose worker was lost is retried, then the run fails."""
-    jobs = {i: (a, b, i) for i, (a, b) in enumerate(bounds)}
+    jobs = {i: (ids, i) for i, ids in enumerate(parts_rows)}
     parts: list[dict] = []
     for _, part, error in run_all(workers, task, jobs, retries=retries):
         if error is not None:

@@ -9,11 +9,13 @@ import signal
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from spartan_py.errors import InputError, OptionalDependencyError
 from spartan_py.executors import open_executor
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.shard import infer_sharded, shard_bounds
+from spartan_py.shard import infer_sharded
+from spartan_py.shard_rows import shard_bounds, shard_rows
 
 SWEEP = """\
 name: scale
@@ -117,8 +119,48 @@ def test_shard_bounds_cover_every_row_once():
         shard_bounds(10, 0)
 
 
-@pytest.mark.parametrize("cluster, workers", [(None, 1), (None, 3), pytest.param("local", 2, marks=pytest.mark.slow)])
-def test_sharded_inference_equals_one_run(cluster, workers):
+def _rows_with_nonzeros(counts) -> sp.csr_matrix:
+    """Inputs whose row ``i`` holds ``counts[i]`` non-zeros."""
+    counts = np.asarray(counts)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = np.concatenate([np.arange(c) for c in counts]).astype(np.int32)
+    return sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(len(counts), max(counts)))
+
+
+@pytest.mark.parametrize("balance", ["work", "count"])
+def test_shard_rows_put_every_row_in_one_shard(balance):
+    inputs = _rows_with_nonzeros(np.random.default_rng(0).integers(1, 50, 101))
+    parts = shard_rows(inputs, 4, balance)
+    assert sorted(len(p) for p in parts) == [25, 25, 25, 26]
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(101))
+    assert all(np.all(np.diff(p) > 0) for p in parts)  # ascending
+    with pytest.raises(InputError, match="balance must be one of work, count"):
+        shard_rows(inputs, 4, "rows")
+    with pytest.raises(InputError, match="shards"):
+        shard_rows(inputs, 0, balance)
+
+
+def test_rows_dealt_by_predicted_work_balance_what_blocks_do_not():
+    """Inputs sorted by their non-zeros (the predicted work), the worst case for blocks: dealt,
+    every shard holds the same spread of them."""
+    counts = np.arange(1, 401)
+    inputs = _rows_with_nonzeros(counts)
+    blocks = [counts[p].sum() for p in shard_rows(inputs, 4, "count")]
+    dealt = [counts[p].sum() for p in shard_rows(inputs, 4, "work")]
+    assert max(blocks) / np.mean(blocks) > 1.6
+    assert max(dealt) / np.mean(dealt) < 1.01
+
+
+@pytest.mark.parametrize(
+    "cluster, workers, balance",
+    [
+        (None, 1, "work"),
+        (None, 3, "work"),
+        (None, 3, "count"),
+        pytest.param("local", 2, "work", marks=pytest.mark.slow),
+    ],
+)
+def test_sharded_inference_equals_one_run(cluster, workers, balance):
     if cluster:
         pytest.importorskip("distributed")
     from spartan_py.api import infer, resolve_inputs, resolve_network
@@ -127,14 +169,23 @@ def test_sharded_inference_equals_one_run(cluster, workers):
     one = infer(resolve_network(network, 10), resolve_inputs(inputs, 1024), backend="cpu")
     with open_executor(cluster, workers) as pool:
         merged = infer_sharded(
-            network, inputs, workers=pool, shards=3, backend="cpu", layers=10, truth=one.categories, keep_values=True
+            network,
+            inputs,
+            workers=pool,
+            shards=3,
+            backend="cpu",
+            layers=10,
+            truth=one.categories,
+            keep_values=True,
+            balance=balance,
         )
     assert merged.passed is True
     assert np.array_equal(merged.categories, one.categories)
     assert merged.live_rows_by_layer == one.live_rows_by_layer
     assert merged.nonzeros_by_layer == one.nonzeros_by_layer
     assert (merged.values != one.values).nnz == 0
-    assert merged.shard_rows == [667, 666, 667] and len(merged.shard_seconds) == 3
+    assert sorted(merged.shard_rows) == [666, 667, 667] and len(merged.shard_seconds) == 3
+    assert merged.summary()["balance"] == balance
     assert merged.shard_gpus == [None] * 3 and merged.shard_gpu_bytes == [None] * 3  # no GPU named off the GPU
 
 
@@ -156,8 +207,7 @@ def test_sharded_auto_picks_the_backend_a_single_run_picks(monkeypatch):
     part = run_shard(
         "generated:1024:5",
         "generated:50:6",
-        0,
-        50,
+        np.arange(50),
         0,
         layers=4,
         rows=None,
