@@ -1,13 +1,17 @@
 """A model release on a drawn validation set: predictions committed first, then the comparison.
 
-    python -m benchmarks.drawn_release predict RUN_SIMULATED    # the frozen model's predictions, per GPU
+    python -m benchmarks.drawn_release blank RUN OUT --delete   # on the GPU machine: launches, no times
+    python -m benchmarks.drawn_release predict RUN_SIMULATED     # the frozen model's predictions, per GPU
     python -m benchmarks.drawn_release compare RUN --predictions FILE [--host-latency FILE] [--first RUN_H100]
 
 ``predict`` reads the run folder of the drawn set's simulated file (``python -m
 benchmarks.draw_validation --mode simulated``; its CPU twins list the launches the GPUs will
 run) and writes every listed machine's predictions (per launch, per whole run with the 80%
 interval) to ``benchmarks/results/fidelity/``: commit it before any GPU runs the measured file.
-``compare`` matches a GPU's measured run of the same points to them: whole runs within 10%,
+``blank`` is the record pass's last step on the GPU's machine: the run folder's launch records
+with every time removed (each point's label, status and error; its trace with ``measured_us``
+empty) written to ``OUT``, the only thing brought back, and with ``--delete`` the run folder
+removed there. ``compare`` matches a GPU's measured run of the same points to them: whole runs within 10%,
 per-launch medians per family, how many measurements fall inside their intervals, and, with
 ``--host-latency`` (``python -m benchmarks.host_latency`` on that GPU's machine, apart from the
 points), the same with the host's part of the error taken out: the predictions moved by the
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +48,7 @@ from spartan_py.costmodel.model import host_added_us
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes
 from spartan_py.runner.store import run_environment
-from spartan_py.trace import read_trace
+from spartan_py.trace import read_trace, write_trace
 
 OUT = ROOT / "benchmarks" / "results" / "fidelity"
 WITHIN_PCT = 10.0
@@ -72,6 +77,24 @@ def launch_records(run_dir: Path) -> tuple[pd.DataFrame, dict[str, str]]:
     if not frames:
         raise InputError("no finished points in the run folder", path=run_dir)
     return pd.concat(frames, ignore_index=True), failed
+
+
+def blank_run(run: Path, out: Path) -> int:
+    """Write ``run``'s launch records to ``out`` with every time removed: each point's label,
+    status and error (no seconds), and its trace with ``measured_us`` empty. Returns the traces
+    written."""
+    points = out / "points"
+    points.mkdir(parents=True, exist_ok=True)
+    traces = 0
+    for path in sorted((run / "points").glob("*.json")):
+        record = json.loads(path.read_text())
+        kept = {"label": record["label"], "status": record.get("status"), "error": record.get("error")}
+        atomic_write_bytes(points / path.name, json.dumps(kept).encode())
+        trace_path = path.with_suffix("").with_suffix(".trace.csv")
+        if trace_path.is_file():
+            write_trace(points / trace_path.name, read_trace(trace_path).assign(measured_us=np.nan))
+            traces += 1
+    return traces
 
 
 def cmd_predict(args) -> tuple[str, dict]:
@@ -196,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--experiment", type=Path, required=True, help="the drawn (measured) experiment file")
     pre.add_argument("--machines", default="h100-sxm,h200-sxm")
     pre.add_argument("--records-from", required=True, help="where the records came from, in words (kept in the file)")
+    blank = sub.add_parser("blank")
+    blank.add_argument("run", type=Path, help="the record pass's run folder (measured)")
+    blank.add_argument("out", type=Path, help="where its blanked records go")
+    blank.add_argument("--delete", action="store_true", help="remove the run folder afterwards")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("run", type=Path, help="a GPU's run folder of the drawn set")
     cmp_.add_argument("--predictions", type=Path, required=True)
@@ -203,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("--first", type=Path, help="the calibration GPU's run of the same set (speed-ups)")
     cmp_.add_argument("--first-machine", default="h100-sxm")
     args = parser.parse_args(argv)
+    if args.command == "blank":
+        traces = blank_run(args.run, args.out)
+        if args.delete:
+            shutil.rmtree(args.run)
+        print(f"{traces} traces blanked into {args.out}" + (f"; {args.run} removed" if args.delete else ""))
+        return 0
     name, payload = {"predict": cmd_predict, "compare": cmd_compare}[args.command](args)
     path = write_result(name, "cpu (the cost model's replay)", payload, OUT)
     packed = path.with_suffix(".json.gz")  # every launch's price, every whole run: kept compressed
