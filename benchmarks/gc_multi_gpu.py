@@ -38,6 +38,7 @@ import numpy as np
 from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
 from spartan_py.executors import gpu_count, open_executor
 from spartan_py.shard import infer_sharded, release_engines
+from spartan_py.shard_rows import DEFAULT_BALANCE
 
 
 def log(message: str) -> None:
@@ -133,7 +134,9 @@ def main() -> int:
     parser.add_argument("--backend", default="auto", help="engine of every shard (default: auto)")
     parser.add_argument("--no-proxy", action="store_true", help="skip the official network's proxy")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--balance", default="work", help="how the rows are split: work, count, or both (work,count)")
+    parser.add_argument(
+        "--balance", default=DEFAULT_BALANCE, help="how the rows are split: work, count, or both (work,count)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--by-turns", action="store_true", help="one GPU: each count's shards in turn in this process (see above)"

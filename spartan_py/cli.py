@@ -17,7 +17,7 @@ from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError, SpartanError
 from spartan_py.files import json_ready
-from spartan_py.shard_rows import SHARD_BALANCES
+from spartan_py.shard_rows import DEFAULT_BALANCE, SHARD_BALANCES
 
 
 def _log(args, message: str) -> None:
@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--workers", type=int, help="worker processes for --shards (default: one per shard)")
     run.add_argument(
-        "--balance", choices=SHARD_BALANCES, default="work", help="--shards' rows: by predicted work, or blocks"
+        "--balance", choices=SHARD_BALANCES, default=DEFAULT_BALANCE, help="--shards' rows: by work, or blocks"
     )
     run.set_defaults(handler=_cmd_infer)
 

@@ -5,16 +5,16 @@ Rows are independent through every layer, so each shard (a set of rows,
 :func:`~spartan_py.shard_rows.shard_rows`) runs the whole network on its own; categories are
 the shards' categories mapped back to global row numbers, and per-layer counts (live rows,
 non-zeros) are sums. Rows are dealt by predicted work by default: a row's survival, and so its
-share of the deep layers, rises steeply with the non-zeros of its input, so blocks of rows take
-unequal tails. Workers load the network
-and inputs themselves from their specs (paths or ``generated:...``), once per process, so
-nothing large crosses the wire but the results. Where the backend takes a merged network
+share of the deep layers, depends strongly on the non-zeros of its input, so blocks of rows can
+take unequal tails. Workers load the network and inputs themselves from their specs (paths or
+``generated:...``), once per process, so nothing large crosses the wire but the results. Where
+the backend takes a merged network
 (:attr:`~spartan_py.engines.base.Engine.takes_merged_network`) and every worker is on this
 host, the network is merged once, here, into a file every worker maps
-(:mod:`~spartan_py.engines.shared.merged_store`), instead of once per worker. On GPUs, shard ``i`` runs on GPU ``i``
-modulo the GPUs its worker sees, where ``i`` is a local Dask worker's number (so that it
-keeps its GPU and prepared engine) or else the shard's index; under dask-cuda each worker
-sees only its own GPU.
+(:mod:`~spartan_py.engines.shared.merged_store`), instead of once per worker. On GPUs, shard
+``i`` runs on GPU ``i`` modulo the GPUs its worker sees, where ``i`` is a local Dask worker's
+number (so that it keeps its GPU and prepared engine) or else the shard's index; under
+dask-cuda each worker sees only its own GPU.
 
 Example::
 
@@ -44,7 +44,7 @@ from spartan_py.api import cached_inputs, cached_network, edge_rate, network_neu
 from spartan_py.errors import InputError
 from spartan_py.executors import Workers, gpu_count, run_all
 from spartan_py.graph_challenge.generate import generated_family
-from spartan_py.shard_rows import shard_rows
+from spartan_py.shard_rows import DEFAULT_BALANCE, shard_rows
 
 
 def _neurons(network: str, layers: int | None) -> int:
@@ -273,7 +273,7 @@ class ShardedResult:
     prepare_seconds: float = 0.0
     shared_preparation: bool = False
     #: how the rows were split (:data:`~spartan_py.shard_rows.SHARD_BALANCES`)
-    balance: str = "work"
+    balance: str = DEFAULT_BALANCE
 
     @property
     def seconds(self) -> float:
@@ -319,7 +319,7 @@ def infer_sharded(
     keep_values: bool = False,
     retries: int = 3,
     share_preparation: bool = True,
-    balance: str = "work",
+    balance: str = DEFAULT_BALANCE,
     **engine_options,
 ) -> ShardedResult:
     """Run ``network`` over ``inputs`` (specs: paths or ``generated:...``) in ``shards`` row

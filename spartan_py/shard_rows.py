@@ -25,16 +25,20 @@ SHARD_BALANCES = ("work", "count")
 """How :func:`shard_rows` splits the rows: ``work`` deals them by predicted work, ``count``
 takes contiguous blocks."""
 
+DEFAULT_BALANCE = "work"
+"""The split a sharded run takes unless told otherwise (the API's, the CLI's, the benchmark's)."""
 
-def shard_rows(inputs: sp.csr_matrix, shards: int, balance: str = "work") -> list[np.ndarray]:
+
+def shard_rows(inputs: sp.csr_matrix, shards: int, balance: str = DEFAULT_BALANCE) -> list[np.ndarray]:
     """The global row numbers (ascending) of each of ``shards`` shards of ``inputs``, every row
     in one shard, sizes within one.
 
     ``count``: contiguous blocks (:func:`shard_bounds`). ``work``: rows ranked by their input's
-    non-zeros (a row's predicted work: the rows that light more inputs survive deeper; on
-    ``generated:4096`` x 480, 30000 rows, the top tenth by non-zeros held 58% of the survivors)
-    and dealt to the shards in turn, back and forth, so that each shard holds the same spread of
-    them: there, four shards' survivors were at most 1.025x their mean, against 1.13x for blocks.
+    non-zeros (a row's predicted work: how deep a row survives depends strongly on how many
+    inputs it lights; on ``generated:4096`` x 480, 30000 rows, the top tenth by non-zeros held
+    58% of the survivors) and dealt to the shards in turn, back and forth, so that each shard
+    holds the same spread of them: there, four shards' survivors were at most 1.025x their mean,
+    against 1.13x for blocks (docs/scale-out.md: where the predictor is weaker).
     """
     if balance not in SHARD_BALANCES:
         raise InputError(f"balance must be one of {', '.join(SHARD_BALANCES)}, not {balance!r}")
