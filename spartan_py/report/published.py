@@ -1,5 +1,6 @@
 """Published figures shown beside ours: Graph Challenge runs (1024 neurons x 120 layers,
-60000-row proxy) and Spartan's conv-layer training speed-ups."""
+60000-row proxy). Spartan's conv-layer training speed-ups sit with the networks they are of
+(:data:`spartan_py.sparsity.workloads.SPARTAN_TRAINING_SPEEDUP`)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,3 @@ def published_rates() -> list[dict]:
         }
         for name, ms, includes, source in PROXY_1024x120
     ]
-
-
-#: Spartan's conv-layer training speed-ups on ImageNet (simulated hardware; abstract in
-#: ``../shared/seeds/spartan-abstract.txt``), by network as ``sparsity.workloads`` names them.
-SPARTAN_TRAINING_SPEEDUP = {"alexnet": 3.4, "vgg16": 2.14, "resnet18": 2.02}

@@ -93,6 +93,11 @@ def _alexnet() -> list[ConvLayer]:
 #: network -> its convolution layers with post-ReLU inputs.
 CONV_LAYERS: dict[str, list[ConvLayer]] = {"alexnet": _alexnet(), "vgg16": _vgg16(), "resnet18": _resnet18()}
 
+#: Spartan's conv-layer training speed-ups on ImageNet (simulated hardware; abstract in
+#: ``../shared/seeds/spartan-abstract.txt``) for the networks of :data:`CONV_LAYERS`: the
+#: published figure a training-step table shows beside ours.
+SPARTAN_TRAINING_SPEEDUP = {"alexnet": 3.4, "vgg16": 2.14, "resnet18": 2.02}
+
 
 def layers_name(labels: list[str]) -> str:
     """A short name for layer labels: the networks they make up whole (``vgg16``), with any
