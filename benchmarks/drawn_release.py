@@ -61,6 +61,11 @@ def point_label(label: str) -> str:
     return label.replace("backend=auto,", "backend=gpu,", 1)
 
 
+def _point_trace(path: Path) -> Path:
+    """The trace file beside a point's result file (``points/<id>.json``)."""
+    return path.with_suffix("").with_suffix(".trace.csv")
+
+
 def launch_records(run_dir: Path) -> tuple[pd.DataFrame, dict[str, str]]:
     """Every GPU launch a run folder lists, with ``point`` (the measured label), and the points
     that did not finish (label: error). The folder is a simulated run of the drawn set (its CPU
@@ -68,7 +73,7 @@ def launch_records(run_dir: Path) -> tuple[pd.DataFrame, dict[str, str]]:
     frames, failed = [], {}
     for path in sorted((run_dir / "points").glob("*.json")):
         record = json.loads(path.read_text())
-        trace_path = path.with_suffix("").with_suffix(".trace.csv")
+        trace_path = _point_trace(path)
         if record.get("status") != "ok" or not trace_path.is_file():
             failed[point_label(record["label"])] = str(record.get("error"))
             continue
@@ -90,7 +95,7 @@ def blank_run(run: Path, out: Path) -> int:
         record = json.loads(path.read_text())
         kept = {"label": record["label"], "status": record.get("status"), "error": record.get("error")}
         atomic_write_bytes(points / path.name, json.dumps(kept).encode())
-        trace_path = path.with_suffix("").with_suffix(".trace.csv")
+        trace_path = _point_trace(path)
         if trace_path.is_file():
             write_trace(points / trace_path.name, read_trace(trace_path).assign(measured_us=np.nan))
             traces += 1

@@ -172,7 +172,6 @@ def run_shard(
     return {
         "index": index,
         "rows": len(row_ids),
-        "row_ids": row_ids,
         "categories": row_ids[output.live_rows].astype(np.int64),
         "live_rows_by_layer": np.asarray(output.live_rows_by_layer, dtype=np.int64),
         "nonzeros_by_layer": np.asarray(output.nonzeros_by_layer, dtype=np.int64),
@@ -389,7 +388,7 @@ def infer_sharded(
         shard_row_layers=[int(p["live_rows_by_layer"].sum()) for p in parts],
         prepare_seconds=prepare_seconds if prepared is not None else 0.0,
         shared_preparation=prepared is not None,
-        values=_in_row_order([p["values"] for p in parts], [p["row_ids"] for p in parts]) if keep_values else None,
+        values=_in_row_order([p["values"] for p in parts], parts_rows) if keep_values else None,
         balance=balance,
     )
     if truth is not None:
