@@ -1,0 +1,113 @@
+"""``spartan run`` and ``spartan report``: experiment files, their run folders and reports."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from spartan_py.cli._common import log
+from spartan_py.errors import InputError
+
+
+def _cmd_run(args) -> int:
+    from spartan_py.runner import load_experiment, run_experiment
+
+    experiment, points = load_experiment(args.file)
+    if args.only:
+        try:
+            pattern = re.compile(args.only)
+        except re.error as exc:
+            raise InputError(f"--only: not a regular expression: {exc}") from None
+        points = [point for point in points if pattern.search(point.label)]
+        if not points:
+            raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
+    if args.check:
+        from spartan_py.runner.execute import unavailable_here
+
+        blocked = {point.id: unavailable_here(point) for point in points}
+        cannot = sum(reason is not None for reason in blocked.values())
+        plural = "s" if len(points) != 1 else ""
+        here = f"; {cannot} cannot run on this machine (marked *)" if cannot else ""
+        print(f"{args.file}: valid; {len(points)} point{plural}{here}")
+        for point in points:
+            reason = blocked[point.id]
+            print(f"  {point.id}  {point.label}" + (f"  * {reason}" if reason else ""))
+        return 0
+    out = Path(args.out) if args.out else Path("runs") / experiment.name
+    log(args, f"{experiment.name}: {len(points)} points -> {out}")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(points), unit="point", disable=args.quiet, file=sys.stderr)
+
+    def on_point(point, record, skipped):
+        state = "done before" if skipped else record["status"]
+        bar.set_postfix_str(f"{point.label[:40]}: {state}")
+        bar.update(1)
+        if record["status"] == "failed" and not skipped:
+            bar.write(f"point {point.id} ({point.label}) failed: {record['error']}", file=sys.stderr)
+
+    from spartan_py.executors import open_executor
+
+    cluster = args.cluster if args.cluster is not None else experiment.executor.cluster
+    with open_executor(cluster, args.workers or experiment.executor.workers) as workers:
+        log(args, f"running on {workers.description}")
+        summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point, workers=workers)
+    bar.close()
+    print(
+        f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
+        f"tables (*.csv) and points/ written"
+    )
+    from spartan_py.runner.store import guessed_predictions
+
+    guessed = guessed_predictions(out)
+    if guessed:
+        print(
+            f"warning: {guessed[0]} of {guessed[1]} predictions in simulated.csv include launches priced by "
+            "a family-wide fallback or the defaults (its column guessed)"
+        )
+    if args.report:
+        from spartan_py.report import write_report
+
+        html_path, md_path = write_report(out)
+        print(f"report: {html_path} and {md_path}")
+    return 0 if summary.failed == 0 else 1
+
+
+def _cmd_report(args) -> int:
+    from spartan_py.report import write_report
+
+    html_path, md_path = write_report(args.dir, against=args.against, predictions=args.predictions)
+    print(f"report: {html_path} and {md_path}")
+    return 0
+
+
+def register(commands, common) -> None:
+    """Add ``run`` and ``report`` to the ``spartan`` command's subparsers."""
+    experiment = commands.add_parser(
+        "run", parents=[common], help="run an experiment file (YAML): every point of its sweep"
+    )
+    experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
+    experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
+    experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
+    experiment.add_argument("--force", action="store_true", help="recompute points already finished")
+    experiment.add_argument("--only", metavar="REGEX", help="run only the points whose label matches (see --check)")
+    experiment.add_argument("--report", action="store_true", help="write the report when done")
+    experiment.add_argument(
+        "--cluster",
+        help="run the points as Dask tasks: local, local-cuda, or a scheduler "
+        "address tcp://host:8786 (default: the file's executor.cluster, else no Dask)",
+    )
+    experiment.add_argument("--workers", type=int, help="worker processes (default: the file's executor.workers, 1)")
+    experiment.add_argument("--quiet", action="store_true", help="no progress bar")
+    experiment.set_defaults(handler=_cmd_run)
+
+    report = commands.add_parser("report", parents=[common], help="write report.html and report.md for a run folder")
+    report.add_argument("dir", help="a folder written by `spartan run`")
+    report.add_argument(
+        "--against",
+        help="the same experiment's run folder from the GPU the cost model was fitted on: "
+        "adds the cross-machine fidelity tables",
+    )
+    report.add_argument("--predictions", help="with --against: the blind predictions file written before this run")
+    report.set_defaults(handler=_cmd_report)

@@ -1,0 +1,131 @@
+"""``spartan machines`` and ``spartan simulate``: the described GPUs and replays of traces on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spartan_py.files import json_ready
+
+
+def _cmd_machines(args) -> int:
+    from spartan_py.costmodel import load_machine, load_variants, machine_names
+
+    rows = []
+    for name in machine_names():
+        machine = load_machine(name)
+        specs = machine.specs
+        fitted = [k for k, v in machine.calibration.items() if v.records > 0]
+        carried = [k for k, v in machine.calibration.items() if v.records == 0]
+        rows.append(
+            {
+                "name": name,
+                "description": machine.description,
+                "sm_count": specs.sm_count,
+                "memory_bandwidth_gb_s": specs.memory_bandwidth_gb_s,
+                "fp32_tflops": specs.fp32_tflops,
+                "calibrated": fitted,
+                "carried_over": carried,
+                "validated": machine.validated,
+                "validation": [v.model_dump() for v in machine.validation],
+                "status": machine.validation_summary(),
+            }
+        )
+    variants = {v.name: f"{v.description} ({v.status()})" for v in load_variants().values()}
+    if args.json:
+        print(json.dumps(json_ready({"machines": rows, "variants": variants})))
+        return 0
+    for row in rows:
+        calibration = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
+        validated = "VALIDATED" if row["validated"] else "not validated"
+        print(
+            f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
+            f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {calibration:<13} {validated:<13} {row['description']}"
+        )
+        print(f"{'':<12} {row['status']}")
+    print("variants (MACHINE+VARIANT):")
+    for name, text in variants.items():
+        print(f"  {name}: {text}")
+    return 0
+
+
+def _cmd_simulate(args) -> int:
+    from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
+    from spartan_py.runner.store import run_environment
+    from spartan_py.trace import write_trace
+
+    trace = read_replayable_trace(args.trace)
+    environment = run_environment(args.trace)
+    results = []
+    for name in args.machine:
+        entry, predicted = replay_summary(trace, name, args.host, environment)
+        results.append(entry)
+        if args.out:
+            out = (
+                args.out
+                if len(args.machine) == 1
+                else args.out.with_name(f"{args.out.stem}-{entry['machine']}{args.out.suffix}")
+            )
+            write_trace(out, predicted)
+    if args.json:
+        print(json.dumps(json_ready(results)))
+        return 0
+    for entry in results:
+        print(f"{entry['machine']}: {entry['trust']}")
+        if entry["host"]:
+            print(f"  host assumed: {entry['host']} (sim/hosts/)")
+        print(f"  {entry['interval_status']}")
+        for run, us in entry["predicted_us_by_run"].items():
+            label = run or "(unnamed)"
+            if us is None:
+                print(f"  run {label}: no total: {entry['unpriced_by_run'][run]}")
+            elif run in entry["interval_us_by_run"]:
+                span = entry["interval_us_by_run"][run]
+                print(
+                    f"  run {label}: {us / 1e3:.3f} ms (kernel launches; 80% interval "
+                    f"{span['low_us'] / 1e3:.3f}-{span['high_us'] / 1e3:.3f} ms, spread of {span['from']})"
+                )
+            else:
+                print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
+        for difference in entry["assumption_differences"]:
+            print(f"  warning: the run's GPU reports {difference}")
+        for kind, families in entry["guessed"].items():
+            print(f"  warning: totals include launches priced by {kind} parameters: {', '.join(families)}")
+        if entry["left_out"]:
+            families = ", ".join(f"{k} ({v})" for k, v in entry["left_out"].items())
+            print(f"  left out of every total (the model does not describe them): {families}")
+        for note in entry["notes"]:
+            print(f"  note: {note}")
+        if entry["measured_on"] and not entry["compared"]:
+            print(f"  measured on {', '.join(entry['measured_on'])}: not this machine, so no error against it")
+        for row in entry.get("error_by_run", []):
+            print(
+                f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%"
+            )
+    return 0
+
+
+def register(commands, common) -> None:
+    """Add ``machines`` and ``simulate`` to the ``spartan`` command's subparsers."""
+    machines = commands.add_parser(
+        "machines", parents=[common], help="list the described GPUs (sim/) and what-if variants"
+    )
+    machines.add_argument("--json", action="store_true")
+    machines.set_defaults(handler=_cmd_machines)
+
+    simulate = commands.add_parser(
+        "simulate", parents=[common], help="replay a recorded trace on described GPUs (cost model)"
+    )
+    simulate.add_argument(
+        "trace",
+        help="a trace file (CSV or Parquet) from `spartan infer --trace-out` or a benchmark, "
+        "or a `spartan run` folder (every point's trace)",
+    )
+    simulate.add_argument("--machine", action="append", required=True, help="NAME or NAME+VARIANT; repeat for several")
+    simulate.add_argument(
+        "--host",
+        help="assume this host (sim/hosts/NAME.yaml: its launch and sync latencies) instead of each machine's own",
+    )
+    simulate.add_argument("--out", type=Path, help="write the predicted trace here (one file per machine if several)")
+    simulate.add_argument("--json", action="store_true")
+    simulate.set_defaults(handler=_cmd_simulate)
