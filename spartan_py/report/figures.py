@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from spartan_py.report.published import published_rates  # noqa: E402
+from spartan_py.report.published_runs import published_rates  # noqa: E402
 
 
 def _png(figure) -> bytes:

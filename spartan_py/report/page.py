@@ -14,7 +14,7 @@ from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.graph_challenge.generate import generated_family
 from spartan_py.report import figures
-from spartan_py.report.published import published_rates
+from spartan_py.report.published_runs import published_rates
 from spartan_py.report.tables import html_table, markdown_table
 from spartan_py.runner.store import (
     challenge_table,

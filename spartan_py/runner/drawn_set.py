@@ -35,7 +35,7 @@ from spartan_py.sparsity.workloads import CONV_LAYERS
 #: Network widths of the Graph Challenge (the rows kernel's too).
 GC_WIDTHS = (1024, 4096, 16384, 65536)
 #: Network families drawn: the RadiX-Net generator and the one without equal weight columns.
-GC_FAMILIES = ("generated", "generated-unmergeable")
+NETWORK_FAMILIES = ("generated", "generated-unmergeable")
 #: Backends a Graph Challenge point is drawn on.
 GC_BACKENDS = ("gpu", "gpu-merged")
 #: Ranges drawn (inclusive).
@@ -169,7 +169,7 @@ def draw_set(
     for _ in range(graph_challenge):
         backends: list[str] = []
         while not backends:  # an unmergeable 65536-neuron network runs on no GPU backend: draw again
-            family = str(rng.choice(GC_FAMILIES))
+            family = str(rng.choice(NETWORK_FAMILIES))
             width = int(rng.choice(GC_WIDTHS))
             backends = [name for name in GC_BACKENDS if _runs(name, family, width)]
         cases.append(
