@@ -11,7 +11,7 @@ from spartan_py.costmodel.machine import (
     write_calibration,
 )
 from spartan_py.costmodel.model import FAMILIES, predict, run_totals
-from spartan_py.costmodel.validation import kernel_error_table, plot_measured_vs_predicted, run_error_table
+from spartan_py.costmodel.validation import kernel_error_table
 
 __all__ = [
     "FAMILIES",
@@ -23,9 +23,7 @@ __all__ = [
     "load_machine",
     "load_variants",
     "machine_names",
-    "plot_measured_vs_predicted",
     "predict",
-    "run_error_table",
     "run_totals",
     "write_calibration",
 ]

@@ -100,16 +100,14 @@ def calibrated_apart(machine: Machine, kernel: str, instance: str) -> bool:
 
 
 GUESSED_KINDS = ("family-wide fallback", "default")
-"""The kinds of :data:`CALIBRATION_KINDS` whose parameters were never fitted to what they price."""
-
-CALIBRATION_KINDS = ("fitted", "carried over", *GUESSED_KINDS, "none")
-"""How a prediction's parameters were had: fitted on this machine's runs; carried over from
-another machine's fit; the family's fit standing in for a compiled instance that has none of
-its own; the uncalibrated defaults; none (a kernel the model does not describe)."""
+"""The calibration kinds (see :func:`calibration_kind`) whose parameters were never fitted to what they price."""
 
 
 def calibration_kind(machine: Machine, kernel: str, instance: str = "") -> str:
-    """Which of :data:`CALIBRATION_KINDS` a prediction of ``kernel`` (``instance``) on ``machine`` uses."""
+    """How a prediction of ``kernel`` (``instance``) on ``machine`` had its parameters: "fitted" on
+    this machine's runs; "carried over" from another machine's fit; "family-wide fallback" (the
+    family's fit standing in for a compiled instance with none of its own); "default" (the
+    uncalibrated defaults); "none" (a kernel the model does not describe)."""
     if family_of(kernel) is None:
         return "none"
     own = machine.calibration.get(calibration_key(kernel, instance)) if instance else None

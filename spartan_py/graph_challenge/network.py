@@ -24,8 +24,6 @@ from spartan_py.graph_challenge.writers import write_triples
 OFFICIAL_BIAS: dict[int, float] = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
 #: Official activation ceiling: ``Y = min(CLAMP, ReLU(...))``.
 OFFICIAL_CLAMP = 32.0
-#: Official layer counts.
-OFFICIAL_LAYER_COUNTS = (120, 480, 1920)
 
 _LAYER_NAME = re.compile(r"^n(\d+)-l(\d+)\.(tsv|tsv\.gz|mtx)$")
 _SUFFIX_PREFERENCE = ("tsv.gz", "tsv", "mtx")

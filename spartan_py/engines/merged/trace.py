@@ -1,4 +1,4 @@
-"""The merged kernel's trace (families ``gpu.scatter_rows``, ``gpu.gc_merged``, ``gpu.expand_rows``),
+"""The merged kernel's trace (families ``gpu.scatter_rows``, ``gpu.gc_merged``, ``gpu.expand``),
 written alike by the engine and its twin."""
 
 from __future__ import annotations
