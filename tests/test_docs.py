@@ -65,3 +65,74 @@ def test_cost_model_page_stays_within_its_cap():
     lines = (ROOT / "docs" / "cost-model.md").read_text().splitlines()
     assert len(lines) <= 300
     assert any(line.startswith("## The rule of validation") for line in lines)
+
+
+# reference pages without history (issue 72): figures come from committed summaries
+
+
+def _commit_hashes(text: str) -> set[str]:
+    """Words of 7-40 hex digits in ``text`` that name a commit of this repository."""
+    import subprocess
+
+    words = set(re.findall(r"(?<![\w./-])[0-9a-f]{7,40}(?![\w])", text))
+    found = set()
+    for word in words:
+        ask = subprocess.run(["git", "cat-file", "-e", f"{word}^{{commit}}"], cwd=ROOT, capture_output=True)
+        if ask.returncode == 0:
+            found.add(word)
+    return found
+
+
+HISTORY_PAGES = {"results.md", "history.md", "cost-model-history.md"}
+
+
+def test_reference_pages_and_readme_hold_no_commit_hash():
+    import shutil
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        import pytest
+
+        pytest.skip("no git checkout to tell commits from hex words")
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if p.name not in HISTORY_PAGES] + [ROOT / "README.md"]
+    offending = {p.relative_to(ROOT).as_posix(): sorted(_commit_hashes(p.read_text())) for p in pages}
+    offending = {page: hashes for page, hashes in offending.items() if hashes}
+    if "docs/snippets/trust-table.md" in offending:  # included by the results page only
+        assert '--8<-- "docs/snippets/trust-table.md"' not in "".join(
+            p.read_text() for p in (ROOT / "docs").glob("*.md") if p.name not in HISTORY_PAGES
+        )
+        del offending["docs/snippets/trust-table.md"]
+    assert not offending, f"commit hashes on reference pages (quote the results page instead): {offending}"
+
+
+def test_results_page_is_made_from_the_committed_summaries():
+    from spartan_py.report.results_page import PAGE, render
+
+    assert (ROOT / PAGE).read_text() == render(ROOT), "stale: run python -m spartan_py.report.results_page"
+
+
+def test_results_page_has_an_entry_per_result_file_and_no_other():
+    from spartan_py.report.results_page import RESULTS, anchor, entries
+
+    page = (ROOT / "docs" / "results.md").read_text()
+    found = entries(ROOT)
+    headings = set(re.findall(r"^### (.+)$", page, re.M))
+    assert headings == {e.key.replace("/", " / ") for e in found}
+    for path in (ROOT / RESULTS).rglob("*"):
+        if path.is_file() and path.name != "README.md":
+            assert path.relative_to(ROOT / RESULTS).as_posix() in page, f"{path} is not on the results page"
+    anchors = {anchor(e.key) for e in found}
+    # every link to an entry, from any page or the README, names one that exists
+    for source in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]:
+        for target in re.findall(r"results\.md#([\w-]+)", source.read_text()):
+            assert target in anchors or target in {"which-machines-the-cost-model-validates", "data-files"}, (
+                f"{source.name} links to results.md#{target}, which is no entry"
+            )
+
+
+def test_one_name_per_kernel_table_names_real_trace_families():
+    from spartan_py.costmodel.families import FAMILIES
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## One name per kernel") :].split("\n## ")[0]
+    named = set(re.findall(r"`(gpu\.\w+)`", table))
+    assert named and named <= set(FAMILIES), named - set(FAMILIES)

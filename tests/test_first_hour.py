@@ -315,7 +315,7 @@ def test_docs_trust_table_is_the_machine_files_figures():
 
     committed = (ROOT / TABLE_PATH).read_text()
     assert committed == trust_table(), "stale: run python -m spartan_py.costmodel.published"
-    assert f'--8<-- "{TABLE_PATH.as_posix()}"' in (ROOT / "docs" / "cost-model.md").read_text()
+    assert f'--8<-- "{TABLE_PATH.as_posix()}"' in (ROOT / "docs" / "results.md").read_text()
     h100 = load_machine("h100-sxm").validation[0]
     assert f"whole runs within {h100.whole_run_error_pct:.1f}%" in committed
     assert f"whole runs within {h100.whole_run_error_pct:.1f}%" in load_machine("h100-sxm").validation_summary()

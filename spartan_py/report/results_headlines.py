@@ -1,0 +1,359 @@
+"""The headline figures of one committed result file, as Markdown lines, read from its data.
+
+One function per kind of result (the file's ``benchmark`` field, or ``training`` for a
+training-step table); :func:`headlines` picks it. Nothing here is typed by hand: every figure
+is read from the file, so the results page is what the files say.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+
+def _g(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures (``-`` for none)."""
+    return "-" if value is None or value != value else f"{value:.{digits}g}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else _g(seconds * 1e3, 4)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _gc_gpu(data: dict) -> list[str]:
+    rows = [
+        (
+            f"`{name}`",
+            f"`{v.get('engine', '')}`",
+            _options(v.get("options")),
+            _ms(v["median_seconds"]),
+            _g(v.get("edges_per_second")),
+        )
+        for name, v in data["variants"].items()
+        if "median_seconds" in v
+    ]
+    rows += [
+        (f"`{name}`", "stock", "", _ms(v["median_seconds"]), _g(v["edges_per_second"]))
+        for name, v in data["baselines"].items()
+    ]
+    lines = [f"{data['workload']}; best variant `{data['best_variant']}`."]
+    if "speedup_vs_fastest_baseline" in data:
+        lines[0] += f" Speed-up over the fastest stock path: {_g(data['speedup_vs_fastest_baseline'])}x"
+        lines[0] += f" (rows kernel {_g(data.get('rows_kernel_speedup_vs_fastest_baseline'))}x)."
+    return [*lines, "", *_table(("variant", "backend", "options", "median ms", "edges/s"), rows)]
+
+
+def _options(options: dict | None) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in (options or {}).items())
+
+
+def _gc_cpu(data: dict) -> list[str]:
+    rows = [
+        (name, _g(data[key].get("median_seconds", data[key].get("seconds")), 4), _g(data[key]["edges_per_second"]))
+        for name, key in (
+            ("`cpu` (merged columns)", "cpu"),
+            ("`cpu`, row path", "cpu_row_path"),
+            ("`reference`", "reference"),
+        )
+    ]
+    head = f"{data['workload']}; {data['threads']}; reading the files {_g(data['read_seconds']['total'])} s."
+    return [head, "", *_table(("engine", "seconds", "edges/s"), rows)]
+
+
+def _gc_families(data: dict) -> list[str]:
+    rows = []
+    for case in data["cases"]:
+        backends = case["backends"]
+        stock = {k: v for k, v in backends.items() if v.get("stock_library") and v.get("median_seconds")}
+        fastest = min(stock, key=lambda k: stock[k]["median_seconds"]) if stock else None
+        rows.append(
+            (
+                f"`{case['case']}`",
+                f"`{case['auto_picks']}`",
+                _ms(backends["gpu-merged"]["median_seconds"]),
+                _ms(backends["gpu"]["median_seconds"]),
+                f"{_ms(stock[fastest]['median_seconds'])} (`{fastest}`)" if fastest else "-",
+            )
+        )
+    return _table(("network", "`auto` picks", "`gpu-merged` ms", "`gpu` ms", "fastest stock ms"), rows)
+
+
+def _gc_gpu_generated(data: dict) -> list[str]:
+    rows = [
+        (c["case"], f"`{c['engine']}`", _ms(c.get("median_seconds")), _g(c.get("edges_per_second")))
+        for c in data["cases"]
+    ]
+    return _table(("neurons x layers x rows", "backend", "median ms", "edges/s"), rows)
+
+
+def _gc_multi_gpu(data: dict) -> list[str]:
+    rows = [
+        (
+            c["case"],
+            c.get("balance", ""),
+            c["gpus"],
+            _ms(c["one_gpu_seconds"]),
+            _ms(c["sharded_seconds"]),
+            _g(c.get("efficiency")),
+        )
+        for c in data["cases"]
+    ]
+    lines = [f"Executor: {data['executor']}."] + _table(
+        ("case", "rows dealt", "GPUs", "one GPU ms", "sharded ms", "efficiency"), rows
+    )
+    setup = [(s["case"], s["gpus"], _g(s["wall_seconds"])) for s in data.get("setup", [])]
+    return lines + (["", *_table(("set-up of", "GPUs", "wall s"), setup)] if setup else [])
+
+
+def _gc_setup(data: dict) -> list[str]:
+    lines: list[str] = []
+    networks = data.get("networks")
+    if isinstance(networks, list):
+        rows = [
+            (
+                f"{n['neurons']} x {n['layers']}",
+                f"`{n['backend']}`",
+                _g(n.get("load_seconds")),
+                _g(n.get("prepare_seconds")),
+                _g(n.get("inference_seconds")),
+            )
+            for n in networks
+        ]
+        lines += _table(("network", "backend", "load s", "prepare s", "inference s"), rows)
+    if data.get("commands"):
+        walls = [c["wall_seconds"] for c in data["commands"]]
+        lines += ["", f"Whole `spartan infer` commands: {len(walls)}, {_g(min(walls))}-{_g(max(walls))} s wall."]
+    if "setup_seconds" in data:
+        lines += [
+            f"{data['neurons']} x {data['layers']}: set-up {_g(data['setup_seconds'])} s, inference "
+            f"{_g(data['inference_seconds'])} s."
+        ]
+    files = data.get("files")
+    if files:
+        per_layer = files.get("load_tsv_seconds_per_layer", files.get("seconds_per_layer"))
+        lines += [
+            "",
+            f"TSV layers ({files.get('layers')} of {data.get('neurons')} neurons, "
+            f"{_g(files['tsv_bytes'] / 1e9)} GB): load {_g(per_layer)} s a layer.",
+        ]
+    return lines
+
+
+def _gc_monitor(data: dict) -> list[str]:
+    rows = [
+        (f"`{mode}`", _ms(c["baseline_seconds"]), _g(c["extra_seconds"] * 1e6), _g(c["extra_pct"]))
+        for mode, c in data["costs"].items()
+    ]
+    return [
+        f"{data['workload']}; {data['rounds']} rounds.",
+        "",
+        *_table(("backend/network/monitor", "monitor off ms", "extra us", "extra %"), rows),
+    ]
+
+
+def _host_latency(data: dict) -> list[str]:
+    return [
+        f"Launch {data['launch_us']} us, synchronisation round trip {data['sync_us']} us (median of "
+        f"{data['repeats']}; CPU {data['cpu']})."
+    ]
+
+
+def _memory_latency(data: dict) -> list[str]:
+    return [
+        f"Dependent-load latency {data['latency_ns']} ns ({data['buffer_mib']} MiB cycle); copy "
+        f"{data['copy_gb_s']} GB/s; streaming efficiency {data.get('streaming_efficiency', '-')}."
+    ]
+
+
+def _families(families: list[dict], columns: tuple[str, ...]) -> list[str]:
+    return _table(("family", *columns), [(f"`{f['family']}`", *(f.get(c, "-") for c in columns)) for f in families])
+
+
+def _repeatability(data: dict) -> list[str]:
+    return [
+        f"{len(data['runs'])} runs, {data['launches']} launches.",
+        "",
+        *_families(data["families"], ("launches", "median_pct", "p90_pct")),
+    ]
+
+
+def _col2im(data: dict) -> list[str]:
+    rows = [
+        (net, t["floor_us"], t["im2col_us"], t["col2im_gather_us"], t["col2im_strided_us"])
+        for net, t in data["totals_ms"].items()
+    ]
+    return [f"Batch {data['batch']}, every conv layer summed (ms)."] + _table(
+        ("network", "floor", "im2col", "col2im gather", "col2im strided"), rows
+    )
+
+
+def _summary(name: str, summary: dict) -> str:
+    return (
+        f"{name}: whole runs within {_g(summary['whole_run_error_pct'])}%, per-launch median error "
+        f"{_g(summary['per_launch_median_error_pct'])}%."
+    )
+
+
+def _calibration(data: dict) -> list[str]:
+    refit = ", ".join(f"`{f}`" for f in data["families_refitted"]) or "every family"
+    return [
+        f"Refitted: {refit}; {len(data['fit_points'])} fitted points, {len(data['held_out_points'])} held out.",
+        "",
+        "- " + _summary("Fitted", data["fit"]["summary"]),
+        "- " + _summary("Held out", data["held_out"]["summary"]),
+    ]
+
+
+def _drawn_fidelity(data: dict) -> list[str]:
+    blind = data["blind"]
+    held = blind.get("families_within_bar", blind.get("families_within_15pct"))
+    return [
+        f"`{data['machine']}` against predictions committed before the measurement (at "
+        f"{data['predictions_commit'][:7]}): "
+        f"{blind['within_10pct']} of {blind['whole_runs']} whole runs within 10%, "
+        f"{blind['inside_interval']} of {blind['with_interval']} inside their 80% interval, median |error| "
+        f"{blind['median_abs_whole_run_pct']}%, "
+        f"worst {blind['worst_whole_run_pct']}%; {held} of {blind.get('families_held', len(data['families']))} "
+        f"families within their bar.",
+    ]
+
+
+def _drawn_predictions(data: dict) -> list[str]:
+    return [
+        f"Drawn set `{data['drawn_set']}`: {data['points']} points, model frozen at {data['model_commit'][:7]}, "
+        f"machines {', '.join(f'`{m}`' for m in data['machines'])}."
+    ]
+
+
+def _h200_fidelity(data: dict) -> list[str]:
+    return [
+        "- " + _summary("H200, blind", data["h200_blind"]["summary"]),
+        "- " + _summary("H200, the current model", data["h200_current_model"]["summary"]),
+        "- " + _summary("H100, every point", data["h100_all_points"]["summary"]),
+    ]
+
+
+def _lopo(data: dict) -> list[str]:
+    errors = [abs(r["ratio"] - 1) * 100 for r in data["runs"]]
+    return [
+        f"{data['points']} points left out one at a time, {len(errors)} whole runs: median |error| "
+        f"{_g(statistics.median(errors))}%, worst {_g(max(errors))}%."
+    ]
+
+
+def _tile_gemm(data: dict) -> list[str]:
+    return [
+        f"{data['points']} conv points: speed-up or floor bar met on {data['bar_speedup_or_floor_met']}, "
+        f"baselines bar on {data['bar_baselines_met']}."
+    ]
+
+
+def _spartan_machinery(data: dict) -> list[str]:
+    extra = statistics.median(p["fused_extra_us"] for p in data["profiling_overhead"])
+    checks = [f"{c['check']}: {c['result']}" for c in data["checks"]]
+    return [
+        f"The fused monitor's median extra time {_g(extra)} us over {len(data['profiling_overhead'])} layers; "
+        f"{len(data['density_sweep'])} density-sweep points. Checks: " + "; ".join(checks) + "."
+    ]
+
+
+def _training_bound(data: dict) -> list[str]:
+    rows = data["rows"]
+    return [
+        f"{len(rows)} rows (network x blob length); bound speed-up "
+        f"{_g(min(r['bound_speedup'] for r in rows))}-{_g(max(r['bound_speedup'] for r in rows))}x."
+    ]
+
+
+def _cublas_algos(data: dict) -> list[str]:
+    return [f"{len(data['shapes'])} GEMM shapes, each with cuBLASLt's algorithm (no time)."]
+
+
+def _challenge(data: dict) -> list[str]:
+    rows = [
+        (
+            f"{n['neurons']} x {n['layers']}",
+            f"`{n['backend']}`",
+            _ms(n["seconds"]),
+            _g(n["edges_per_second"]),
+            n["categories"],
+            n.get("check_equal", "-"),
+        )
+        for n in data["networks"]
+    ]
+    return _table(("network", "backend", "ms", "edges/s", "categories", "equal to the CPU engine"), rows)
+
+
+def _challenge_model(data: dict) -> list[str]:
+    errors = [abs(n["model_error"]) * 100 for n in data["networks"] if n.get("model_error") is not None]
+    return (
+        [
+            f"{len(data['networks'])} networks replayed; median |model error| {_g(statistics.median(errors))}%, "
+            f"worst {_g(max(errors))}%."
+        ]
+        if errors
+        else []
+    )
+
+
+def training_table(frame: pd.DataFrame) -> list[str]:
+    """A training-step table (``training*.csv``): dense and adaptive step, model error, monitor cost."""
+    rows = [
+        (
+            r.network,
+            r.precision,
+            r.batch,
+            _g(r.dense_ms, 4),
+            _g(r.adaptive_ms, 4),
+            f"{r.model_error * 100:+.1f}%",
+            _g(r.profiling_ratio),
+        )
+        for r in frame.itertuples()
+    ]
+    return _table(
+        ("network", "precision", "batch", "dense ms", "adaptive ms", "model error", "software / fused monitor"), rows
+    )
+
+
+EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
+    "gc_gpu": _gc_gpu,
+    "gc_cpu": _gc_cpu,
+    "gc_families": _gc_families,
+    "gc_gpu_generated": _gc_gpu_generated,
+    "gc_multi_gpu": _gc_multi_gpu,
+    "gc_setup": _gc_setup,
+    "gc_monitor": _gc_monitor,
+    "host_latency": _host_latency,
+    "memory_latency": _memory_latency,
+    "repeatability": _repeatability,
+    "col2im": _col2im,
+    "h100-calibration": _calibration,
+    "drawn-fidelity-h100-sxm": _drawn_fidelity,
+    "drawn-fidelity-h200-sxm": _drawn_fidelity,
+    "drawn-predictions": _drawn_predictions,
+    "h200-fidelity": _h200_fidelity,
+    "lopo": _lopo,
+    "tile-gemm": _tile_gemm,
+    "spartan-machinery": _spartan_machinery,
+    "training_bound": _training_bound,
+    "cublas_algos": _cublas_algos,
+    "graph-challenge-all": _challenge,
+    "model": _challenge_model,
+}
+"""Headline figures by the result file's ``benchmark`` field."""
+
+
+def headlines(data: dict) -> list[str]:
+    """The Markdown lines of ``data``'s headline figures (a result file with a ``benchmark``)."""
+    extractor = EXTRACTORS.get(data["benchmark"])
+    if extractor is None:
+        raise KeyError(f"no headline extractor for benchmark {data['benchmark']!r}: add one to EXTRACTORS")
+    return extractor(data)
