@@ -83,7 +83,7 @@ def _commit_hashes(text: str) -> set[str]:
     return found
 
 
-HISTORY_PAGES = {"results.md", "history.md", "cost-model-history.md"}
+HISTORY_PAGES = {"results.md", "history.md", "cost-model-history.md", "performance-history.md"}
 
 
 def test_reference_pages_and_readme_hold_no_commit_hash():
@@ -136,3 +136,16 @@ def test_one_name_per_kernel_table_names_real_trace_families():
     table = text[text.index("## One name per kernel") :].split("\n## ")[0]
     named = set(re.findall(r"`(gpu\.\w+)`", table))
     assert named and named <= set(FAMILIES), named - set(FAMILIES)
+
+
+def test_every_link_to_a_docs_heading_names_one():
+    def slug(heading: str) -> str:  # as the Markdown table of contents makes an anchor
+        return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower())
+
+    headings = {
+        page.name: {slug(h) for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
+        for page in (ROOT / "docs").glob("*.md")
+    }
+    for source in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]:
+        for page, target in re.findall(r"\((?:[\w./-]*/)?([\w-]+\.md)#([\w-]+)\)", source.read_text()):
+            assert target in headings.get(page, set()), f"{source.name} links to {page}#{target}: no such heading"

@@ -68,7 +68,8 @@ Every measured figure the documentation quotes comes from one result file in
 `benchmarks/results/`, listed here with the device, date, commit and command the file
 records (commands run from the repository root) and its headline figures, read from the
 file. Topic pages and the README quote these figures and link here; how the figures got
-where they are is in [History](history.md) and [Cost model validation rounds](cost-model-history.md).
+where they are is in [History](history.md), [Performance history](performance-history.md) and
+[Cost model validation rounds](cost-model-history.md).
 Speed goals are checked by the benchmark scripts, never by timed tests.
 """
 
