@@ -132,3 +132,21 @@ def test_zero_smallest_reaches_the_sparsity_by_dropping_the_smallest(sparsity):
     np.testing.assert_array_equal(kept, x[thinned != 0])
     already = np.where(x > 0.95, x, 0)
     assert zero_smallest(already, sparsity) is already
+
+
+@pytest.mark.gpu
+def test_cupy_path_matches_numpy():
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    g = ConvGeometry(8, 6, 12, 12, 3, 2, 1)
+    x = _maps(rng, (2, 8, 12, 12), 0.3)
+    dy = _maps(rng, (2, 6, 6, 6), 0.4) != 0
+    on_cpu = layer_granularity(x, dy, g)
+    on_gpu = layer_granularity(cp.asarray(x), cp.asarray(dy), g)
+    assert on_gpu.keys() == on_cpu.keys()
+    for gemm, entry in on_cpu.items():
+        for order, grains in entry["orders"].items():
+            for grain, values in grains.items():
+                assert on_gpu[gemm]["orders"][order][grain] == pytest.approx(values), (gemm, order, grain)
+    thinned = zero_smallest(cp.asarray(x), 0.9)
+    np.testing.assert_array_equal(cp.asnumpy(thinned), zero_smallest(x, 0.9))

@@ -49,9 +49,11 @@ def bound_figures(summary: dict, out: str | Path) -> list[Path]:
                         continue  # dY has one column order
                     ys = [bounds[gemm][order][g] for g in GRAINS]
                     ax.plot(xs, ys, style, color=color, marker="o", ms=3, label=f"{gemm} ({order})")
-            for key, sens in data.get("sensitivity", {}).items():
+            for color, (key, sens) in zip(("C3", "C4", "C5", "C6"), data.get("sensitivity", {}).items(), strict=False):
                 ys = [sens["network"]["relu_inputs"]["step"]["chw"][g] for g in GRAINS]
-                ax.plot(xs, ys, ":", marker="s", ms=3, label=f"step, inputs thinned to {float(key):.0%} zeros")
+                ax.plot(
+                    xs, ys, ":", color=color, marker="s", ms=3, label=f"step, inputs thinned to {float(key):.0%} zeros"
+                )
             ax.axhline(1.5, color="grey", lw=0.6)
             ax.set_xticks(xs, GRAINS, rotation=30)
             ax.set_yscale("log")

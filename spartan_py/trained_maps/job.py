@@ -21,6 +21,7 @@ import numpy as np
 
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text, json_ready
+from spartan_py.sparsity.arrays import array_module
 from spartan_py.sparsity.granularity import GEMMS, layer_granularity, network_bounds, zero_smallest
 from spartan_py.trained_maps import fashion
 from spartan_py.trained_maps.capture import ConvMaps, capture_step
@@ -98,6 +99,7 @@ def point_steps(steps: int) -> dict[int, list[str]]:
 
 def _layer_record(run: ConvMaps, x, dy_mask) -> dict[str, Any]:
     g = run.geometry
+    xp = array_module(x)
     gemms = GEMMS if run.relu_input else ("forward", "weight_grad")  # no input gradient for the image
     return {
         "name": run.name,
@@ -111,8 +113,8 @@ def _layer_record(run: ConvMaps, x, dy_mask) -> dict[str, Any]:
         "out_h": g.out_height,
         "out_w": g.out_width,
         "relu_input": run.relu_input,
-        "x_density": float((x != 0).mean()),
-        "dy_density": float(dy_mask.mean()),
+        "x_density": int(xp.count_nonzero(x)) / x.size,
+        "dy_density": int(xp.count_nonzero(dy_mask)) / dy_mask.size,
         "gemms": layer_granularity(x, dy_mask, g, gemms=gemms),
     }
 
@@ -141,6 +143,10 @@ def analyse(runs: list[ConvMaps], settings: JobSettings, backend: str) -> dict[s
             record = _layer_record(run, thinned, dy_mask)
             record["gemms"]["input_grad"] = base["gemms"]["input_grad"]
             variants[f"{sparsity:g}"].append(record)
+    if backend == "cupy":
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()  # leave the GPU's memory to training
     return {
         "layers": layers,
         "network": _bounds(layers),
@@ -191,7 +197,10 @@ def run_job(settings: JobSettings, progress: Callable[[str], None] = lambda _: N
     if settings.test_images:
         test_u8, test_labels = test_u8[: settings.test_images], test_labels[: settings.test_images]
     device = settings.device
-    train_data = (to_device_images(train_u8, device), torch.from_numpy(train_labels.astype(np.int64)).to(device))
+    train_data = (
+        to_device_images(train_u8, device),
+        torch.from_numpy(train_labels.astype(np.int64, copy=True)).to(device),
+    )
     test_x, test_y = to_device_images(test_u8, device), torch.from_numpy(test_labels.astype(np.int64)).to(device)
     probe_x = prepare(test_x[: settings.images], settings.px, channels_last=False)
     probe_y = test_y[: settings.images]

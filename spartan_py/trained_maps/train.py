@@ -52,7 +52,7 @@ class TrainLog:
 def to_device_images(images: np.ndarray, device: str):
     """uint8 ``[n x 28 x 28]`` images as a uint8 tensor on ``device``."""
     torch, _ = import_torch()
-    return torch.from_numpy(np.ascontiguousarray(images)).to(device)
+    return torch.from_numpy(np.array(images, copy=True)).to(device)
 
 
 def prepare(images_u8, px: int, channels_last: bool):
@@ -112,12 +112,15 @@ def train(
     losses: list[Any] = []
     model.train()
     started = time.perf_counter()
+    paused = 0.0  # seconds in at_step (tests, captures), not training
     for step in range(steps + 1):
         if step == probe_steps and settings.budget_s is not None and device.type == "cuda":
             torch.cuda.synchronize()
-            per_step = (time.perf_counter() - started) / (probe_steps - 1)
+            per_step = (time.perf_counter() - started - paused) / (probe_steps - 1)
             steps = max(min(steps, int(settings.budget_s / per_step)), probe_steps + 1)
+        tick = time.perf_counter()
         at_step(step, steps)
+        paused += time.perf_counter() - tick
         if step == steps:
             break
         idx = torch.randint(0, images.shape[0], (settings.batch,), device=device, generator=generator)
@@ -135,8 +138,8 @@ def train(
             log.loss.append((step + 1, float(torch.stack(losses[-50:]).float().mean())))
         log.steps_done = step + 1
         if step == 0:
-            started = time.perf_counter()  # the first step pays for cuDNN's autotuning
+            started, paused = time.perf_counter(), 0.0  # the first step pays for cuDNN's autotuning
     if device.type == "cuda":
         torch.cuda.synchronize()
-    log.step_seconds = (time.perf_counter() - started) / max(log.steps_done - 1, 1)
+    log.step_seconds = (time.perf_counter() - started - paused) / max(log.steps_done - 1, 1)
     return log
