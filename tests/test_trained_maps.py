@@ -56,6 +56,7 @@ def _torch():
     return pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 def test_capture_step_every_convolution():
     torch = _torch()
     from spartan_py.trained_maps.capture import capture_step

@@ -283,6 +283,7 @@ def _run_network(
             if settings.maps_dir is not None:
                 _write_npz(settings.maps_dir / f"{network}-{name}.npz", _full_maps(network, runs))
             save()
+            _write_npz(settings.out / f"samples-{network}.npz", samples)
             progress(
                 f"{network} {name} step {step}/{steps}: test accuracy {acc:.4f}, {len(runs)} convolutions, "
                 f"analysed in {time.perf_counter() - tick:.1f} s"
@@ -298,7 +299,6 @@ def _run_network(
         last_tenth=_last_tenth(history, log.steps_done),
     )
     save()
-    _write_npz(settings.out / f"samples-{network}.npz", samples)
     progress(f"{network}: {log.steps_done} steps at {log.step_seconds * 1e3:.1f} ms/step")
 
 

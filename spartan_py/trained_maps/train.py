@@ -114,8 +114,9 @@ def train(
     started = time.perf_counter()
     paused = 0.0  # seconds in at_step (tests, captures), not training
     for step in range(steps + 1):
-        if step == probe_steps and settings.budget_s is not None and device.type == "cuda":
-            torch.cuda.synchronize()
+        if step == probe_steps and settings.budget_s is not None:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             per_step = (time.perf_counter() - started - paused) / (probe_steps - 1)
             steps = max(min(steps, int(settings.budget_s / per_step)), probe_steps + 1)
         tick = time.perf_counter()
