@@ -78,13 +78,20 @@ def _to_array(tensor, backend: str):
 
 
 def _backend(settings: JobSettings) -> str:
+    """``numpy`` or ``cupy``; ``auto`` takes CuPy when it imports and reads a PyTorch tensor
+    of the device through DLPack, NumPy otherwise (slower: every map copied to the host)."""
     if settings.backend != "auto":
         return settings.backend
     if not settings.device.startswith("cuda"):
         return "numpy"
+    torch, _ = import_torch()
     try:
-        import cupy  # noqa: F401
-    except ImportError:
+        import cupy
+
+        probe = torch.arange(4, device=settings.device)
+        if int(cupy.from_dlpack(probe).sum()) != 6:
+            return "numpy"
+    except Exception:  # any failure of the optional fast path leaves the NumPy one
         return "numpy"
     return "cupy"
 
