@@ -1,0 +1,81 @@
+"""``spartan maps``: real activation maps from networks trained on Fashion-MNIST, their
+sparsity at every granularity, and the figures of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _cmd_capture(args) -> int:
+    from spartan_py.trained_maps.job import JobSettings, run_job
+
+    settings = JobSettings(
+        data=Path(args.data),
+        out=Path(args.out),
+        networks=tuple(args.networks),
+        steps=args.steps,
+        batch=args.batch,
+        px=args.px,
+        images=args.images,
+        seed=args.seed,
+        device=args.device,
+        amp=not args.no_amp,
+        train_seconds=args.train_seconds,
+        test_images=args.test_images,
+        sensitivity=tuple(args.sensitivity),
+        sample_images=args.sample_images,
+        maps_dir=None if args.maps_dir is None else Path(args.maps_dir),
+        backend=args.backend,
+    )
+    summary = run_job(settings, progress=lambda line: print(line, flush=True))
+    for network, record in summary["networks"].items():
+        late = record["points"].get("late", {})
+        bounds = late.get("network", {}).get("relu_inputs", {}).get("step", {}).get("chw", {})
+        shown = ", ".join(f"{g} {bounds[g]:.2f}" for g in ("64x32", "16x8", "4x4", "element") if bounds.get(g))
+        print(f"{network}: late test accuracy {late.get('test_accuracy')}, step bound (chw) {shown}")
+    print(f"summary: {settings.out / 'summary.json'}")
+    return 0
+
+
+def _cmd_figures(args) -> int:
+    from spartan_py.trained_maps.figures import bound_figures, load_summary
+
+    for path in bound_figures(load_summary(args.summary), args.out):
+        print(path)
+    return 0
+
+
+def register(commands, common) -> None:
+    """Add ``spartan maps capture`` and ``spartan maps figures``."""
+    from spartan_py.trained_maps.models import NETWORKS
+
+    maps = commands.add_parser("maps", parents=[common], help="real activation maps of trained networks (PyTorch)")
+    sub = maps.add_subparsers(dest="maps_command", required=True)
+    cap = sub.add_parser(
+        "capture",
+        parents=[common],
+        help="train AlexNet, VGG-16, ResNet-18 on Fashion-MNIST; capture maps and their sparsity at every grain",
+    )
+    cap.add_argument("--data", required=True, help="folder of Fashion-MNIST's four IDX .gz files")
+    cap.add_argument("--out", required=True, help="folder for summary.json and samples-NETWORK.npz")
+    cap.add_argument("--networks", nargs="+", default=["alexnet", "vgg16", "resnet18"], choices=NETWORKS)
+    cap.add_argument("--steps", type=int, default=1500, help="training steps per network (default 1500)")
+    cap.add_argument("--batch", type=int, default=128, help="training batch (default 128)")
+    cap.add_argument("--px", type=int, default=224, help="image side after upsampling (default 224)")
+    cap.add_argument("--images", type=int, default=8, help="test images captured at each point (default 8)")
+    cap.add_argument("--seed", type=int, default=0)
+    cap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    cap.add_argument("--no-amp", action="store_true", help="train in FP32/TF32 without bfloat16 autocast")
+    cap.add_argument(
+        "--train-seconds", type=float, default=None, help="training time for all networks; steps are cut to fit"
+    )
+    cap.add_argument("--test-images", type=int, default=0, help="test images for accuracy (default 0: all)")
+    cap.add_argument("--sensitivity", type=float, nargs="*", default=[0.7, 0.9], help="sparsities (default 0.7 0.9)")
+    cap.add_argument("--sample-images", type=int, default=1, help="images per packed-bitmask sample (default 1)")
+    cap.add_argument("--maps-dir", default=None, help="also write full maps (activations: .npz form) here")
+    cap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"), help="granularity arrays")
+    cap.set_defaults(handler=_cmd_capture)
+    fig = sub.add_parser("figures", parents=[common], help="bound against granularity per network and point")
+    fig.add_argument("summary", help="summary.json of spartan maps capture")
+    fig.add_argument("--out", required=True, help="folder for the PNGs")
+    fig.set_defaults(handler=_cmd_figures)
