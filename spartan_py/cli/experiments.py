@@ -23,7 +23,10 @@ def _cmd_run(args) -> int:
         if not points:
             raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
     if args.check:
+        from spartan_py.runner.check_points import check_points
         from spartan_py.runner.execute import unavailable_here
+
+        check_points(points)  # the files read whole, rows, tiles, saved maps: what the run checks first
 
         blocked = {point.id: unavailable_here(point) for point in points}
         cannot = sum(reason is not None for reason in blocked.values())
@@ -89,7 +92,12 @@ def register(commands, common) -> None:
     )
     experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
     experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
-    experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
+    experiment.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the file and every input its points read (files whole, rows, tiles, saved maps) "
+        "and list its points; run nothing",
+    )
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
     experiment.add_argument("--only", metavar="REGEX", help="run only the points whose label matches (see --check)")
     experiment.add_argument("--report", action="store_true", help="write the report when done")
