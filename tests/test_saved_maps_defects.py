@@ -108,3 +108,18 @@ def test_the_input_gradient_takes_its_mask_from_the_maps_file(tmp_path):
     assert conv3["density"] == pytest.approx(40 / 384 * (batch * 169) / conv3["M"])
     generated = rows.loc[("alexnet/conv4", "input_grad")]  # no mask saved: generated, as before
     assert 0 < generated["density"] and generated["density"] != pytest.approx(40 / 384, rel=0.05)
+
+
+def test_the_docs_list_each_layers_maps_and_mask_shapes():
+    """docs/experiments.md lists every layer's input C x H x W (and its output's, the gradient
+    mask's), as the code defines the networks."""
+    from pathlib import Path
+
+    from spartan_py.sparsity.workloads import CONV_LAYERS
+
+    text = (Path(__file__).parents[1] / "docs" / "experiments.md").read_text()
+    for layers in CONV_LAYERS.values():
+        for layer in layers:
+            size, out = layer.size, layer.out_size
+            row = f"| `{layer.label}` | {layer.in_channels} x {size} x {size} | {layer.out_channels} x {out} x {out} |"
+            assert row in text, row
