@@ -135,11 +135,11 @@ def trace_formats() -> str:
 
 
 def check_trace_path(path: str | Path) -> None:
-    """Refuse, before any work, a trace path whose format cannot be written here."""
+    """Refuse, before any work, a trace path whose format cannot be written or read here."""
     if Path(path).suffix == ".parquet" and not parquet_available():
         raise InputError(
             f"a .parquet trace needs pyarrow, which is not installed: pip install 'spartan-py[{PARQUET_EXTRA}]' "
-            "(or write .csv / .csv.gz)",
+            "(or use .csv / .csv.gz)",
             path=path,
         )
 
@@ -167,6 +167,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
         raise InputError("trace file not found", path=path)
     older = True  # a Parquet file names no version: it may predate the fields added since 2
     if path.suffix == ".parquet":
+        check_trace_path(path)
         frame = pd.read_parquet(path)
     else:
         opener = gzip.open if path.suffix == ".gz" else open

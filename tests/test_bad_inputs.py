@@ -360,6 +360,12 @@ def test_a_parquet_trace_without_pyarrow_is_refused_before_any_work(tmp_path, ca
     with pytest.raises(SystemExit):
         _cli("infer", "--help")
     assert "needs pyarrow" in " ".join(capsys.readouterr().out.split())
+    from spartan_py.errors import InputError
+    from spartan_py.trace import read_trace
+
+    trace.write_bytes(b"PAR1")  # spartan simulate reads traces: the same refusal, not an ImportError
+    with pytest.raises(InputError, match=r"x\.parquet: a \.parquet trace needs pyarrow"):
+        read_trace(trace)
     import tomllib
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
