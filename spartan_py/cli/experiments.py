@@ -22,11 +22,13 @@ def _cmd_run(args) -> int:
         points = [point for point in points if pattern.search(point.label)]
         if not points:
             raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
-    if args.check:
-        from spartan_py.runner.check_points import check_points
-        from spartan_py.runner.execute import unavailable_here
+    from spartan_py.runner.check_points import check_points
 
-        check_points(points)  # the files read whole, rows, tiles, saved maps: what the run checks first
+    # the files read whole, rows, tiles, saved maps: before --check says "valid", before any
+    # executor starts (run_experiment checks again, from what this kept)
+    check_points(points)
+    if args.check:
+        from spartan_py.runner.execute import unavailable_here
 
         blocked = {point.id: unavailable_here(point) for point in points}
         cannot = sum(reason is not None for reason in blocked.values())
