@@ -21,7 +21,13 @@ from spartan_py.graph_challenge.generate import (
     generate_network,
     generated_family,
 )
-from spartan_py.graph_challenge.network import Network, load_inputs, load_network, network_width
+from spartan_py.graph_challenge.network import (
+    Network,
+    check_row_count,
+    load_inputs,
+    load_network,
+    network_width,
+)
 from spartan_py.trace import TraceRecord
 
 
@@ -126,6 +132,45 @@ def network_neurons(spec: str | Path | Network) -> int:
     return network_width(Path(text))
 
 
+def check_request(
+    network: str | Path,
+    inputs: str | Path,
+    *,
+    layers: int | None = None,
+    rows: int | None = None,
+    truth: str | Path | None = None,
+    read_files: bool = True,
+) -> tuple[int, int]:
+    """Refuse what cannot run before anything is computed: the specs, ``layers`` and ``rows``
+    (at least 1, within the inputs), the layer files contiguous, and with ``read_files`` every
+    file read whole and checked (:mod:`~spartan_py.graph_challenge.check_inputs`).
+    Returns ``(neurons, layers)``; raises :class:`InputError` naming the file and field."""
+    from spartan_py.graph_challenge.check_inputs import check_inputs_file, check_network_files, check_truth_file
+    from spartan_py.graph_challenge.network import layer_paths
+
+    if layers is not None and layers < 1:
+        raise InputError(f"layers {layers}: expected at least 1 layer (--layers, or layers: in an experiment)")
+    text = str(network)
+    if generated_family(text):
+        neurons, depth = _generated_spec(text, "network")[0], 120 if layers is None else layers
+    elif read_files:
+        neurons, depth = check_network_files(text, layers=layers)
+    else:
+        neurons, paths = layer_paths(text, layers=layers)
+        depth = len(paths)
+    source = str(inputs)
+    if source.startswith("generated:"):
+        if rows is not None:
+            check_row_count(rows, _generated_spec(source, "inputs")[0], source)
+    elif read_files:
+        check_inputs_file(source, neurons, rows)
+    elif rows is not None:
+        check_row_count(rows, None, source)
+    if truth is not None and read_files:
+        check_truth_file(truth)
+    return neurons, depth
+
+
 def resolve_network(spec: str | Path | Network, layers: int | None = None) -> Network:
     """A network from a directory path, ``generated:N[:SEED]``,
     ``generated-unmergeable:N[:SEED]`` or an existing :class:`Network`.
@@ -155,6 +200,8 @@ def resolve_inputs(spec: str | Path | sp.spmatrix, neurons: int, rows: int | Non
     text = str(spec)
     if text.startswith("generated:"):
         count, seed = _generated_spec(text, "inputs")
+        if rows is not None:
+            check_row_count(rows, count, text)
         matrix = generate_inputs(count, neurons, seed)
         return matrix[:rows] if rows is not None else matrix
     return load_inputs(text, neurons, rows=rows)

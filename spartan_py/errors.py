@@ -47,3 +47,7 @@ class TimeLimitError(SpartanError):
 
 class OptionalDependencyError(SpartanError):
     """A feature needs an optional extra that is not installed (the message says which)."""
+
+
+class StorageError(SpartanError, OSError):
+    """A file could not be written (a full disk, no permission); the message names the path."""

@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from spartan_py.errors import StorageError
+
 
 def current_umask() -> int:
     """The process's file-creation mask (read from ``/proc`` where it can be, without changing it)."""
@@ -23,8 +25,11 @@ def current_umask() -> int:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StorageError(f"{path}: could not be written ({exc.strerror or exc})") from exc
     try:
         # mkstemp creates 0600 whatever the umask; give the file the mode open() would have
         os.fchmod(handle, 0o666 & ~current_umask())
@@ -33,6 +38,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
+    except OSError as exc:  # a full disk, a read-only folder: name the file, leave no part of it
+        Path(temporary).unlink(missing_ok=True)
+        raise StorageError(f"{path}: could not be written ({exc.strerror or exc}); nothing of it was left") from exc
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

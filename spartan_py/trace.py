@@ -116,6 +116,34 @@ def to_frame(records: list[TraceRecord]) -> pd.DataFrame:
     return frame
 
 
+#: The extra that installs what Parquet traces need (``pip install 'spartan-py[parquet]'``).
+PARQUET_EXTRA = "parquet"
+
+
+def parquet_available() -> bool:
+    """Whether Parquet traces can be written and read here (pyarrow is installed)."""
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def trace_formats() -> str:
+    """The trace formats offered here, for ``--help``: Parquet only where pyarrow is installed."""
+    if parquet_available():
+        return "CSV, .csv.gz or .parquet"
+    return f"CSV or .csv.gz; .parquet needs pyarrow: pip install 'spartan-py[{PARQUET_EXTRA}]'"
+
+
+def check_trace_path(path: str | Path) -> None:
+    """Refuse, before any work, a trace path whose format cannot be written or read here."""
+    if Path(path).suffix == ".parquet" and not parquet_available():
+        raise InputError(
+            f"a .parquet trace needs pyarrow, which is not installed: pip install 'spartan-py[{PARQUET_EXTRA}]' "
+            "(or use .csv / .csv.gz)",
+            path=path,
+        )
+
+
 def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> Path:
     """Write a trace as CSV (``.csv``, or gzipped ``.csv.gz``) or Parquet (``.parquet``), atomically."""
     from spartan_py.files import atomic_write_bytes
@@ -123,6 +151,7 @@ def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> 
     frame = records if isinstance(records, pd.DataFrame) else to_frame(records)
     path = Path(path)
     if path.suffix == ".parquet":
+        check_trace_path(path)
         buffer = io.BytesIO()
         frame.to_parquet(buffer, index=False)
         return atomic_write_bytes(path, buffer.getvalue())
@@ -138,6 +167,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
         raise InputError("trace file not found", path=path)
     older = True  # a Parquet file names no version: it may predate the fields added since 2
     if path.suffix == ".parquet":
+        check_trace_path(path)
         frame = pd.read_parquet(path)
     else:
         opener = gzip.open if path.suffix == ".gz" else open

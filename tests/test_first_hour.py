@@ -15,6 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py import cli
+from spartan_py.errors import InputError
 from spartan_py.graph_challenge.writers import write_triples
 
 TINY = """\
@@ -144,8 +145,8 @@ def test_rows_takes_the_first_rows_of_a_larger_file(tmp_path):
     first = load_inputs(path, 1024, rows=100)
     assert first.shape == (100, 1024)
     assert (first != matrix[:100]).nnz == 0
-    padded = load_inputs(path, 1024, rows=400)  # more rows than the file: empty rows after
-    assert padded.shape == (400, 1024) and padded[300:].nnz == 0
+    with pytest.raises(InputError, match="rows 400: the inputs hold 300 rows"):  # issue 74: never padded silently
+        load_inputs(path, 1024, rows=400)
 
 
 def test_inputs_named_for_another_width_are_refused(tmp_path, capsys):

@@ -37,8 +37,13 @@ def test_load_mixed_formats(small_network_dir):
 def test_missing_layer_file(small_network_dir):
     directory, _ = small_network_dir
     (directory / "n1024-l3.mtx").unlink()
-    assert load_network(directory).layers == 2  # consecutive layers from 1
-    with pytest.raises(InputError, match="missing layer file n1024-l3.tsv.gz .* for layer 3 of 4"):
+    assert load_network(directory, layers=2).layers == 2  # the layers before the gap, when asked for
+    # issue 74: the gap is named, never run around (it ran the 2 layers before it, exit 0)
+    with pytest.raises(
+        InputError, match="missing layer file n1024-l3.tsv.gz .* for layer 3: the folder's layer files go"
+    ):
+        load_network(directory)
+    with pytest.raises(InputError, match="missing layer file n1024-l3.tsv.gz .* for layer 3: --layers 4 asks for it"):
         load_network(directory, layers=4)
 
 
@@ -74,7 +79,9 @@ def test_load_inputs(tmp_path):
     write_triples(tmp_path / "in.tsv", matrix)
     got = load_inputs(tmp_path / "in.tsv", 1024)
     assert got.shape == (3, 1024) and (got != matrix).nnz == 0
-    assert load_inputs(tmp_path / "in.tsv", 1024, rows=10).shape == (10, 1024)
+    assert load_inputs(tmp_path / "in.tsv", 1024, rows=2).shape == (2, 1024)
+    with pytest.raises(InputError, match="rows 10: the inputs hold 3 rows"):  # issue 74: not padded silently
+        load_inputs(tmp_path / "in.tsv", 1024, rows=10)
     with pytest.raises(InputError, match="col index 1024 is out of range"):
         load_inputs(tmp_path / "in.tsv", 1000)
     scipy.io.mmwrite(tmp_path / "in.mtx", matrix)

@@ -22,6 +22,11 @@ def _cmd_run(args) -> int:
         points = [point for point in points if pattern.search(point.label)]
         if not points:
             raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
+    from spartan_py.runner.check_points import check_points
+
+    # the files read whole, rows, tiles, saved maps: before --check says "valid", before any
+    # executor starts (run_experiment checks again, from what this kept)
+    check_points(points)
     if args.check:
         from spartan_py.runner.execute import unavailable_here
 
@@ -89,7 +94,12 @@ def register(commands, common) -> None:
     )
     experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
     experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
-    experiment.add_argument("--check", action="store_true", help="validate the file and list its points; run nothing")
+    experiment.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the file and every input its points read (files whole, rows, tiles, saved maps) "
+        "and list its points; run nothing",
+    )
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
     experiment.add_argument("--only", metavar="REGEX", help="run only the points whose label matches (see --check)")
     experiment.add_argument("--report", action="store_true", help="write the report when done")

@@ -11,6 +11,7 @@ from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError
 from spartan_py.files import json_ready
 from spartan_py.shard_rows import DEFAULT_BALANCE, SHARD_BALANCES
+from spartan_py.trace import trace_formats
 
 
 def _cmd_infer_sharded(args) -> int:
@@ -50,8 +51,9 @@ def _cmd_infer_sharded(args) -> int:
 
 def _check_request(args) -> None:
     """Refuse a backend that cannot run the network before anything is loaded (exit 2)."""
-    from spartan_py.api import network_neurons
+    from spartan_py.api import check_request, network_neurons
     from spartan_py.engines import check_backend, twin_backend
+    from spartan_py.trace import check_trace_path
 
     if args.machine is not None and args.mode != "simulated":
         raise InputError(
@@ -61,8 +63,12 @@ def _check_request(args) -> None:
     if args.mode == "simulated" and args.machine is None:
         args.machine = DEFAULT_MACHINE
 
+    if args.trace_out:
+        check_trace_path(args.trace_out)
     backend = twin_backend(args.backend) if args.mode == "simulated" else args.backend
     check_backend(backend, network_neurons(args.network))
+    # rows, layers, the layer files' names (their contents are read, and checked, on loading)
+    check_request(args.network, args.inputs, layers=args.layers, rows=args.rows, read_files=False)
 
 
 def _cmd_infer(args) -> int:
@@ -141,7 +147,9 @@ def register(commands, common) -> None:
     run.add_argument(
         "--machine", help=f"sim/ machine for --mode simulated (NAME or NAME+VARIANT; default {DEFAULT_MACHINE})"
     )
-    run.add_argument("--trace-out", help="write the kernel trace (CSV or .parquet); predicted times in simulated mode")
+    run.add_argument(
+        "--trace-out", help=f"write the kernel trace ({trace_formats()}); predicted times in simulated mode"
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     run.add_argument(

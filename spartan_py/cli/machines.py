@@ -52,8 +52,10 @@ def _cmd_machines(args) -> int:
 def _cmd_simulate(args) -> int:
     from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
     from spartan_py.runner.store import run_environment
-    from spartan_py.trace import write_trace
+    from spartan_py.trace import check_trace_path, write_trace
 
+    if args.out:
+        check_trace_path(args.out)
     trace = read_replayable_trace(args.trace)
     environment = run_environment(args.trace)
     results = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import mmap
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,14 +100,17 @@ def _check_index_range(path: Path, name: str, values: np.ndarray, limit: int | N
 
 
 def _file_bytes(path: Path) -> np.ndarray | None:
-    """The bytes of ``path`` (gunzipped for ``.gz``) as uint8, or None where they cannot be
-    read (the careful reader then names the problem). A plain file is mapped, not copied:
-    the scanner reads the page cache itself, and threads loading many layers at once do not
-    queue on allocating and faulting in a private copy of each."""
-    try:
-        if path.suffix == ".gz":
+    """The bytes of ``path`` (gunzipped for ``.gz``: a damaged stream raises InputError) as
+    uint8, or None where they cannot be read (the careful reader then names the problem). A
+    plain file is mapped, not copied: the scanner reads the page cache itself, and threads
+    loading many layers at once do not queue on allocating and faulting in a private copy of each."""
+    if path.suffix == ".gz":
+        try:
             with gzip.open(path, "rb") as handle:
                 return np.frombuffer(handle.read(), dtype=np.uint8)
+        except (OSError, EOFError, zlib.error) as exc:  # no parser reads past a damaged stream: say so
+            raise InputError(f"cannot read file: a damaged or incomplete gzip stream ({exc})", path=path) from None
+    try:
         with open(path, "rb") as handle:
             mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, EOFError, ValueError):  # ValueError: an empty file cannot be mapped

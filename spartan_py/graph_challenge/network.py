@@ -98,7 +98,8 @@ def _layer_files(directory: Path) -> dict[int, dict[int, Path]]:
     return {n: {layer: p for layer, (_, p) in files.items()} for n, files in found.items()}
 
 
-def _read_layer(path: Path, neurons: int) -> sp.csr_matrix:
+def read_layer(path: Path, neurons: int) -> sp.csr_matrix:
+    """One layer file as a ``neurons x neurons`` float32 CSR matrix (checked as it is read)."""
     if path.suffix == ".mtx":
         return read_matrix_market(path, (neurons, neurons))
     return read_triples_matrix(path, (neurons, neurons), what=f"{neurons} neurons")
@@ -127,6 +128,38 @@ def network_width(directory: Path) -> int:
     return _only_size(_layer_files_of(directory), directory)
 
 
+def layer_paths(
+    directory: str | Path, *, neurons: int | None = None, layers: int | None = None
+) -> tuple[int, list[Path]]:
+    """``(neurons, [layer 1's file, ...])`` of a network directory, read from the names alone.
+
+    ``layers`` defaults to the highest layer number present; every layer from 1 to it must
+    have its file: a gap (or a missing ``l1``) raises :class:`InputError` naming the file."""
+    directory = Path(directory)
+    by_size = _layer_files_of(directory)
+    if neurons is None:
+        neurons = _only_size(by_size, directory)
+    files = by_size.get(neurons)
+    if not files:
+        sizes = ", ".join(str(n) for n in sorted(by_size))
+        raise InputError(f"no layer files for {neurons} neurons (found sizes: {sizes})", path=directory)
+    counted = layers is None
+    if layers is None:
+        layers = max(files)
+    if layers < 1:
+        raise InputError(f"layers must be at least 1, got {layers}")
+    missing = [number for number in range(1, layers + 1) if number not in files]
+    if missing:
+        expected = directory / f"n{neurons}-l{missing[0]}.tsv.gz"
+        where = f"the folder's layer files go up to l{layers}" if counted else f"--layers {layers} asks for it"
+        more = f" ({len(missing)} layers missing in all)" if len(missing) > 1 else ""
+        raise InputError(
+            f"missing layer file {expected.name} (or .tsv / .mtx) for layer {missing[0]}: {where}{more}",
+            path=directory,
+        )
+    return neurons, [files[number] for number in range(1, layers + 1)]
+
+
 def load_network(
     directory: str | Path,
     *,
@@ -137,35 +170,16 @@ def load_network(
 ) -> Network:
     """Load a network directory of ``n{N}-l{i}`` layer files.
 
-    ``neurons`` defaults to the only size present; ``layers`` to every consecutive layer
-    from 1; ``bias`` to the official bias for the size. A missing layer file, a layer of the
-    wrong size or a malformed line raises :class:`InputError` naming the file.
+    ``neurons`` defaults to the only size present; ``layers`` to every layer up to the
+    highest numbered file (all of them present); ``bias`` to the official bias for the size.
+    A missing layer file, a layer of the wrong size or a malformed line raises
+    :class:`InputError` naming the file.
     """
     directory = Path(directory)
-    by_size = _layer_files_of(directory)
-    if neurons is None:
-        neurons = _only_size(by_size, directory)
-    files = by_size.get(neurons)
-    if not files:
-        sizes = ", ".join(str(n) for n in sorted(by_size))
-        raise InputError(f"no layer files for {neurons} neurons (found sizes: {sizes})", path=directory)
-    if layers is None:
-        layers = 0
-        while layers + 1 in files:
-            layers += 1
-    if layers < 1:
-        raise InputError(f"layers must be at least 1, got {layers}")
-    missing = [number for number in range(1, layers + 1) if number not in files]
-    if missing:
-        expected = directory / f"n{neurons}-l{missing[0]}.tsv.gz"
-        raise InputError(
-            f"missing layer file {expected.name} (or .tsv / .mtx) for layer {missing[0]} of {layers}",
-            path=directory,
-        )
-    paths = [files[number] for number in range(1, layers + 1)]
+    neurons, paths = layer_paths(directory, neurons=neurons, layers=layers)
     # pandas' C parser releases the GIL while tokenizing, so threads overlap the reads.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        weights = tuple(pool.map(lambda p: _read_layer(p, neurons), paths))
+        weights = tuple(pool.map(lambda p: read_layer(p, neurons), paths))
     return Network(
         neurons=neurons,
         weights=weights,
@@ -200,6 +214,8 @@ def load_inputs(path: str | Path, neurons: int, *, rows: int | None = None) -> s
     to the largest row index in the file.
     """
     path = Path(path)
+    if rows is not None:
+        check_row_count(rows, None, str(path))
     named = re.match(r"sparse-images-(\d+)", path.name)  # the official inputs name their width
     if named and int(named.group(1)) != neurons:
         raise InputError(
@@ -211,25 +227,38 @@ def load_inputs(path: str | Path, neurons: int, *, rows: int | None = None) -> s
         matrix = read_matrix_market(path)
         if matrix.shape[1] != neurons:
             raise InputError(f"inputs have {matrix.shape[1]} columns; the network has {neurons} neurons", path=path)
-        return matrix if rows is None else _first_rows(matrix, rows)
+        if rows is not None:
+            check_row_count(rows, matrix.shape[0], str(path))
+        return matrix if rows is None else sp.csr_matrix(matrix[:rows])
     what = f"the network's {neurons} neurons"
     if rows is None:
         return read_triples_matrix(path, (None, neurons), what=what)
     try:
-        return read_triples_matrix(path, (rows, neurons), what=what)  # one pass, the common case
+        matrix = read_triples_matrix(path, (rows, neurons), what=what)  # one pass, the common case
     except IndexRangeError as exc:
         if exc.axis != "row":
             raise
-    return _first_rows(read_triples_matrix(path, (None, neurons), what=what), rows)
+        return sp.csr_matrix(read_triples_matrix(path, (None, neurons), what=what)[:rows])
+    check_row_count(rows, file_rows(matrix), str(path))
+    return matrix
 
 
-def _first_rows(matrix: sp.csr_matrix, rows: int) -> sp.csr_matrix:
-    """The first ``rows`` rows of ``matrix``, with empty rows added where it has fewer."""
-    if matrix.shape[0] >= rows:
-        return sp.csr_matrix(matrix[:rows])
-    return sp.csr_matrix(
-        sp.vstack([matrix, sp.csr_matrix((rows - matrix.shape[0], matrix.shape[1]), dtype=matrix.dtype)])
-    )
+def file_rows(matrix: sp.csr_matrix) -> int:
+    """The rows a triples file holds: its largest row index (trailing rows without an entry
+    cannot be written in one)."""
+    filled = np.flatnonzero(np.diff(matrix.indptr))
+    return int(filled[-1]) + 1 if filled.size else 0
+
+
+def check_row_count(rows: int, available: int | None, source: str) -> None:
+    """Refuse a row count below 1 or beyond the ``available`` rows of ``source`` (``None``:
+    not known yet), naming the source (``--rows`` / ``rows:`` of an experiment)."""
+    if rows < 1:
+        raise InputError(f"rows {rows}: expected at least 1 input row (--rows, or rows: in an experiment)", path=source)
+    if available is not None and rows > available:
+        raise InputError(
+            f"rows {rows}: the inputs hold {available} rows (--rows, or rows: in an experiment)", path=source
+        )
 
 
 def live_rows(matrix: sp.csr_matrix) -> np.ndarray:

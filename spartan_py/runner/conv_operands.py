@@ -34,6 +34,17 @@ def layer_maps(label: str, workload) -> np.ndarray:
     return _maps(label, workload.batch, density, workload.cluster_px, workload.seed, workload.activations)
 
 
+def map_columns(label: str, workload) -> dict:
+    """The ``batch`` and ``map_density`` a layer's rows report: saved maps' own (the layer's
+    batch; non-zeros over entries of all the point's layers' maps) or the generated maps'."""
+    if workload.activations is None:
+        return {"batch": workload.batch, "map_density": workload.density}
+    from spartan_py.sparsity.saved_maps_check import check_saved_maps
+
+    facts = check_saved_maps(workload.activations, tuple(workload.layers))
+    return {"batch": facts.batches[label], "map_density": facts.density}
+
+
 def layer_operands(label: str, workload, tile_cols: int, xp):
     """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
     multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""

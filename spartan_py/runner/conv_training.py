@@ -18,8 +18,8 @@ For a layer ``Y = X W`` (``X`` the im2col of its post-ReLU input maps, ``[M x K]
 ``X``'s rows (``M``) are padded with zero rows to whole tiles where they are not (batch 1 of a
 14 x 14 layer: 196 -> 256), in both steps alike; the rows give the padded ``M``.
 The output's pattern comes from generated maps of the layer's output size and channels at the
-layer's input density (``layer_densities`` or ``density``; with ``activations``, the saved
-input's measured density). The monitor
+layer's input density (``layer_densities`` or ``density``; with ``activations``, the mask the
+file carries, else generated at the saved input's measured density and batch). The monitor
 counts ``X`` at a square tile dividing both the GEMM tile and its transpose, so that the same
 counts serve ``X`` and ``X^T``; its cost, and that of the output's profile, is charged to the
 adaptive step (a layer's output profile is also the next layer's input profile: charging both
@@ -140,7 +140,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
     from spartan_py.costmodel.families import COMPACT, ROLE_SEPARATOR
-    from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
+    from spartan_py.runner.conv_operands import layer_operands, map_columns, predicted_us, relative_diff
     from spartan_py.sparsity import (
         KernelPolicy,
         SparsityMonitor,
@@ -150,6 +150,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         tile_utilization,
     )
     from spartan_py.sparsity.policy import Decision
+    from spartan_py.sparsity.saved_maps_check import saved_gradient_mask
     from spartan_py.sparsity.tiles import TileCounts
     from spartan_py.sparsity.workloads import conv_layer
 
@@ -176,8 +177,13 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     dy_profile = None
     monitored = [x]
     if not layer.batchnorm:
-        density = workload.density_of(label) if workload.activations is None else float(x_profile.density * k / k_true)
-        mask = xp.asarray(output_mask(label, workload.batch, min(density, 1.0), workload.cluster_px, workload.seed))
+        batch = m_true // layer.out_size**2  # the maps' (saved maps: theirs, whatever workload.batch says)
+        saved = saved_gradient_mask(workload.activations, layer, batch) if workload.activations else None
+        if saved is None:
+            saved_density = float(x_profile.density * k / k_true)
+            density = workload.density_of(label) if workload.activations is None else saved_density
+            saved = output_mask(label, batch, min(density, 1.0), workload.cluster_px, workload.seed)
+        mask = xp.asarray(saved)
         if m != m_true:
             mask = xp.ascontiguousarray(xp.pad(mask, ((0, m - m_true), (0, 0))))
         mask, dy_profile = monitor.epilogue(mask)
@@ -278,6 +284,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         tile_density = active / max(tiles_total, 1)
         row = {
             "layer": label,
+            **map_columns(label, workload),
             "gemm": gemm.name,
             "sparse_operand": gemm.operand,
             "M": gemm.m,

@@ -20,7 +20,7 @@ import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
+from spartan_py.runner.conv_operands import layer_operands, map_columns, predicted_us, relative_diff
 from spartan_py.runner.schema import ConvLayersWorkload, Experiment
 from spartan_py.sparsity.cublas_algo import with_algorithms
 from spartan_py.trace import TraceRecord
@@ -102,6 +102,7 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     chosen = policy.run(decision, a, w, profile)
     row = {
         "layer": label,
+        **map_columns(label, workload),
         "M": m,
         "K": k_true,
         "K_padded": k,
@@ -215,5 +216,8 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
 
         summary |= step_totals(rows)
         summary["cudnn_baseline"] = cudnn_baseline(xp)
+    batches = sorted({row["batch"] for row in rows})  # the maps' own (saved maps: each layer's)
+    summary["batch"] = batches[0] if len(batches) == 1 else f"{batches[0]}-{batches[-1]}"
+    summary["map_density"] = rows[0]["map_density"]
     summary["wall_seconds"] = time.perf_counter() - started
     return summary, trace

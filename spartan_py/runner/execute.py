@@ -19,6 +19,7 @@ from spartan_py.engines import choose_backend, engine_class, make_engine, twin_b
 from spartan_py.engines.options import engine_options
 from spartan_py.errors import SpartanError
 from spartan_py.executors import Workers, run_all
+from spartan_py.runner.check_points import check_points
 from spartan_py.runner.schema import Experiment
 from spartan_py.runner.store import (
     check_run_folder,
@@ -252,6 +253,7 @@ def run_experiment(
     """
     out = Path(out)
     check_run_folder(out, experiment.name)
+    check_points(points)  # every input checked before any work: a bad one stops the run here (exit 2)
     (out / "points").mkdir(parents=True, exist_ok=True)
     write_json(
         out / "config.json",

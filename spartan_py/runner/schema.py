@@ -183,6 +183,12 @@ class ConvLayersWorkload(_Frozen):
             raise ValueError("layer_densities need density_source: the publication and figure they come from")
         if self.layer_densities and self.activations is not None:
             raise ValueError("layer_densities are for generated maps; with activations the saved maps hold them")
+        given = sorted({"batch", "density", "cluster_px"} & self.model_fields_set)
+        if given and self.activations is not None:  # a sweep over them would label identical runs apart
+            raise ValueError(
+                f"{', '.join(given)}: the saved maps (activations) hold their own batch and density; "
+                "remove it (the tables report the maps' own)"
+            )
         return self
 
     @field_validator("activations")

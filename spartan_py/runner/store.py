@@ -237,8 +237,8 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
                 "network": ", ".join(networks),
                 "layers": len({row["layer"] for row in layers}),
                 "precision": config["precision"],
-                "batch": config["workload"]["batch"],
-                "map_density": config["workload"]["density"],
+                "batch": summary.get("batch", config["workload"]["batch"]),  # the maps' own
+                "map_density": summary.get("map_density", config["workload"]["density"]),
                 "density_source": config["workload"].get("density_source"),  # per-layer densities: their source
                 "timed_on": summary["timed_on"],
                 "dense_ms": summary["dense_seconds"] * 1e3,
@@ -276,8 +276,8 @@ def precision_table(points: list[dict]) -> pd.DataFrame:
         for layer in summary["layers"]:
             rows.append(
                 {
-                    "batch": config["workload"]["batch"],
-                    "map_density": config["workload"]["density"],
+                    "batch": layer.get("batch", config["workload"]["batch"]),  # the maps' own
+                    "map_density": layer.get("map_density", config["workload"]["density"]),
                     "layer": layer["layer"],
                     "precision": config["precision"],
                     "dense_us": layer["dense_us"],

@@ -3,14 +3,16 @@ generated ones (the ``activations:`` field of a ``conv_layers`` workload).
 
 A ``.npz`` holds one NCHW array per layer, keyed by the layer's ``network/name`` label
 (``vgg16/conv3_2``) or by its name alone (``conv3_2``): the input of that convolution, which is
-the previous ReLU's output. A ``.npy`` holds one array, for an experiment of one layer. The
-docs (experiments page, "Your own activation maps") show a PyTorch forward pre-hook that writes
-them; PyTorch is not a dependency.
+the previous ReLU's output; beside it, optionally, the mask of the gradient reaching the layer's
+output (:mod:`~spartan_py.sparsity.saved_maps_check`). A ``.npy`` holds one array, for an
+experiment of one layer. The docs (experiments page, "Your own activation maps") show a
+PyTorch forward pre-hook that writes them; PyTorch is not a dependency.
 """
 
 from __future__ import annotations
 
 import functools
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +22,16 @@ from spartan_py.sparsity.workloads import ConvLayer
 
 
 @functools.lru_cache(maxsize=2)
-def _arrays(path: str) -> dict[str, np.ndarray]:
+def saved_arrays(path: str) -> dict[str, np.ndarray]:
     """Every array of a ``.npz`` (loaded once), or a ``.npy``'s under the key ``""``."""
+    if path.endswith(".npz") and not zipfile.is_zipfile(path):
+        raise InputError("not a .npz archive (a zip of .npy arrays, as numpy.savez writes)", path=path)
     try:
         if path.endswith(".npy"):
             return {"": np.load(path, allow_pickle=False)}
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InputError(f"not a readable .npz or .npy of activation maps ({exc})", path=path) from None
 
 
@@ -35,7 +39,7 @@ def saved_maps(path: str | Path, layer: ConvLayer) -> np.ndarray:
     """``layer``'s input maps from ``path`` as float32 NCHW, checked: the layer's channels and
     size, finite and non-negative (a ReLU's output)."""
     path = str(path)
-    arrays = _arrays(path)
+    arrays = saved_arrays(path)
     key = "" if "" in arrays else next((k for k in (layer.label, layer.name) if k in arrays), None)
     if key is None:
         raise InputError(

@@ -1,0 +1,95 @@
+"""Saved activation maps (``activations:``) checked whole before any work, and what they hold
+that a point reports: each layer's batch, the maps' density, the gradient masks.
+
+A file is checked for every layer of a point before the first layer runs (``spartan run``,
+and its ``--check``): each layer's array present, N x C x H x W with the layer's input
+channels and size, numbers, finite, non-negative (a ReLU's output), any batch ``N >= 1``.
+
+Beside a layer's maps the file may carry the mask of the gradient reaching the layer's output
+(where its output was positive after the ReLU: the only places a gradient passes back), under
+the layer's key with :data:`GRADIENT_MASK_SUFFIX` (``vgg16/conv3_2.grad_mask`` or
+``conv3_2.grad_mask``): N x out_channels x out_size x out_size, the maps' batch, booleans or
+non-negative numbers (non-zero: the gradient passes). A training step takes its input
+gradient's mask from there; without one it is generated (``conv_training.output_mask``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spartan_py.errors import InputError
+from spartan_py.sparsity.saved_maps import saved_arrays, saved_maps
+from spartan_py.sparsity.workloads import ConvLayer, conv_layer
+
+#: The key suffix of a layer's output-gradient mask in a maps file.
+GRADIENT_MASK_SUFFIX = ".grad_mask"
+
+
+@dataclass(frozen=True)
+class SavedMapsFacts:
+    """What a maps file holds for a point's layers."""
+
+    batches: dict[str, int]
+    """Images per layer label (the arrays' ``N``)."""
+    density: float
+    """Non-zeros over entries of all those layers' maps together."""
+    masks: tuple[str, ...]
+    """The layers whose output-gradient mask the file carries."""
+
+    @property
+    def batch(self) -> int | str:
+        """The one batch of every layer, or ``"LOW-HIGH"`` where layers differ."""
+        sizes = sorted(set(self.batches.values()))
+        return sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+
+
+def _mask_key(arrays: dict[str, np.ndarray], layer: ConvLayer) -> str | None:
+    return next(
+        (k + GRADIENT_MASK_SUFFIX for k in (layer.label, layer.name) if k + GRADIENT_MASK_SUFFIX in arrays), None
+    )
+
+
+def saved_gradient_mask(path: str | Path, layer: ConvLayer, batch: int) -> np.ndarray | None:
+    """The mask of the gradient reaching ``layer``'s output, as GEMM rows ``[M x N]`` (batch,
+    out_y, out_x by channel; float32 0/1), or None where the file carries none. ``batch``: the
+    layer's maps' batch, which the mask must share."""
+    path = str(path)
+    arrays = saved_arrays(path)
+    key = _mask_key(arrays, layer)
+    if key is None:
+        return None
+    mask = arrays[key]
+    expected = (batch, layer.out_channels, layer.out_size, layer.out_size)
+    if tuple(mask.shape) != expected:
+        raise InputError(
+            f"array {key!r} has shape {mask.shape}; the gradient mask of {layer.label}'s output is "
+            f"{' x '.join(map(str, expected))} (N x C x H x W, the maps' batch {batch})",
+            path=path,
+        )
+    if mask.dtype != np.bool_:
+        if not np.issubdtype(mask.dtype, np.number):
+            raise InputError(f"array {key!r} must hold booleans or numbers, got {mask.dtype}", path=path)
+        if not np.isfinite(mask).all() or (mask < 0).any():
+            raise InputError(f"array {key!r} holds NaN, infinite or negative values; expected a 0/1 mask", path=path)
+    rows = (mask != 0).transpose(0, 2, 3, 1).reshape(-1, layer.out_channels)
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def check_saved_maps(path: str, labels: tuple[str, ...]) -> SavedMapsFacts:
+    """Check the maps (and any gradient masks) of every layer in ``labels`` in the file at
+    ``path``; raise :class:`InputError` naming the file and array at the first problem."""
+    batches, nonzero, entries, masks = {}, 0, 0, []
+    for label in labels:
+        layer = conv_layer(label)
+        maps = saved_maps(path, layer)
+        batches[layer.label] = int(maps.shape[0])
+        nonzero += int(np.count_nonzero(maps))
+        entries += maps.size
+        if saved_gradient_mask(path, layer, maps.shape[0]) is not None:
+            masks.append(layer.label)
+    return SavedMapsFacts(batches, nonzero / max(entries, 1), tuple(masks))
