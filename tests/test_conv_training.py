@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.runner.conv_training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 from spartan_py.sparsity import SparsityMonitor, TileShape
-from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer, im2col
+from spartan_py.workloads.conv.layers import CONV_LAYERS, conv_layer, im2col
+from spartan_py.workloads.conv.training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,7 +161,7 @@ def test_the_output_mask_has_the_output_shape_and_density():
 
 def test_a_whole_network_is_labelled_by_its_name():
     """Points sweeping whole networks are labelled by them, not by a dozen layer names."""
-    from spartan_py.sparsity.workloads import layers_name
+    from spartan_py.workloads.conv.layers import layers_name
 
     _, points = load_experiment(ROOT / "experiments" / "spartan-table.yaml")
     assert [p.label for p in points[:4]] == [

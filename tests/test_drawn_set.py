@@ -15,7 +15,7 @@ from spartan_py.runner.drawn_set import (
     draw_set,
     seed_from_commit,
 )
-from spartan_py.sparsity.workloads import conv_layer
+from spartan_py.workloads.conv.layers import conv_layer
 
 COMMIT = "2d322ff71021a8b3c4d5e6f708192a3b4c5d6e7f"
 

@@ -30,7 +30,7 @@ import yaml
 
 from spartan_py.engines import runs_width
 from spartan_py.errors import InputError
-from spartan_py.sparsity.workloads import CONV_LAYERS
+from spartan_py.workloads.conv.layers import CONV_LAYERS
 
 #: Network widths of the Graph Challenge (the rows kernel's too).
 GC_WIDTHS = (1024, 4096, 16384, 65536)

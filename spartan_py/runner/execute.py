@@ -110,7 +110,7 @@ def run_point(point: Point) -> tuple[dict, list]:
 
     config = point.experiment
     if config.workload.kind == "conv_layers":
-        from spartan_py.runner.dense_layers import run_conv_point
+        from spartan_py.workloads.conv.dense_layers import run_conv_point
 
         summary, trace = run_conv_point(config, point.id)
         return _record(point, summary, [summary["seconds"]], trace)

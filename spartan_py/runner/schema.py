@@ -164,7 +164,7 @@ class ConvLayersWorkload(_Frozen):
     @classmethod
     def _densities_of_known_layers(cls, values: dict[str, float]) -> dict[str, float]:
         from spartan_py.errors import InputError
-        from spartan_py.sparsity.workloads import conv_layer
+        from spartan_py.workloads.conv.layers import conv_layer
 
         out = {}
         for label, density in values.items():
@@ -198,7 +198,7 @@ class ConvLayersWorkload(_Frozen):
     @classmethod
     def _known_layers(cls, values: list[str]) -> list[str]:
         from spartan_py.errors import InputError
-        from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer
+        from spartan_py.workloads.conv.layers import CONV_LAYERS, conv_layer
 
         out = []
         for value in values:

@@ -225,7 +225,7 @@ def training_step_table(points: list[dict]) -> pd.DataFrame:
     the point's first machine (model_error: adaptive predicted / measured - 1) and with a
     hardware monitor, the largest difference from cuBLAS, and Spartan's published speed-up
     for the network (when the point is one whole network)."""
-    from spartan_py.sparsity.workloads import SPARTAN_TRAINING_SPEEDUP
+    from spartan_py.workloads.conv.layers import SPARTAN_TRAINING_SPEEDUP
 
     rows = []
     for point, summary, config in _training_steps(points):

@@ -54,7 +54,7 @@ def point_label(point: Experiment, keys: list[str]) -> str:
         if isinstance(value, str) and "/" in value:
             value = Path(value).name
         if key == "workload.layers" and isinstance(value, list):  # conv layers: a network by its name
-            from spartan_py.sparsity.workloads import layers_name
+            from spartan_py.workloads.conv.layers import layers_name
 
             value = layers_name(value)
         parts.append(f"{key.removeprefix('workload.')}={value}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.sparsity.workloads import ConvLayer
+from spartan_py.workloads.conv.layers import ConvLayer
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,7 +1,7 @@
 """What the conv-layer points compute on and how their launches are priced: each layer's input
 maps (generated or saved), its im2col GEMM operands, and the cost model's time of a list of
 trace records. Shared by the forward GEMMs (``dense_layers``) and the training step
-(``conv_training``)."""
+(``training``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from spartan_py.trace import TraceRecord, to_frame
 def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
     """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
     kept for the next points (a sweep over tiles reuses them)."""
-    from spartan_py.sparsity.saved_maps import saved_maps
-    from spartan_py.sparsity.workloads import conv_layer, feature_maps
+    from spartan_py.workloads.conv.layers import conv_layer, feature_maps
+    from spartan_py.workloads.conv.saved_maps import saved_maps
 
     layer = conv_layer(label)
     if saved is not None:
@@ -37,7 +37,7 @@ def layer_maps(label: str, workload) -> np.ndarray:
 def layer_operands(label: str, workload, tile_cols: int, xp):
     """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
     multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
-    from spartan_py.sparsity.workloads import conv_layer, im2col
+    from spartan_py.workloads.conv.layers import conv_layer, im2col
 
     layer = conv_layer(label)
     maps = layer_maps(label, workload)

@@ -59,7 +59,7 @@ ERROR_ROWS = 1024
 def output_mask(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
     """Where the layer's output is non-zero after its ReLU, as GEMM rows ``[M x N]`` (batch,
     out_y, out_x by channel): generated maps of the output's size and channels."""
-    from spartan_py.sparsity.workloads import conv_layer, feature_maps
+    from spartan_py.workloads.conv.layers import conv_layer, feature_maps
 
     layer = conv_layer(label)
     maps = feature_maps(batch, layer.out_channels, layer.out_size, density, cluster_px=cluster_px, seed=seed + 2)
@@ -123,7 +123,7 @@ def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
 
 def _epilogue_records(m: int, n: int, tile: TileShape) -> tuple[TraceRecord, TraceRecord]:
     """(fused, plain) epilogue records over an ``[m x n]`` matrix: what the monitor adds is the
-    model's difference of the two (as ``conv_trace`` records them)."""
+    model's difference of the two (as ``trace`` records them)."""
     from spartan_py.costmodel.families import EPILOGUE
 
     moved, counts = 4 * m * n, 4 * math.prod(tile.grid((m, n))) + 4 * m
@@ -140,7 +140,6 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
     from spartan_py.costmodel.families import COMPACT, ROLE_SEPARATOR
-    from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
     from spartan_py.sparsity import (
         KernelPolicy,
         SparsityMonitor,
@@ -151,7 +150,8 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     )
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import TileCounts
-    from spartan_py.sparsity.workloads import conv_layer
+    from spartan_py.workloads.conv.layers import conv_layer
+    from spartan_py.workloads.conv.operands import layer_operands, predicted_us, relative_diff
 
     hw_machine = machine if "+" in machine else f"{machine}+hw-monitor"
 
@@ -347,8 +347,8 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             replace(r, variant=f"{r.variant}{ROLE_SEPARATOR}{gemm.name}".lstrip(ROLE_SEPARATOR)) for r in chosen_records
         ]
     if clock is not None:  # the same in a dense and an adaptive step: timed apart
-        from spartan_py.runner.conv_operands import layer_maps
-        from spartan_py.sparsity.workloads import col2im, im2col
+        from spartan_py.workloads.conv.layers import col2im, im2col
+        from spartan_py.workloads.conv.operands import layer_maps
 
         maps = xp.asarray(layer_maps(label, workload))
         rows[0]["im2col_us"] = clock(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad))

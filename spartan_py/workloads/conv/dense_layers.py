@@ -20,10 +20,10 @@ import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.runner.conv_operands import layer_operands, predicted_us, relative_diff
 from spartan_py.runner.schema import ConvLayersWorkload, Experiment
 from spartan_py.sparsity.cublas_algo import with_algorithms
 from spartan_py.trace import TraceRecord
+from spartan_py.workloads.conv.operands import layer_operands, predicted_us, relative_diff
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
 UTILIZATION_TILES = (8, 16, 32, 64)
@@ -76,11 +76,11 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
     """One layer: its profile, utilization, kernel times and the policy's choice; plus the
     trace records of the kernels the policy's choice launched."""
     from spartan_py.costmodel.families import LIST_TILES
-    from spartan_py.runner.conv_trace import tile_operand
     from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
     from spartan_py.sparsity.candidates import tile_gemm_schedule
     from spartan_py.sparsity.policy import Decision
     from spartan_py.sparsity.tiles import counts_utilization, tile_counts
+    from spartan_py.workloads.conv.trace import tile_operand
 
     workload = config.workload
     tile = policy.tile
@@ -156,11 +156,11 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
             chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
     if config.trace == "all" and clock is not None and xp is not np:
-        from spartan_py.runner.conv_trace import every_kernel_records
+        from spartan_py.workloads.conv.trace import every_kernel_records
 
         chosen_records = every_kernel_records(a, w, counted, policy, clock, tiles)
     elif config.trace == "all" and clock is None:  # simulated: the same launches, priced by the model
-        from spartan_py.runner.conv_trace import every_kernel_plan
+        from spartan_py.workloads.conv.trace import every_kernel_plan
 
         chosen_records = [record for _, record in every_kernel_plan(a.shape[0], a.shape[1], n, counted, policy)]
     row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
@@ -188,7 +188,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     layers = workload.layers
     for number, label in enumerate(layers, start=1):
         if training:
-            from spartan_py.runner.conv_training import run_training_layer
+            from spartan_py.workloads.conv.training import run_training_layer
 
             layer_rows, records = run_training_layer(label, config, xp, clock, policy, machine)
         else:
@@ -211,7 +211,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         "layers": rows,
     }
     if training:
-        from spartan_py.runner.conv_training import cudnn_baseline, step_totals
+        from spartan_py.workloads.conv.training import cudnn_baseline, step_totals
 
         summary |= step_totals(rows)
         summary["cudnn_baseline"] = cudnn_baseline(xp)

@@ -1,0 +1,1 @@
+"""Workloads: what an experiment runs, one package per kind (``graph_challenge``, ``conv``)."""
