@@ -62,7 +62,7 @@ class DrawnSet:
         default to the purpose's."""
         purpose = PURPOSES[self.purpose]
         header = [
-            f"# A drawn {self.purpose} set (spartan_py.runner.drawn_set): seed {self.seed}"
+            f"# A drawn {self.purpose} set (spartan_py.workloads.drawn_set): seed {self.seed}"
             + (f", from commit {self.commit}" if self.commit else ""),
             f"# {purpose.rule}",
             "#   spartan run <this file> --out runs/<name>-<gpu>",
