@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.errors import InputError
-from spartan_py.runner.schema import ConvLayersWorkload, Experiment
 from spartan_py.sparsity.cublas_algo import with_algorithms
 from spartan_py.trace import TraceRecord
 from spartan_py.workloads.conv.operands import layer_operands, predicted_us, relative_diff
+from spartan_py.workloads.conv.schema import ConvLayersWorkload
+
+if TYPE_CHECKING:
+    from spartan_py.runner.schema import Experiment
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
 UTILIZATION_TILES = (8, 16, 32, 64)
@@ -199,7 +203,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         rows += layer_rows
         trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
     summary = {
-        "workload": "conv_layers",
+        "workload": workload.kind,
         "step": workload.step,
         "backend": "gpu" if xp is not np else "cpu",
         "device": device,
