@@ -28,7 +28,7 @@ class WorkloadSection(BaseModel):
     kind: str
 
     @classmethod
-    def variants(cls) -> list[type[BaseModel]]:
+    def variants(cls) -> list[type[WorkloadSection]]:
         """The section models of every registered kind (what a field of this type may hold:
         :func:`spartan_py.config.validate.models_in` reads it, for field paths and hints)."""
         from spartan_py.workloads import section_models  # the registry imports this module

@@ -4,7 +4,7 @@ takes (:class:`ConvOptions`: the tile, the policy, the precision, the trace)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
@@ -14,7 +14,7 @@ from spartan_py.workloads.base import WorkloadSection, check_source
 from spartan_py.workloads.conv.layers import CONV_LAYERS, conv_layer, layers_name
 
 #: The ``kind:`` of this workload's section.
-KIND = "conv_layers"
+KIND: Final = "conv_layers"
 
 #: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
 POLICIES = ("adaptive", *KERNEL_CHOICES)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
@@ -11,7 +11,7 @@ from spartan_py.graph_challenge.generate import generated_family
 from spartan_py.workloads.base import WorkloadSection, check_source
 
 #: The ``kind:`` of this workload's section.
-KIND = "graph_challenge"
+KIND: Final = "graph_challenge"
 
 
 class GraphChallengeWorkload(WorkloadSection):
