@@ -29,7 +29,8 @@ import numpy as np
 import yaml
 
 from spartan_py.engines import runs_width
-from spartan_py.errors import InputError
+from spartan_py.engines.merged.plan import merged_tile_rows
+from spartan_py.errors import BackendUnavailableError, InputError
 from spartan_py.workloads.conv.layers import CONV_LAYERS
 
 #: Network widths of the Graph Challenge (the rows kernel's too).
@@ -135,9 +136,6 @@ def _runs(backend: str, family: str, neurons: int) -> bool:
     if not runs_width(backend, neurons):
         return False
     if backend == "gpu-merged" and family == "generated-unmergeable":
-        from spartan_py.engines.merged.plan import merged_tile_rows
-        from spartan_py.errors import BackendUnavailableError
-
         try:
             merged_tile_rows(neurons, neurons)
         except BackendUnavailableError:
