@@ -1,6 +1,6 @@
 """col2im on the GPU, gather kernel against strided adds, beside im2col and the memory floor.
 
-For every convolution layer of the Spartan networks (``spartan_py.sparsity.workloads``) at
+For every convolution layer of the Spartan networks (``spartan_py.workloads.conv.layers``) at
 ``--batch``: im2col of the layer's maps, and col2im of a ``[M x K]`` column matrix (the input
 gradient's GEMM output) back to the maps, by the gather kernel (``kernels/col2im.cu``, the
 default on CuPy arrays) and by the strided adds it replaced; the two results are checked equal
@@ -23,7 +23,7 @@ from benchmarks._results import write_result
 def _layer_row(layer, batch: int, timer, rate: float, repeats: int) -> dict:
     import cupy as cp
 
-    from spartan_py.sparsity.workloads import col2im, im2col
+    from spartan_py.workloads.conv.layers import col2im, im2col
 
     m, k, _ = layer.gemm_shape(batch)
     shape = (batch, layer.in_channels, layer.size, layer.size)
@@ -54,8 +54,8 @@ def layer_rows(batch: int, repeats: int) -> list[dict]:
     """One row per layer: shapes, bytes, the three times (us) and the floor."""
     import cupy as cp
 
-    from spartan_py.sparsity.workloads import CONV_LAYERS
     from spartan_py.timing import GpuTimer, copy_bandwidth
+    from spartan_py.workloads.conv.layers import CONV_LAYERS
 
     timer = GpuTimer(min_warmup_ms=200)
     rate = copy_bandwidth()  # read + write bytes per second

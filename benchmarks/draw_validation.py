@@ -1,5 +1,5 @@
 """Draw a validation set for the frozen cost model: the seed is the commit's hash, the points
-random (spartan_py.runner.drawn_set), the output an experiment file to commit, with the model's
+random (spartan_py.workloads.drawn_set), the output an experiment file to commit, with the model's
 predictions, before anything in it is measured.
 
     python -m benchmarks.draw_validation                  # seed from HEAD, refuses a model with uncommitted changes
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks._results import ROOT
 from spartan_py.files import atomic_write_text
-from spartan_py.runner.drawn_set import PURPOSES, draw_set
+from spartan_py.workloads.drawn_set import PURPOSES, draw_set
 
 #: What the frozen model is: a draw refuses while any of these has uncommitted changes.
 MODEL_PATHS = ("spartan_py/costmodel", "sim")

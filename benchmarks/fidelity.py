@@ -284,7 +284,8 @@ def cmd_challenge(args) -> dict:
     trace predicted on the listed machine that describes its GPU (no fitting on them); the
     stock-library columns are kept from ``--stock`` (an earlier challenge.csv)."""
     from spartan_py.runner.execute import replay_on_machines
-    from spartan_py.runner.store import challenge_table, load_points
+    from spartan_py.runner.store import load_points
+    from spartan_py.workloads.graph_challenge.tables import challenge_table
 
     points = load_points(args.run)
     traces = []

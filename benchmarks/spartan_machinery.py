@@ -39,9 +39,9 @@ from spartan_py.sparsity import (
 from spartan_py.sparsity.candidates import candidate_records
 from spartan_py.sparsity.gpu_kernels import F32_BLOCK_K, resident_grid
 from spartan_py.sparsity.tile_gemm import block_width
-from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
 from spartan_py.trace import to_frame, write_trace
+from spartan_py.workloads.conv.layers import conv_layer, feature_maps, im2col, tiled_preactivations
 
 #: (layer, batch): shapes of the sweep; batches keep every GEMM above a full wave of blocks.
 CONV_CASES = (

@@ -30,14 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from spartan_py.files import atomic_write_text
-from spartan_py.runner.store import (
-    dense_layer_table,
-    in_sweep_order,
-    load_points,
-    precision_table,
-    simulated_table,
-    training_step_table,
-)
+from spartan_py.runner.store import in_sweep_order, load_points, simulated_table
+from spartan_py.workloads.conv.tables import dense_layer_table, precision_table, training_step_table
 
 GEMM_COLUMNS = (
     "point",

@@ -47,8 +47,8 @@ from spartan_py.sparsity import (
 )
 from spartan_py.sparsity.blocked_ell import blocked_ell_matmul, to_blocked_ell
 from spartan_py.sparsity.candidates import tile_gemm_schedule
-from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
 from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
+from spartan_py.workloads.conv.layers import conv_layer, tiled_preactivations
 
 #: (name, block side, value type) of the Blocked-ELL variants timed at every point.
 BELL_VARIANTS = (("bell32_fp32", 32, "float32"), ("bell64_fp32", 64, "float32"), ("bell32_fp16", 32, "float16"))

@@ -20,8 +20,8 @@ from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log
 from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, block_width
 from spartan_py.sparsity.tiles import TileShape
-from spartan_py.sparsity.workloads import conv_layer, tiled_preactivations
 from spartan_py.timing import time_interleaved
+from spartan_py.workloads.conv.layers import conv_layer, tiled_preactivations
 
 DENSITIES = (1.0, 0.5, 0.1, 0.02)
 MIN_STEPS = (1, 2, 4, 8, 16)

@@ -1,6 +1,6 @@
 """How much a conv-layer training step could gain, against the generated maps' blob length.
 
-The bound of a step (``spartan_py.runner.conv_training``) is its dense time with every GEMM
+The bound of a step (``spartan_py.workloads.conv.training``) is its dense time with every GEMM
 scaled by its sparse operand's tile density: the time if every skipped tile cost nothing. The
 tile densities depend on the maps alone, so this computes them on the host (no GPU) for each
 network, map density and blob length (``cluster_px``; the table's 2 px, half and twice it, and
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._results import write_result
-from spartan_py.runner.conv_training import output_mask
 from spartan_py.sparsity.tiles import tile_counts
-from spartan_py.sparsity.workloads import CONV_LAYERS, feature_maps, im2col
+from spartan_py.workloads.conv.layers import CONV_LAYERS, feature_maps, im2col
+from spartan_py.workloads.conv.training import output_mask
 
 TILE = (64, 32)
 
@@ -37,7 +37,7 @@ def _tile_density(a: np.ndarray, tile) -> float:
 
 def layer_tile_densities(label: str, batch: int, density: float, cluster_px: float) -> dict:
     """Tile densities of one layer's three sparse operands (1.0 where the operand is dense)."""
-    from spartan_py.sparsity.workloads import conv_layer
+    from spartan_py.workloads.conv.layers import conv_layer
 
     layer = conv_layer(label)
     maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=0)

@@ -17,7 +17,7 @@ from spartan_py import cli
 from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 from spartan_py.graph_challenge.network import write_network
 from spartan_py.graph_challenge.writers import write_triples
-from spartan_py.sparsity.workloads import conv_layer
+from spartan_py.workloads.conv.layers import conv_layer
 
 LAYERS = 3
 
@@ -45,9 +45,14 @@ def no_work(monkeypatch) -> list[str]:
 
         return call
 
+    # the Graph Challenge point runner binds infer and make_engine when first imported: import it
+    # now, so that it keeps the real ones after this test, and refuse its bindings too
+    import spartan_py.workloads.graph_challenge.point as gc_point
+
     monkeypatch.setattr("spartan_py.runner.execute.run_point", refuse("run_point"))
-    monkeypatch.setattr("spartan_py.api.infer", refuse("infer"))
-    monkeypatch.setattr("spartan_py.api.make_engine", refuse("make_engine"))
+    for module in ("spartan_py.api", gc_point.__name__):
+        for name in ("infer", "make_engine"):
+            monkeypatch.setattr(f"{module}.{name}", refuse(name), raising=module == "spartan_py.api")
     return called
 
 

@@ -7,7 +7,7 @@ import pytest
 from spartan_py.errors import InputError
 from spartan_py.sparsity import SparsityMonitor, tile_counts
 from spartan_py.sparsity.blocked_ell import block_mask, blocked_ell_matmul, to_blocked_ell
-from spartan_py.sparsity.workloads import tiled_preactivations
+from spartan_py.workloads.conv.layers import tiled_preactivations
 
 
 def _activations(xp, rows=300, cols=200, density=0.2):

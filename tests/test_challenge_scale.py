@@ -11,8 +11,9 @@ import spartan_py as spy
 from spartan_py.engines import choose_backend, engine_class, twin_backend
 from spartan_py.graph_challenge.generate import BLOCKS, GeneratedLayers, butterfly_layer
 from spartan_py.runner.execute import run_experiment
-from spartan_py.runner.store import challenge_table, load_points
+from spartan_py.runner.store import load_points
 from spartan_py.runner.sweep import load_experiment
+from spartan_py.workloads.graph_challenge.tables import challenge_table
 
 
 def test_write_network_round_trips(tmp_path):

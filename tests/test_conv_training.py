@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.runner.conv_training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 from spartan_py.sparsity import SparsityMonitor, TileShape
-from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer, im2col
+from spartan_py.workloads.conv.layers import CONV_LAYERS, conv_layer, im2col
+from spartan_py.workloads.conv.training import TRAINING_GEMMS, counting_tile, output_mask, transposed_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,8 @@ def test_a_measured_step_runs_each_sparse_gemm_and_checks_it(tmp_path, backend, 
 def test_each_precision_reports_its_error_against_float64(tmp_path, backend):
     """Every GEMM row carries the dense product's error against float64; fp32x3 (three TF32
     products) lands near FP32's error, far under TF32's, and the appendix sets them side by side."""
-    from spartan_py.runner.store import load_points, precision_table
+    from spartan_py.runner.store import load_points
+    from spartan_py.workloads.conv.tables import precision_table
 
     path = tmp_path / "precisions.yaml"
     path.write_text(
@@ -115,7 +116,7 @@ def test_each_precision_reports_its_error_against_float64(tmp_path, backend):
 
 def test_no_precision_appendix_without_fp32x3():
     """The appendix is for fp32x3: runs without it get none."""
-    from spartan_py.runner.store import precision_table
+    from spartan_py.workloads.conv.tables import precision_table
 
     point = {
         "status": "ok",
@@ -161,7 +162,7 @@ def test_the_output_mask_has_the_output_shape_and_density():
 
 def test_a_whole_network_is_labelled_by_its_name():
     """Points sweeping whole networks are labelled by them, not by a dozen layer names."""
-    from spartan_py.sparsity.workloads import layers_name
+    from spartan_py.workloads.conv.layers import layers_name
 
     _, points = load_experiment(ROOT / "experiments" / "spartan-table.yaml")
     assert [p.label for p in points[:4]] == [
@@ -187,7 +188,8 @@ def _workload(tmp_path, extra: str):
 def test_published_layer_densities_set_each_layers_maps(tmp_path):
     """layer_densities give each listed layer's generated maps their density (the others keep
     density); the step's table names their source."""
-    from spartan_py.runner.store import load_points, training_step_table
+    from spartan_py.runner.store import load_points
+    from spartan_py.workloads.conv.tables import training_step_table
 
     path = _workload(
         tmp_path,

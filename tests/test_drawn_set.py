@@ -6,7 +6,8 @@ import pytest
 
 from spartan_py.errors import InputError
 from spartan_py.runner import load_experiment
-from spartan_py.runner.drawn_set import (
+from spartan_py.workloads.conv.layers import conv_layer
+from spartan_py.workloads.drawn_set import (
     BATCH_RANGE,
     DENSITY_RANGE,
     GC_WIDTHS,
@@ -15,7 +16,6 @@ from spartan_py.runner.drawn_set import (
     draw_set,
     seed_from_commit,
 )
-from spartan_py.sparsity.workloads import conv_layer
 
 COMMIT = "2d322ff71021a8b3c4d5e6f708192a3b4c5d6e7f"
 
@@ -128,7 +128,7 @@ def test_drawn_points_run_on_their_backend():
     four 65536-neuron `gpu` points that could only fail), and never unmergeable, whose merged rows
     do not fit a block."""
     from spartan_py.engines import runs_width
-    from spartan_py.runner.drawn_set import draw_set
+    from spartan_py.workloads.drawn_set import draw_set
 
     for seed in range(20):
         for case in draw_set(seed, graph_challenge=16, conv=0).cases:
@@ -139,7 +139,7 @@ def test_drawn_points_run_on_their_backend():
 
 
 def test_a_calibration_draw_has_its_own_seed_and_says_what_it_is_for(tmp_path):
-    from spartan_py.runner.drawn_set import calibration_seed
+    from spartan_py.workloads.drawn_set import calibration_seed
 
     assert calibration_seed(COMMIT) != seed_from_commit(COMMIT)
     assert calibration_seed(COMMIT) == calibration_seed(COMMIT.upper())

@@ -49,7 +49,7 @@ def _small_workload_value(key: str, value):
     if key == "layers" and isinstance(value, int):
         return max(2, value // 40)  # 120 -> 3, 480 -> 12, 1920 -> 48
     if key == "layers" and isinstance(value, list):  # the first two layers (a network name stands for its own)
-        from spartan_py.sparsity.workloads import CONV_LAYERS
+        from spartan_py.workloads.conv.layers import CONV_LAYERS
 
         return [label for v in value for label in ([x.label for x in CONV_LAYERS[v]] if v in CONV_LAYERS else [v])][:2]
     if key == "batch":

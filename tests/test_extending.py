@@ -1,19 +1,27 @@
 """docs/extending.md's backend steps, followed with a toy backend, which then runs through
-``spartan run`` and ``spartan infer`` without any of them naming it (issue 52)."""
+``spartan run`` and ``spartan infer`` without any of them naming it (issue 52); and its
+workload steps, followed with a toy workload run through ``spartan run`` and ``spartan
+report`` (issue 72)."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Literal
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
+from pydantic import PositiveInt
 
 from spartan_py import cli
 from spartan_py.engines import BACKENDS, backends_taking
 from spartan_py.engines.base import Engine, EngineOutput
 from spartan_py.engines.reference import reference_layer
+from spartan_py.trace import TraceRecord
+from spartan_py.workloads import WORKLOADS
+from spartan_py.workloads.base import ReportPart, Workload, WorkloadSection, point_of_kind
 from tests.conftest import ROOT
 
 
@@ -103,3 +111,98 @@ def test_engine_time_repeats_after_warm_up(toy):
     engine = make_engine("cpu", generate_network(1024, layers=3, seed=0))
     seconds = engine.time(generate_inputs(50, 1024, seed=1), repeats=4, warmup=1)
     assert len(seconds) == 4 and all(s > 0 for s in seconds)
+
+
+class ToySection(WorkloadSection):
+    """Workload step 1: the ``workload:`` section (a row of ``size`` squares)."""
+
+    kind: Literal["toy"]
+    size: PositiveInt = 4
+
+    def short_label(self) -> str:
+        return f"{self.size} squares"
+
+
+class ToyWorkload(Workload):
+    """Workload step 2: the class, its attributes and its methods."""
+
+    kind = "toy"
+    section = ToySection
+    options = ()
+    backends = ("auto",)
+    always_tables = ("toy.csv",)
+
+    @classmethod
+    def check(cls, experiment) -> None:
+        if experiment.workload.size > 1000:
+            raise ValueError("a toy workload squares at most 1000 numbers")
+
+    @classmethod
+    def run_point(cls, experiment, point_id: str):
+        squares = [n * n for n in range(experiment.workload.size)]
+        summary = {
+            "workload": cls.kind,
+            "backend": experiment.backend,
+            "device": "toy",
+            "simulated": False,
+            "seconds": 1e-3,
+            "squares": squares,
+        }
+        record = TraceRecord(run=point_id, layer=0, kernel="toy.square")
+        return summary, [1e-3], [record]
+
+    @classmethod
+    def tables(cls, points: list[dict]) -> dict[str, pd.DataFrame]:
+        rows = [
+            {"point": p["id"], "n": n, "square": square}
+            for p in points
+            if point_of_kind(p, cls.kind)
+            for n, square in enumerate(p["summary"]["squares"])
+        ]
+        return {"toy.csv": pd.DataFrame(rows)}
+
+    @classmethod
+    def report(cls, out, points, traces) -> ReportPart:
+        return ReportPart(sections=[("Toy squares", cls.tables(points)["toy.csv"])])
+
+
+@pytest.fixture
+def toy_workload(monkeypatch):
+    monkeypatch.setitem(WORKLOADS, "toy", "tests.test_extending:ToyWorkload")  # workload step 3
+
+
+def test_the_docs_name_every_attribute_a_workload_sets():
+    steps = (ROOT / "docs" / "extending.md").read_text().split("## A workload")[1].split("## A machine")[0]
+    for attribute in ("section", "options", "backends", "always_tables", "run_point", "check", "tables", "report"):
+        assert f"`{attribute}" in steps and (hasattr(Workload, attribute) or attribute in Workload.__annotations__), (
+            attribute
+        )
+    assert "`spartan_py.workloads.WORKLOADS`" in steps
+
+
+def test_a_toy_workload_runs_through_spartan_run(toy_workload, tmp_path, capsys):
+    path = tmp_path / "toy.yaml"
+    path.write_text("name: toy\nworkload: {kind: toy}\nsweep:\n  grid: {workload.size: [3, 5]}\n")
+    out = tmp_path / "run"
+    assert cli.main(["run", str(path), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    points = [json.loads(f.read_text()) for f in (out / "points").glob("*.json")]
+    assert sorted(p["label"] for p in points) == ["size=3", "size=5"]
+    assert all(p["status"] == "ok" for p in points)
+    table = pd.read_csv(out / "toy.csv")
+    assert sorted(table.groupby("point")["square"].max()) == [4, 16]
+    assert (out / "results.csv").read_text().strip() == ""  # the Graph Challenge's, always written: no rows
+    assert cli.main(["report", str(out)]) == 0, capsys.readouterr().err
+    assert "## Toy squares" in (out / "report.md").read_text()
+
+
+def test_a_toy_workload_is_checked_by_its_class(toy_workload, tmp_path, capsys):
+    path = tmp_path / "toy.yaml"
+    path.write_text("name: toy\nworkload: {kind: toy, size: 5000}\nbackend: cpu\nprecision: tf32\n")
+    assert cli.main(["run", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "a toy workload runs on auto, not 'cpu'" in err
+    assert "precision is an option of conv_layers workloads; a toy workload takes none of them" in err
+    assert "a toy workload squares at most 1000 numbers" not in err  # field errors come first
+    path.write_text("name: toy\nworkload: {kind: toy, size: 5000}\n")
+    assert cli.main(["run", str(path), "--check"]) == 2
+    assert "a toy workload squares at most 1000 numbers" in capsys.readouterr().err

@@ -96,3 +96,57 @@ def test_no_private_member_used_outside_its_module():
         defined |= set(re.findall(r"^\s*(_\w+)\s*[:=]", text, re.M))
         found += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(used - defined)]
     assert not found, found
+
+
+def _workload_kind_branches(tree: ast.AST, kinds: set[str]) -> list[int]:
+    """Lines that read a workload's kind (``x.workload.kind``, ``workload.kind``,
+    ``["kind"]``/``.get("kind")`` of a workload mapping) or compare with a kind's name."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "kind" and "workload" in ast.unparse(node.value):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.slice) in ("'kind'", '"kind"'):
+            if "workload" in ast.unparse(node.value):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and first.value == "kind" and "workload" in ast.unparse(node.func.value):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value in kinds:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_branch_on_a_workloads_kind_outside_its_package():
+    """The runner, the report and the CLI ask the workload's class (spartan_py.workloads)."""
+    from spartan_py.workloads import WORKLOADS
+
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in PACKAGE.rglob("*.py")
+        if "workloads" not in path.relative_to(PACKAGE).parts
+        for line in _workload_kind_branches(ast.parse(path.read_text()), set(WORKLOADS))
+    ]
+    assert not found, found
+
+
+def test_the_detector_finds_a_kind_branch():
+    source = 'if config.workload.kind == "conv_layers": pass\nw = p["config"]["workload"].get("kind")\n'
+    assert sorted(_workload_kind_branches(ast.parse(source), {"conv_layers"})) == [1, 1, 2]
+
+
+def test_the_runner_names_no_backend():
+    """What a backend or a workload can run is an attribute of its class, not a name in the runner."""
+    from spartan_py.engines import AUTO_BACKEND, BACKENDS
+
+    names = {AUTO_BACKEND, *BACKENDS}
+    found = []
+    for path in (PACKAGE / "runner").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        keys = {id(k) for node in ast.walk(tree) if isinstance(node, ast.Dict) for k in node.keys}  # {"cpu": model}
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in keys
+        ]
+    assert not found, found

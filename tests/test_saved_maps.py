@@ -9,8 +9,8 @@ import pytest
 from spartan_py.config.validate import ConfigError
 from spartan_py.errors import InputError
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.sparsity.saved_maps import saved_maps
-from spartan_py.sparsity.workloads import conv_layer, im2col
+from spartan_py.workloads.conv.layers import conv_layer, im2col
+from spartan_py.workloads.conv.saved_maps import saved_maps
 
 
 def _maps(shape, density, seed):

@@ -12,9 +12,10 @@ import pytest
 
 from spartan_py.config.validate import ConfigError
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.runner.store import load_points, training_step_table
-from spartan_py.sparsity.saved_maps_check import GRADIENT_MASK_SUFFIX, check_saved_maps
-from spartan_py.sparsity.workloads import conv_layer
+from spartan_py.runner.store import load_points
+from spartan_py.workloads.conv.layers import conv_layer
+from spartan_py.workloads.conv.saved_maps_check import GRADIENT_MASK_SUFFIX, check_saved_maps
+from spartan_py.workloads.conv.tables import training_step_table
 
 
 def _maps(shape, density, seed):
@@ -115,7 +116,7 @@ def test_the_docs_list_each_layers_maps_and_mask_shapes():
     mask's), as the code defines the networks."""
     from pathlib import Path
 
-    from spartan_py.sparsity.workloads import CONV_LAYERS
+    from spartan_py.workloads.conv.layers import CONV_LAYERS
 
     text = (Path(__file__).parents[1] / "docs" / "experiments.md").read_text()
     for layers in CONV_LAYERS.values():

@@ -31,7 +31,7 @@ from spartan_py.sparsity import (
     tile_sparse_matmul,
     tile_utilization,
 )
-from spartan_py.sparsity.workloads import conv_layer, feature_maps, im2col, tiled_preactivations
+from spartan_py.workloads.conv.layers import conv_layer, feature_maps, im2col, tiled_preactivations
 
 
 def host(array):
@@ -787,7 +787,7 @@ def test_matmul_error_on_sampled_rows_and_a_transposed_operand():
 @pytest.mark.parametrize(("kernel", "stride", "pad"), [(3, 1, 1), (5, 2, 2), (1, 2, 0), (3, 2, 1)])
 def test_col2im_is_the_adjoint_of_im2col(on_gpu, kernel, stride, pad):
     """<im2col(x), y> = <x, col2im(y)> for any y (padding rows and columns past the GEMM's ignored)."""
-    from spartan_py.sparsity.workloads import col2im
+    from spartan_py.workloads.conv.layers import col2im
 
     rng = np.random.default_rng(kernel + stride)
     x = rng.standard_normal((2, 3, 11, 11)).astype(np.float32)

@@ -92,9 +92,9 @@ def test_capture_step_every_convolution():
 @pytest.mark.slow
 def test_job_end_to_end_on_the_cpu(tiny_fashion, tmp_path, capsys):
     _torch()
-    from spartan_py.sparsity.saved_maps import saved_maps
-    from spartan_py.sparsity.workloads import ConvLayer
     from spartan_py.trained_maps.job import POINTS
+    from spartan_py.workloads.conv.layers import ConvLayer
+    from spartan_py.workloads.conv.saved_maps import saved_maps
 
     out, maps = tmp_path / "out", tmp_path / "maps"
     argv = ["maps", "capture", "--data", str(tiny_fashion), "--out", str(out), "--networks", "alexnet", "resnet18"]

@@ -31,9 +31,11 @@ class ConfigError(InputError):
 
 
 def models_in(annotation) -> list[type[pydantic.BaseModel]]:
-    """BaseModel classes reachable from a type annotation (through Optional, list, dict...)."""
+    """BaseModel classes reachable from a type annotation (through Optional, list, dict...);
+    a model that stands for several (the workload kinds' sections) lists them in ``variants()``."""
     if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-        return [annotation]
+        variants = getattr(annotation, "variants", None)
+        return list(variants()) if callable(variants) else [annotation]
     found = []
     for arg in typing.get_args(annotation):
         found += models_in(arg)

@@ -22,13 +22,15 @@ BACKENDS: dict[str, str] = {
     "gpu-cublas-dense": "spartan_py.engines.baselines:CublasDenseEngine",
     "gpu-dense-compact": "spartan_py.engines.baselines:DenseCompactEngine",
 }
-BACKEND_CHOICES = ("auto", *BACKENDS)
+#: The backend name that picks one here: the GPU's best kernel when a GPU is present, else ``cpu``.
+AUTO_BACKEND = "auto"
+BACKEND_CHOICES = (AUTO_BACKEND, *BACKENDS)
 """The built-in backend names, ``auto`` first (:func:`backend_choices` also has any added since)."""
 
 
 def backend_choices() -> tuple[str, ...]:
     """Every backend name a run accepts now: ``auto`` and the registry's (:data:`BACKENDS`)."""
-    return ("auto", *BACKENDS)
+    return (AUTO_BACKEND, *BACKENDS)
 
 
 def engine_class(name: str) -> type[Engine]:

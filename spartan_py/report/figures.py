@@ -76,6 +76,8 @@ def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
 
 def what_if(simulated: pd.DataFrame) -> bytes | None:
     """Predicted time of each point on each simulated machine."""
+    if simulated.empty:  # no point lists a machine: the table has no columns either
+        return None
     frame = simulated.dropna(subset=["predicted_seconds"])
     if frame.empty:
         return None

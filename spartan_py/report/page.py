@@ -9,26 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from spartan_py.costmodel.families import FAMILIES, GC_LAYER
+from spartan_py.costmodel.families import FAMILIES
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
-from spartan_py.graph_challenge.generate import generated_family
 from spartan_py.report import figures
-from spartan_py.report.published_runs import published_rates
 from spartan_py.report.tables import html_table, markdown_table
-from spartan_py.runner.store import (
-    challenge_table,
-    dense_layer_table,
-    device_machine,
-    in_sweep_order,
-    is_graph_challenge,
-    load_points,
-    precision_table,
-    results_table,
-    simulated_table,
-    training_step_table,
-)
+from spartan_py.runner.store import device_machine, in_sweep_order, load_points, simulated_table
 from spartan_py.trace import read_trace
+from spartan_py.workloads import workload_classes
 
 
 def _traces(out: Path, points: list[dict]) -> pd.DataFrame:
@@ -67,78 +55,6 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
         predicted["label"] = f"{point['label']} on {machine.name}"
         parts.append(predicted)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-
-
-def _monitor_overhead(points: list[dict]) -> pd.DataFrame:
-    """Graph Challenge points that differ only in the monitor: each mode's extra time over
-    none. (A conv_layers point's monitor also changes the policy's input, so its overhead is
-    the per-layer ``monitor_us`` of the dense-layer table instead.)"""
-    groups: dict[str, dict] = {}
-    for point in points:
-        if not is_graph_challenge(point):
-            continue
-        config = dict(point["config"])
-        monitor = config.pop("monitor")
-        key = json.dumps(config, sort_keys=True)
-        groups.setdefault(key, {"label": point["label"]})[monitor] = point["summary"]["seconds"]
-    rows = []
-    for g in groups.values():
-        if "off" not in g:
-            continue
-        for mode in ("fused", "sampled", "software"):
-            if mode in g:
-                extra = g[mode] - g["off"]
-                fused_extra = g["fused"] - g["off"] if "fused" in g else float("nan")
-                rows.append(
-                    {
-                        "group": g["label"],
-                        "mode": mode,
-                        "seconds": g[mode],
-                        "off_seconds": g["off"],
-                        "overhead_pct": 100 * extra / g["off"],
-                        "times_fused_overhead": extra / fused_extra if fused_extra > 0 else float("nan"),
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
-def _tile_utilization(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
-    if traces.empty:
-        return pd.DataFrame()
-    tiled = traces[(traces["kernel"] == GC_LAYER) & (traces["executed_macs"] > 0)]
-    if tiled.empty:
-        return pd.DataFrame()
-    workloads = {
-        p["id"]: f"{p['summary']['neurons']}x{p['summary']['layers']}" for p in points if is_graph_challenge(p)
-    }
-    tiled = tiled.assign(workload=tiled["point"].map(workloads))
-    grouped = tiled.groupby(["workload", "block_rows"])[["useful_macs", "executed_macs"]].sum().reset_index()
-    grouped["utilization"] = grouped["useful_macs"] / grouped["executed_macs"]
-    return grouped
-
-
-#: The dense-layer table's columns shown in the report (the CSV has them all).
-DENSE_LAYER_COLUMNS = [
-    "label",
-    "layer",
-    "timed_on",
-    "M",
-    "K",
-    "N",
-    "tile",
-    "density",
-    "tile_density",
-    "utilization",
-    "monitor",
-    "monitor_us",
-    "dense_us",
-    "tile_sparse_us",
-    "tile_list_us",
-    "speedup_tile_sparse",
-    "kernel",
-    "chosen_us",
-    "speedup_chosen",
-]
 
 
 def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list, dict]:
@@ -201,38 +117,17 @@ def write_report(
     config = json.loads((out / "config.json").read_text())
     environment = json.loads((out / "environment.json").read_text())
     points = in_sweep_order(load_points(out), config)
-    results, simulated, dense_layers = results_table(points), simulated_table(points), dense_layer_table(points)
-    forward_layers = dense_layers[dense_layers["gemm"] == "forward"] if "gemm" in dense_layers else dense_layers
-    training, precisions = training_step_table(points), precision_table(points)
+    simulated = simulated_table(points)
     traces = _traces(out, points)
     model = _measured_vs_model(traces, points)
-    overhead = _monitor_overhead(points)
-    utilization = _tile_utilization(traces, points)
     ok = [p for p in points if p["status"] == "ok"]
-    proxy = any(
-        p["summary"]["neurons"] == 1024
-        and p["summary"]["layers"] == 120
-        and p["summary"]["rows"] == 60000
-        and generated_family(p["config"]["workload"]["network"]) is None
-        for p in ok
-        if is_graph_challenge(p)
-    )  # the published runs used the official network and the proxy input
-    pictures = {
-        "live-rows.png": ("Live rows and density by layer", figures.live_rows_by_layer(results)),
-        "edge-rate.png": ("Edge rate by backend", figures.edge_rate(results, proxy_workload=proxy)),
+    parts = [workload.report(out, points, traces) for workload in workload_classes()]
+    pictures = {name: value for part in parts for name, value in part.head_pictures.items()}
+    pictures |= {
         "what-if.png": ("What if: simulated machines", figures.what_if(simulated)),
         "model-error.png": ("Measured vs simulated time per launch", figures.model_error(model)),
-        "monitor-overhead.png": ("Profiling overhead by monitor mode", figures.monitor_overhead(overhead)),
-        "tile-utilization.png": ("Tile utilization", figures.tile_utilization(utilization)),
-        "tile-sweep.png": (
-            "Dense-weight layers: speed-up and tile utilization against tile size and density",
-            figures.tile_sweep(forward_layers),
-        ),
-        "training-step.png": (
-            "Training step: where the time goes, by layer and GEMM",
-            figures.training_step(dense_layers),
-        ),
     }
+    pictures |= {name: value for part in parts for name, value in part.pictures.items()}
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
     fidelity_sections: list = []
     if against is not None:
@@ -264,17 +159,7 @@ def write_report(
     )
     empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all() and c != "error"]
     sections = [("Points", summary.drop(columns=empty))]
-    challenge = challenge_table(points)
-    if not challenge.empty:
-        total = challenge["seconds"].sum()
-        setup = challenge["setup_seconds"].sum()
-        sections.append(
-            (
-                f"Graph Challenge networks ({len(challenge)}; inference {total:.3g} s in all, "
-                f"set-up {setup:.3g} s; model_error: predicted / measured - 1)",
-                challenge,
-            )
-        )
+    sections += [section for part in parts for section in part.head_sections]
     if not simulated.empty:
         sections.append(
             (
@@ -300,36 +185,7 @@ def write_report(
 
         sections.append(("Cost model error on this run's measured launches", kernel_error_table(model)))
     sections += fidelity_sections
-    if not overhead.empty:
-        sections.append(("Profiling overhead by monitor mode (vs none)", overhead))
-    if not utilization.empty:
-        sections.append(("Tile utilization", utilization))
-    if not training.empty:
-        sections.append(
-            (
-                "Training step of the conv layers (dense: cuBLAS; adaptive: the policy's picks with the "
-                "monitor, lists and copies; bound: every skipped tile free; spartan_published: the paper's "
-                "simulated speed-up)",
-                training,
-            )
-        )
-    if not precisions.empty:
-        sections.append(
-            (
-                "Precision appendix: each layer's dense step (three GEMMs, µs) and largest error against float64 "
-                "(|error| over |A||W|) at FP32, TF32 and fp32x3 (three TF32 products, opt-in)",
-                precisions,
-            )
-        )
-    if not dense_layers.empty:
-        columns = list(DENSE_LAYER_COLUMNS)
-        if "gemm" in dense_layers:  # training steps: which of a layer's GEMMs
-            columns.insert(columns.index("layer") + 1, "gemm")
-        sections.append(
-            ("Dense-weight layers (times in µs; simulated points: the cost model of timed_on)", dense_layers[columns])
-        )
-    if proxy:
-        sections.append(("Published runs (1024 x 120, 60000-row proxy)", pd.DataFrame(published_rates())))
+    sections += [section for part in parts for section in part.sections]
     experiment = config["experiment"]
     title = f"spartan_py report: {experiment['name']}"
     intro = (

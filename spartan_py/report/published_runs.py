@@ -1,6 +1,6 @@
 """Published figures shown beside ours: Graph Challenge runs (1024 neurons x 120 layers,
 60000-row proxy). Spartan's conv-layer training speed-ups sit with the networks they are of
-(:data:`spartan_py.sparsity.workloads.SPARTAN_TRAINING_SPEEDUP`)."""
+(:data:`spartan_py.workloads.conv.layers.SPARTAN_TRAINING_SPEEDUP`)."""
 
 from __future__ import annotations
 

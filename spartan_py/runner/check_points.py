@@ -3,7 +3,7 @@
 
 Graph Challenge points: their network's layer files, inputs and truth read whole and checked,
 ``layers`` and ``rows`` in range (:func:`spartan_py.api.check_request`). Conv-layer points:
-their saved maps (:mod:`~spartan_py.sparsity.saved_maps_check`) and their tile against what
+their saved maps (:mod:`~spartan_py.workloads.conv.saved_maps_check`) and their tile against what
 the kernels take (:mod:`~spartan_py.sparsity.tile_rules`). Each problem is one line naming the
 file or field; all of them are raised together as one :class:`InputError` (exit 2).
 """
@@ -14,39 +14,13 @@ from collections.abc import Iterable
 
 from spartan_py.errors import InputError
 from spartan_py.runner.sweep import Point
-
-
-def _runs_on_gpu(point: Point) -> bool:
-    from spartan_py.engines import resolve_backend
-
-    config = point.experiment
-    if config.mode == "simulated":
-        return False
-    return config.backend == "gpu" or (config.backend == "auto" and resolve_backend("auto") == "gpu")
+from spartan_py.workloads import workload_of
 
 
 def point_problem(point: Point) -> str | None:
-    """The first problem with ``point``'s inputs, in one line, or None."""
-    config = point.experiment
-    workload = config.workload
+    """The first problem with ``point``'s inputs, in one line, or None (its workload's checks)."""
     try:
-        if workload.kind == "graph_challenge":
-            from spartan_py.api import check_request
-
-            check_request(
-                workload.network, workload.inputs, layers=workload.layers, rows=workload.rows, truth=workload.truth
-            )
-            return None
-        if config.tile is not None:
-            from spartan_py.sparsity.tile_rules import tile_problem
-
-            problem = tile_problem(config.tile, config.precision, gpu=_runs_on_gpu(point))
-            if problem:
-                return f"tile {list(config.tile)}: {problem}"
-        if workload.activations is not None:
-            from spartan_py.sparsity.saved_maps_check import check_saved_maps
-
-            check_saved_maps(workload.activations, tuple(workload.layers))
+        workload_of(point.experiment).check_inputs(point.experiment)
     except InputError as exc:
         return str(exc)
     return None

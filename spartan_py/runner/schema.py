@@ -5,236 +5,58 @@ but the workload; ``sweep:`` turns one experiment into many points: ``grid`` (ev
 combination of its lists) times ``zip`` (its lists taken together, element by element).
 Keys in a sweep are dotted field paths (``workload.layers``, ``backend``).
 
-Two workloads, told apart by ``workload.kind``: ``graph_challenge`` (the default) and
-``conv_layers`` (dense-weight convolution layers whose inputs are sparse ReLU outputs).
-Fields that only one of them uses are refused for the other.
+The ``workload:`` section is validated by the model of the kind it names
+(:mod:`spartan_py.workloads`); top-level fields only some kind takes (its ``options``) are
+refused for the others.
 """
 
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
+    PlainValidator,
     PositiveInt,
-    Tag,
+    SerializeAsAny,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from spartan_py.engines import backend_choices
+from spartan_py.engines import AUTO_BACKEND, backend_choices
 from spartan_py.engines.options import OPTION_NAMES, EngineOptions
-from spartan_py.graph_challenge.generate import generated_family
-from spartan_py.sparsity.candidates import KERNEL_CHOICES
-
-#: Backends a ``conv_layers`` workload runs on (NumPy/Numba or CuPy/cuBLAS/our kernels).
-CONV_BACKENDS = ("auto", "cpu", "gpu")
-#: Fields only one workload kind takes (each kind refuses the other's).
-KIND_FIELDS = {
-    "graph_challenge": (
-        "rows_per_tile",
-        "chain_rows",
-        "chain_warps",
-        "input_counts",
-        "compact_every",
-        "time_limit_seconds",
-    ),
-    "conv_layers": ("tile", "policy", "precision", "trace"),
-}
-#: Kernel choices of the ``policy`` field: the adaptive policy or one kernel for every layer.
-POLICIES = ("adaptive", *KERNEL_CHOICES)
+from spartan_py.workloads import (
+    Workload,
+    WorkloadSection,
+    validate_section,
+    workload_classes,
+    workload_of,
+    workload_of_section,
+)
+from spartan_py.workloads.conv.schema import ConvOptions
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _check_source(value: str, info: ValidationInfo, what: str, generated: bool) -> str:
-    """A path (relative to the experiment file) that exists or, where ``generated``, a
-    generated spec (``generated:...``; for networks also ``generated-unmergeable:...``)."""
-    if generated:
-        return value
-    base = (info.context or {}).get("base", Path("."))
-    path = Path(value) if Path(value).is_absolute() else Path(base) / value
-    if not path.exists():
-        raise ValueError(f"{what} {value!r} not found (looked for {path}); expected a path or generated:...")
-    return str(path.resolve())
+def _section(value, info: ValidationInfo) -> WorkloadSection:
+    return validate_section(value, info.context)
 
 
-class GraphChallengeWorkload(_Frozen):
-    """Sparse DNN Graph Challenge inference."""
-
-    kind: Literal["graph_challenge"] = "graph_challenge"
-    network: str = Field(
-        "generated:1024",
-        description="a folder of layer files, generated:N[:SEED] or generated-unmergeable:N[:SEED]",
-    )
-    layers: PositiveInt | None = Field(None, description="layers to run (default: all files, 120 if generated)")
-    inputs: str = Field("generated:6000", description="an input-rows file, or generated:ROWS[:SEED]")
-    rows: PositiveInt | None = Field(None, description="input rows (default: the file's largest row index)")
-    truth: str | None = Field(None, description="truth categories file to check against")
-    check_rows: PositiveInt | None = Field(
-        None,
-        description="categories of the first check_rows input rows checked against the cpu engine's "
-        "(a second run on the CPU; untimed); rows where they differ are decided in float64 and pass "
-        "only on an unstable fixed point (spartan_py.graph_challenge.check)",
-    )
-
-    def short_label(self) -> str:
-        """``network x layers, rows from inputs`` in a few words, for point labels."""
-        network = Path(self.network).name if "/" in self.network else self.network
-        inputs = Path(self.inputs).name if "/" in self.inputs else self.inputs
-        return f"{network} x {self.layers or 'all'} layers, {self.rows or 'all'} rows of {inputs}"
-
-    @field_validator("network")
-    @classmethod
-    def _network_exists(cls, value: str, info: ValidationInfo) -> str:
-        return _check_source(value, info, "network", generated_family(value) is not None)
-
-    @field_validator("inputs")
-    @classmethod
-    def _inputs_exist(cls, value: str, info: ValidationInfo) -> str:
-        return _check_source(value, info, "inputs file", value.startswith("generated:"))
-
-    @field_validator("truth")
-    @classmethod
-    def _truth_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
-        if value.startswith("generated:"):
-            raise ValueError("truth must be a file")
-        return _check_source(value, info, "truth file", False)
+#: The ``workload`` field: its ``kind`` picks the registered model (a section without ``kind``
+#: is of the default kind); dumped with the fields of its own model.
+WorkloadField = Annotated[SerializeAsAny[WorkloadSection], PlainValidator(_section)]
 
 
-class ConvLayersWorkload(_Frozen):
-    """Convolution layers as im2col GEMMs (dense weights) over generated post-ReLU maps, or maps
-    a user saved from their own framework (``activations``)."""
-
-    kind: Literal["conv_layers"]
-    layers: list[str] = Field(
-        ["alexnet/conv2", "vgg16/conv3_2", "resnet18/conv2_x"],
-        min_length=1,
-        description="network/layer names, or a network name for all its layers (alexnet, vgg16, resnet18)",
-    )
-    batch: PositiveInt = Field(8, description="images per layer (GEMM rows = batch x output pixels)")
-    density: float = Field(0.3, gt=0, le=1, description="fraction of non-zero input activations")
-    cluster_px: float = Field(
-        2.0, ge=0, description="correlation length of the non-zero regions, pixels (0: independent)"
-    )
-    seed: int = Field(0, description="seed of the maps and weights")
-    step: Literal["forward", "training"] = Field(
-        "forward",
-        description="forward: each layer's forward GEMM; training: the three GEMMs of a training step "
-        "(forward X W, weight gradient X^T dY, input gradient dY W^T), each with its sparse operand",
-    )
-    activations: str | None = Field(
-        None,
-        description="a .npz of post-ReLU maps saved from your framework (one NCHW array per layer, named "
-        "network/layer or layer), or a .npy for one layer: used instead of generated maps, so batch, "
-        "density and cluster_px are what the arrays hold",
-    )
-    layer_densities: dict[str, float] = Field(
-        {},
-        description="per layer (network/layer), the density of its generated input maps, as a published "
-        "profile of a trained network gives it; layers not listed take density (needs density_source)",
-    )
-    density_source: str | None = Field(
-        None, description="where layer_densities come from: the publication, its figure or table, the point of training"
-    )
-
-    def density_of(self, label: str) -> float:
-        """The density of layer ``label``'s generated input maps."""
-        return self.layer_densities.get(label, self.density)
-
-    def short_label(self) -> str:
-        """The layers and the activation density in a few words, for point labels."""
-        step = ", training step" if self.step == "training" else ""
-        if self.activations is not None:
-            return f"{len(self.layers)} conv layers{step}, maps of {Path(self.activations).name}"
-        density = "published densities" if self.layer_densities else f"density {self.density:g}"
-        return f"{len(self.layers)} conv layers{step}, batch {self.batch}, {density}"
-
-    @field_validator("layer_densities")
-    @classmethod
-    def _densities_of_known_layers(cls, values: dict[str, float]) -> dict[str, float]:
-        from spartan_py.errors import InputError
-        from spartan_py.sparsity.workloads import conv_layer
-
-        out = {}
-        for label, density in values.items():
-            try:
-                label = conv_layer(label).label
-            except InputError as exc:
-                raise ValueError(f"layer_densities: {exc}") from None
-            if not 0 < density <= 1:
-                raise ValueError(f"layer_densities[{label}] is {density}; expected a density in (0, 1]")
-            out[label] = density
-        return out
-
-    @model_validator(mode="after")
-    def _densities_cite_their_source(self):
-        if self.layer_densities and not (self.density_source or "").strip():
-            raise ValueError("layer_densities need density_source: the publication and figure they come from")
-        if self.layer_densities and self.activations is not None:
-            raise ValueError("layer_densities are for generated maps; with activations the saved maps hold them")
-        given = sorted({"batch", "density", "cluster_px"} & self.model_fields_set)
-        if given and self.activations is not None:  # a sweep over them would label identical runs apart
-            raise ValueError(
-                f"{', '.join(given)}: the saved maps (activations) hold their own batch and density; "
-                "remove it (the tables report the maps' own)"
-            )
-        return self
-
-    @field_validator("activations")
-    @classmethod
-    def _activations_exist(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
-        if not value.endswith((".npz", ".npy")):
-            raise ValueError(f"activations {value!r}: expected a .npz (one array per layer) or a .npy")
-        return _check_source(value, info, "activations file", False)
-
-    @field_validator("layers")
-    @classmethod
-    def _known_layers(cls, values: list[str]) -> list[str]:
-        from spartan_py.errors import InputError
-        from spartan_py.sparsity.workloads import CONV_LAYERS, conv_layer
-
-        out = []
-        for value in values:
-            if value in CONV_LAYERS:
-                out += [layer.label for layer in CONV_LAYERS[value]]
-                continue
-            try:
-                out.append(conv_layer(value).label)
-            except InputError as exc:
-                raise ValueError(str(exc)) from None
-        return out
-
-
-def _workload_kind(value) -> str:
-    if isinstance(value, dict):
-        return value.get("kind", "graph_challenge")
-    return getattr(value, "kind", "graph_challenge")
-
-
-#: The ``workload`` field: the kind names the model (a file without ``kind`` is a Graph Challenge one).
-Workload = Annotated[
-    Annotated[GraphChallengeWorkload, Tag("graph_challenge")] | Annotated[ConvLayersWorkload, Tag("conv_layers")],
-    Discriminator(_workload_kind),
-]
-
-
-def _kind(info: ValidationInfo) -> str | None:
-    """The workload kind of the experiment being validated (None if its workload is invalid)."""
-    workload = info.data.get("workload")
-    return workload.kind if workload is not None else None
+def _workload(info: ValidationInfo) -> type[Workload] | None:
+    """The workload class of the experiment being validated (None if its workload is invalid)."""
+    section = info.data.get("workload")
+    return workload_of_section(section) if section is not None else None
 
 
 class Sweep(_Frozen):
@@ -305,39 +127,28 @@ class _ExperimentHead(_Frozen):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="names the output folder")
     description: str = ""
-    workload: Workload
+    workload: WorkloadField
 
 
-class Experiment(EngineOptions, _ExperimentHead):
-    """One experiment file (before its sweep is expanded) or one point of it (no sweep); the
-    engine options (``monitor``, ``rows_per_tile``, ...) are
-    :class:`~spartan_py.engines.options.EngineOptions`'."""
+class _ExperimentEngine(EngineOptions, _ExperimentHead):
+    """The engine, the options it takes and the mode (after the head, before a workload's own fields)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_name_the_backends)
-
-    backend: str = Field("auto", description="the engine (auto: the GPU's best kernel when a GPU is here, else cpu)")
+    backend: str = Field(
+        AUTO_BACKEND, description="the engine (auto: the GPU's best kernel when a GPU is here, else cpu)"
+    )
     mode: Literal["measured", "simulated"] = Field(
         "measured", description="simulated: the GPU kernel's CPU twin, timed by the cost model for `machines[0]`"
     )
-    tile: tuple[PositiveInt, PositiveInt] | None = Field(
-        None,
-        description="conv_layers: the monitor's and tile-sparse GEMM's tile, [rows, cols] or one size "
-        "for square tiles (the GPU GEMM takes 16, 32, 64 or 128 rows and a multiple of 16 columns; tf32: 64 "
-        "or 128 rows and a multiple of 32 columns); default: 64 x 32",
-    )
-    policy: Literal[POLICIES] = Field(  # type: ignore[valid-type]
-        "adaptive", description="conv_layers: each layer's kernel: chosen by the cost model (adaptive) or fixed"
-    )
-    precision: Literal["fp32", "tf32", "fp32x3"] = Field(
-        "fp32",
-        description="conv_layers: GEMM precision (tf32: tensor cores; fp32x3, opt-in: every product as three "
-        "TF32 products of split operands, near FP32's error on tensor cores; never chosen unless set here)",
-    )
-    trace: Literal["chosen", "all"] = Field(
-        "chosen",
-        description="conv_layers: which launches the point's trace records: the policy's choice, or every "
-        "candidate's launches timed one by one (for the cost model's calibration and validation; GPU only)",
-    )
+
+
+class Experiment(ConvOptions, _ExperimentEngine):
+    """One experiment file (before its sweep is expanded) or one point of it (no sweep); the
+    engine options (``monitor``, ``rows_per_tile``, ...) are
+    :class:`~spartan_py.engines.options.EngineOptions`', the fields only a workload kind
+    takes its own (:class:`~spartan_py.workloads.conv.schema.ConvOptions`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_name_the_backends)
+
     repeats: int = Field(1, ge=1, le=100, description="runs per point; the median time is reported")
     machines: list[str] = Field([], description="sim/ machines (NAME or NAME+VARIANT) to replay each point's trace on")
     executor: ExecutorConfig = ExecutorConfig()
@@ -362,11 +173,6 @@ class Experiment(EngineOptions, _ExperimentHead):
                 raise ValueError(str(exc)) from None
         return values
 
-    @field_validator("tile", mode="before")
-    @classmethod
-    def _square(cls, value):
-        return (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
-
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
@@ -377,45 +183,31 @@ class Experiment(EngineOptions, _ExperimentHead):
             raise ValueError(f"{value!r} is not one of {', '.join(choices)}{hint}")
         return value
 
-    @field_validator(*(name for names in KIND_FIELDS.values() for name in names))
-    @classmethod
-    def _takes_the_workload_kind(cls, value, info: ValidationInfo):
-        kind = _kind(info)
-        owner = next(owner for owner, names in KIND_FIELDS.items() if info.field_name in names)
-        if kind is not None and kind != owner:
-            raise ValueError(
-                f"{info.field_name} is an option of {owner} workloads; a {kind} workload takes "
-                f"{', '.join(KIND_FIELDS[kind])}"
-            )
-        return value
-
     @field_validator("backend")
     @classmethod
     def _backend_fits(cls, value, info: ValidationInfo):
-        if _kind(info) == "conv_layers" and value not in CONV_BACKENDS:
-            raise ValueError(f"a conv_layers workload runs on {', '.join(CONV_BACKENDS)}, not {value!r}")
+        chosen = _workload(info)
+        if chosen is not None and chosen.backends is not None and value not in chosen.backends:
+            raise ValueError(f"a {chosen.kind} workload runs on {', '.join(chosen.backends)}, not {value!r}")
+        return value
+
+    @field_validator("*")
+    @classmethod
+    def _taken_by_the_workload(cls, value, info: ValidationInfo):
+        chosen = _workload(info)
+        if chosen is None or info.field_name in chosen.options:
+            return value
+        owner = next((w for w in workload_classes() if info.field_name in w.options), None)
+        if owner is not None:
+            raise ValueError(
+                f"{info.field_name} is an option of {owner.kind} workloads; a {chosen.kind} workload takes "
+                f"{', '.join(chosen.options) or 'none of them'}"
+            )
         return value
 
     @model_validator(mode="after")
     def _simulated_needs_a_machine(self):
         if self.mode == "simulated" and not self.machines:
             raise ValueError("mode: simulated needs at least one entry in `machines` (the first times the run)")
-        if self.workload.kind == "conv_layers":
-            if self.mode == "simulated" and self.backend == "gpu":
-                raise ValueError(
-                    "mode: simulated computes on the CPU and times with the cost model; use backend auto or cpu"
-                )
-            if self.trace == "all" and self.precision == "fp32x3":
-                raise ValueError(
-                    "trace: all times each candidate's launches for the cost model's fp32 and tf32 families; "
-                    "fp32x3 runs the tf32 ones: use precision tf32 (or trace: chosen)"
-                )
-        elif self.mode == "simulated":
-            from spartan_py.engines import twin_backend
-            from spartan_py.errors import InputError
-
-            try:
-                twin_backend(self.backend)
-            except InputError as exc:
-                raise ValueError(str(exc)) from None
+        workload_of(self).check(self)
         return self

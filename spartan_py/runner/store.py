@@ -4,9 +4,9 @@
     <out>/environment.json   versions, host CPU, device, commit
     <out>/points/<id>.json   one point: its config, status, error, summary, times, simulations
     <out>/points/<id>.trace.csv
-    <out>/results.csv        one row per Graph Challenge point and layer
-    <out>/dense-layers.csv   one row per conv_layers point and layer
     <out>/simulated.csv      one row per point and machine
+    <out>/*.csv              each workload's tables (spartan_py.workloads: Graph Challenge's
+                             results.csv and challenge.csv, conv_layers' dense-layers.csv)
 
 A point file is written last and atomically, so a point either has a complete file or is
 run again when the experiment is restarted.
@@ -25,6 +25,7 @@ import pandas as pd
 
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
+from spartan_py.workloads import workload_classes, workload_of_point
 
 
 def write_json(path: Path, payload: dict) -> Path:
@@ -143,20 +144,7 @@ def run_environment(out: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _training_steps(points: list[dict]):
-    """``(point, summary, config)`` of each finished training-step point."""
-    for point in points:
-        summary = point.get("summary") or {}
-        if point["status"] == "ok" and summary.get("step") == "training":
-            yield point, summary, point["config"]
-
-
-def is_graph_challenge(point: dict) -> bool:
-    """Whether a finished point ran a Graph Challenge workload (not dense-weight layers)."""
-    return point["status"] == "ok" and point["summary"].get("workload", "graph_challenge") == "graph_challenge"
-
-
-def _point_columns(point: dict) -> dict:
+def point_columns(point: dict) -> dict:
     """The columns that name a finished point in every table: id, label, backend, device."""
     summary = point["summary"]
     return {
@@ -166,137 +154,6 @@ def _point_columns(point: dict) -> dict:
         "device": summary["device"],
         "simulated": summary["simulated"],
     }
-
-
-def results_table(points: list[dict]) -> pd.DataFrame:
-    """One row per Graph Challenge point and layer: live rows, non-zeros, the point's time and rate."""
-    rows = []
-    for point in points:
-        if not is_graph_challenge(point):
-            continue
-        summary = point["summary"]
-        for layer, (live, nnz) in enumerate(zip(summary["live_rows_by_layer"], summary["nonzeros_by_layer"]), start=1):
-            rows.append(
-                {
-                    **_point_columns(point),
-                    "neurons": summary["neurons"],
-                    "layers": summary["layers"],
-                    "rows": summary["rows"],
-                    "layer": layer,
-                    "live_rows": live,
-                    "nonzeros": nnz,
-                    "density": nnz / max(summary["rows"] * summary["neurons"], 1),
-                    "seconds": summary["seconds"],
-                    "edges_per_second": summary["edges_per_second"],
-                    "monitor": point["config"]["monitor"],
-                    "rows_per_tile": point["config"]["rows_per_tile"],
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def dense_layer_table(points: list[dict]) -> pd.DataFrame:
-    """One row per ``conv_layers`` point and layer: the point's swept values, the layer's
-    profile, utilization, kernel times (measured or predicted) and the policy's choice."""
-    rows = []
-    for point in points:
-        if point["status"] != "ok" or is_graph_challenge(point):
-            continue
-        summary, config = point["summary"], point["config"]
-        for layer in summary["layers"]:
-            rows.append(
-                {
-                    **_point_columns(point),
-                    "timed_on": summary["timed_on"],
-                    "monitor": config["monitor"],
-                    "policy": config["policy"],
-                    "precision": config["precision"],
-                    "batch": config["workload"]["batch"],
-                    "map_density": config["workload"]["density"],
-                    **layer,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def training_step_table(points: list[dict]) -> pd.DataFrame:
-    """One row per ``conv_layers`` training-step point: the step's dense and adaptive times,
-    speed-up, the bound its tile densities allow, the cost model's dense and adaptive step on
-    the point's first machine (model_error: adaptive predicted / measured - 1) and with a
-    hardware monitor, the largest difference from cuBLAS, and Spartan's published speed-up
-    for the network (when the point is one whole network)."""
-    from spartan_py.sparsity.workloads import SPARTAN_TRAINING_SPEEDUP
-
-    rows = []
-    for point, summary, config in _training_steps(points):
-        layers = summary["layers"]
-        networks = sorted({row["layer"].split("/")[0] for row in layers})
-        rows.append(
-            {
-                "point": point["id"],
-                "network": ", ".join(networks),
-                "layers": len({row["layer"] for row in layers}),
-                "precision": config["precision"],
-                "batch": summary.get("batch", config["workload"]["batch"]),  # the maps' own
-                "map_density": summary.get("map_density", config["workload"]["density"]),
-                "density_source": config["workload"].get("density_source"),  # per-layer densities: their source
-                "timed_on": summary["timed_on"],
-                "dense_ms": summary["dense_seconds"] * 1e3,
-                "adaptive_ms": summary["seconds"] * 1e3,
-                "speedup": summary["speedup"],
-                "bound_speedup": summary["speedup_bound"],
-                "model_dense_ms": summary["predicted_dense_seconds"] * 1e3,
-                "model_adaptive_ms": summary["predicted_seconds"] * 1e3,
-                "model_error": summary["predicted_seconds"] / summary["seconds"] - 1,
-                "hw_monitor_ms": summary["hw_monitor_seconds"] * 1e3,
-                "monitor_ms": summary["monitor_seconds"] * 1e3,
-                "software_monitor_ms": summary.get("software_monitor_seconds", float("nan")) * 1e3,
-                "profiling_ratio": summary.get("profiling_ratio", float("nan")),
-                "im2col_ms": summary["im2col_seconds"] * 1e3,
-                "col2im_ms": summary.get("col2im_seconds", float("nan")) * 1e3,
-                "sparse_picks": sum(row["kernel"] != "dense" for row in layers),
-                "gemms": len(layers),
-                "max_rel_diff": summary["max_rel_diff"],
-                "max_rel_err": summary.get("max_rel_err", float("nan")),
-                "spartan_published": SPARTAN_TRAINING_SPEEDUP.get(networks[0], float("nan"))
-                if len(networks) == 1
-                else float("nan"),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def precision_table(points: list[dict]) -> pd.DataFrame:
-    """Per training-step layer, each precision's dense time (the layer's three GEMMs, µs) and
-    largest error against float64 (``|error|`` over ``|A| |W|``), side by side: the ``fp32x3``
-    appendix, for the layers (at a batch and density) measured at ``fp32x3``. Empty unless some
-    point ran ``fp32x3``."""
-    rows = []
-    for _, summary, config in _training_steps(points):
-        for layer in summary["layers"]:
-            rows.append(
-                {
-                    "batch": layer.get("batch", config["workload"]["batch"]),  # the maps' own
-                    "map_density": layer.get("map_density", config["workload"]["density"]),
-                    "layer": layer["layer"],
-                    "precision": config["precision"],
-                    "dense_us": layer["dense_us"],
-                    "max_rel_err": layer.get("dense_max_rel_err", float("nan")),
-                }
-            )
-    frame = pd.DataFrame(rows)
-    if frame.empty or "fp32x3" not in set(frame["precision"]):
-        return pd.DataFrame()
-    keys = ["batch", "map_density", "layer"]
-    by_layer = frame.groupby([*keys, "precision"], sort=False).agg(
-        dense_us=("dense_us", "sum"), err=("max_rel_err", "max")
-    )
-    wide = by_layer.unstack("precision")
-    wide.columns = [f"{precision}_{'us' if what == 'dense_us' else 'max_rel_err'}" for what, precision in wide.columns]
-    wide = wide[wide["fp32x3_us"].notna()]  # layers measured at fp32x3: the others have nothing to set beside
-    if "fp32_us" in wide:
-        wide["fp32x3_vs_fp32"] = wide["fp32x3_us"] / wide["fp32_us"]
-    return wide.reset_index()
 
 
 def _trust(machine: str) -> str:
@@ -337,9 +194,7 @@ def simulated_table(points: list[dict]) -> pd.DataFrame:
                     "own_seconds": point["summary"]["seconds"],
                     "own_device": point["summary"]["device"],
                     "own_simulated": point["summary"]["simulated"],
-                    "edges": point["summary"]["edges"] * point["summary"]["rows"]
-                    if is_graph_challenge(point)
-                    else None,
+                    "edges": workload_of_point(point).edges(point["summary"]),
                 }
             )
     return pd.DataFrame(rows)
@@ -356,13 +211,6 @@ def guessed_predictions(out: Path) -> tuple[int, int] | None:
     return (guessed, len(table)) if guessed else None
 
 
-def _is_stock(point: dict) -> bool:
-    from spartan_py.engines import engine_class
-
-    backend = point["summary"]["backend"] if point["status"] == "ok" else point["config"]["backend"]
-    return backend != "auto" and engine_class(backend).stock_library
-
-
 def device_machine(point: dict) -> str | None:
     """The point's listed machine (``sim/`` name) that describes the GPU it ran on, or None."""
     from spartan_py.costmodel.machine import machine_for_device
@@ -371,74 +219,16 @@ def device_machine(point: dict) -> str | None:
     return machine_for_device(point["summary"]["device"], names) if names else None
 
 
-def challenge_table(points: list[dict]) -> pd.DataFrame:
-    """One row per Graph Challenge network of a run (points with the same workload): the
-    fastest of our backends (time, rate, set-up, the CPU check, the cost model's prediction
-    for the GPU it ran on and its error) beside the fastest stock-library path, or why none
-    finished (a point past ``time_limit_seconds`` or out of memory)."""
-    networks: dict[tuple, dict[str, list[dict]]] = {}
-    for point in points:
-        workload = point["config"]["workload"]
-        if workload.get("kind", "graph_challenge") != "graph_challenge" or point["config"]["mode"] != "measured":
-            continue
-        key = (workload["network"], workload["layers"], workload["inputs"], workload["rows"])
-        side = "stock" if _is_stock(point) else "ours"
-        networks.setdefault(key, {"ours": [], "stock": []})[side].append(point)
-    rows = []
-    for (network, _, _, _), sides in networks.items():
-        ours = [p for p in sides["ours"] if p["status"] == "ok"]
-        if not ours:
-            continue
-        best = min(ours, key=lambda p: p["summary"]["seconds"])
-        summary = best["summary"]
-        machine = device_machine(best)
-        predicted = best.get("machines", {}).get(machine, {}).get("seconds") if machine else None
-        check = summary.get("check")
-        stock = [p for p in sides["stock"] if p["status"] == "ok"]
-        fastest = min(stock, key=lambda p: p["summary"]["seconds"]) if stock else None
-        not_finished = "; ".join(p["error"] for p in sides["stock"] if p["status"] != "ok")
-        rows.append(
-            {
-                "neurons": summary["neurons"],
-                "layers": summary["layers"],
-                "source": network,
-                "rows": summary["rows"],
-                "backend": summary["backend"],
-                "device": summary["device"],
-                "seconds": summary["seconds"],
-                "edges_per_second": summary["edges_per_second"],
-                "setup_seconds": summary["load_seconds"] + summary["prepare_seconds"],
-                "categories": summary["categories"],
-                "checked_rows": check["rows"] if check else None,
-                "check_equal": check["equal"] if check else None,
-                "check_passed": check.get("passed", check["equal"]) if check else None,
-                "check_note": check.get("note", "") if check else "",
-                "check_seconds": check["seconds"] if check else None,
-                "wall_seconds": summary.get("wall_seconds"),
-                "model": machine or "",
-                "predicted_seconds": predicted,
-                "model_error": predicted / summary["seconds"] - 1 if predicted and summary["seconds"] else None,
-                "stock_backend": fastest["summary"]["backend"] if fastest else "",
-                "stock_seconds": fastest["summary"]["seconds"] if fastest else None,
-                "speedup_vs_stock": fastest["summary"]["seconds"] / summary["seconds"] if fastest else None,
-                "stock_not_finished": not_finished,
-            }
-        )
-    return pd.DataFrame(rows).sort_values(["neurons", "layers"], ignore_index=True) if rows else pd.DataFrame()
-
-
 def write_tables(out: Path) -> list[Path]:
-    """(Re)build results.csv, simulated.csv, and dense-layers.csv and challenge.csv (when
-    there are points of their kind) from the point files."""
+    """(Re)build simulated.csv and each registered workload's tables from the point files
+    (a workload's table only when it has rows, unless it is one of its ``always_tables``)."""
     points = load_points(out)
-    tables = {
-        "results.csv": results_table(points),
-        "dense-layers.csv": dense_layer_table(points),
-        "simulated.csv": simulated_table(points),
-        "challenge.csv": challenge_table(points),
-    }
+    tables = {"simulated.csv": (simulated_table(points), True)}
+    for workload in workload_classes():
+        for name, frame in workload.tables(points).items():
+            tables[name] = (frame, name in workload.always_tables)
     return [
         atomic_write_text(out / name, frame.to_csv(index=False))
-        for name, frame in tables.items()
-        if name in ("results.csv", "simulated.csv") or not frame.empty
+        for name, (frame, always) in tables.items()
+        if always or not frame.empty
     ]

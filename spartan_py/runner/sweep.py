@@ -34,7 +34,7 @@ def _field_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]
             continue
         if prefix + name not in paths:
             paths.append(prefix + name)
-        for nested in models_in(info.annotation):  # through unions (the workload kinds)
+        for nested in models_in(info.annotation):  # through unions and the workload kinds' sections
             paths += [p for p in _field_paths(nested, prefix + name + ".") if p not in paths]
     return paths
 
@@ -53,10 +53,8 @@ def point_label(point: Experiment, keys: list[str]) -> str:
             continue
         if isinstance(value, str) and "/" in value:
             value = Path(value).name
-        if key == "workload.layers" and isinstance(value, list):  # conv layers: a network by its name
-            from spartan_py.sparsity.workloads import layers_name
-
-            value = layers_name(value)
+        if key.startswith("workload."):  # as the workload's section reads it (conv layers: a network by its name)
+            value = point.workload.value_label(key.removeprefix("workload."), value)
         parts.append(f"{key.removeprefix('workload.')}={value}")
     return ", ".join(parts)
 

@@ -9,7 +9,7 @@
   against float64.
 - :class:`KernelPolicy` picks each layer's kernel from a profile and the cost model.
 - :func:`run_mlp` runs a ReLU MLP adaptively, :class:`AdaptiveMlp` batch after batch with
-  decisions from the previous batch's profiles; :mod:`spartan_py.sparsity.workloads` has the
+  decisions from the previous batch's profiles; :mod:`spartan_py.workloads.conv.layers` has the
   AlexNet / VGG-16 / ResNet-18 convolution shapes and activation generators;
   :mod:`spartan_py.sparsity.digits` trains an MLP on real handwritten digits.
 

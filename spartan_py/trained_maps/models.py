@@ -73,7 +73,7 @@ def build(network: str, num_classes: int = 10):
 
 def conv_names(network: str, model) -> dict[Any, str]:
     """Each ``Conv2d`` of ``model`` -> its name: ``conv1``..``conv5`` (AlexNet), ``conv1_1``..
-    ``conv5_3`` (VGG-16, as :mod:`spartan_py.sparsity.workloads`), torchvision's module path
+    ``conv5_3`` (VGG-16, as :mod:`spartan_py.workloads.conv.layers`), torchvision's module path
     (ResNet-18: ``layer2.0.downsample.0``)."""
     torch, _ = import_torch()
     convs = [(path, m) for path, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]

@@ -39,15 +39,30 @@ the software monitor's cost beside the fused one's (Spartan's profiling overhead
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from dataclasses import replace
 
 import numpy as np
 
+from spartan_py.costmodel.families import COMPACT, EPILOGUE, ROLE_SEPARATOR
+from spartan_py.sparsity import (
+    KernelPolicy,
+    SparsityMonitor,
+    dense_matmul,
+    matmul_error,
+    tile_sparse_matmul,
+    tile_utilization,
+)
 from spartan_py.sparsity.arrays import array_module
 from spartan_py.sparsity.cublas_algo import with_algorithms
-from spartan_py.sparsity.tiles import TileShape
+from spartan_py.sparsity.monitor import LayerProfile
+from spartan_py.sparsity.policy import Decision
+from spartan_py.sparsity.tiles import TileCounts, TileShape
 from spartan_py.trace import TraceRecord
+from spartan_py.workloads.conv.layers import col2im, conv_layer, feature_maps, im2col
+from spartan_py.workloads.conv.operands import layer_maps, layer_operands, map_columns, predicted_us, relative_diff
+from spartan_py.workloads.conv.saved_maps_check import saved_gradient_mask
 
 #: The three GEMMs of a layer's training step, in the order a step runs them per layer.
 TRAINING_GEMMS = ("forward", "weight_grad", "input_grad")
@@ -59,8 +74,6 @@ ERROR_ROWS = 1024
 def output_mask(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
     """Where the layer's output is non-zero after its ReLU, as GEMM rows ``[M x N]`` (batch,
     out_y, out_x by channel): generated maps of the output's size and channels."""
-    from spartan_py.sparsity.workloads import conv_layer, feature_maps
-
     layer = conv_layer(label)
     maps = feature_maps(batch, layer.out_channels, layer.out_size, density, cluster_px=cluster_px, seed=seed + 2)
     rows = np.ascontiguousarray(maps.transpose(0, 2, 3, 1).reshape(-1, layer.out_channels))
@@ -78,8 +91,6 @@ def transposed_profile(profile, xp):
     """The profile of ``X^T`` from ``X``'s (square tiles): the tile counts transposed; each row
     of ``X^T`` (a column of ``X``) counted as its tile row's total, so live rows are rows of
     non-empty tile rows (at the tile's grain, not exact)."""
-    from spartan_py.sparsity.monitor import LayerProfile
-
     m, k = profile.shape
     counts = xp.ascontiguousarray(profile.tile_nnz.T)
     rows = xp.repeat(counts.sum(axis=1, dtype=counts.dtype), profile.tile.rows)[:k]
@@ -103,8 +114,6 @@ def _tile_counts_at(policy, profile):
 def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
     """What the monitor of ``mode`` adds to the epilogues writing ``matrices``: each epilogue
     with it and without (plain) timed by turns, the median differences summed (each >= 0)."""
-    from spartan_py.sparsity import SparsityMonitor
-
     if mode == "off":
         return 0.0
     monitor, plain = SparsityMonitor(tile=tile, mode=mode, timed=False), SparsityMonitor(mode="off", timed=False)
@@ -123,9 +132,7 @@ def _monitor_us(matrices: list, mode: str, tile: TileShape, clock) -> float:
 
 def _epilogue_records(m: int, n: int, tile: TileShape) -> tuple[TraceRecord, TraceRecord]:
     """(fused, plain) epilogue records over an ``[m x n]`` matrix: what the monitor adds is the
-    model's difference of the two (as ``conv_trace`` records them)."""
-    from spartan_py.costmodel.families import EPILOGUE
-
+    model's difference of the two (as ``trace`` records them)."""
     moved, counts = 4 * m * n, 4 * math.prod(tile.grid((m, n))) + 4 * m
     plain = TraceRecord(
         run="", layer=0, device="policy", kernel=EPILOGUE, variant="plain", monitor_mode="off", rows_in=m, rows_out=m
@@ -139,21 +146,6 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     """One layer's three GEMMs: a row each (times, choice, check, bound, and the cost model's
     times on ``machine`` and on it with a hardware monitor) and the trace records of the
     kernels the adaptive step launched."""
-    from spartan_py.costmodel.families import COMPACT, ROLE_SEPARATOR
-    from spartan_py.runner.conv_operands import layer_operands, map_columns, predicted_us, relative_diff
-    from spartan_py.sparsity import (
-        KernelPolicy,
-        SparsityMonitor,
-        dense_matmul,
-        matmul_error,
-        tile_sparse_matmul,
-        tile_utilization,
-    )
-    from spartan_py.sparsity.policy import Decision
-    from spartan_py.sparsity.saved_maps_check import saved_gradient_mask
-    from spartan_py.sparsity.tiles import TileCounts
-    from spartan_py.sparsity.workloads import conv_layer
-
     hw_machine = machine if "+" in machine else f"{machine}+hw-monitor"
 
     def predict_us(records, on=machine):
@@ -354,9 +346,6 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             replace(r, variant=f"{r.variant}{ROLE_SEPARATOR}{gemm.name}".lstrip(ROLE_SEPARATOR)) for r in chosen_records
         ]
     if clock is not None:  # the same in a dense and an adaptive step: timed apart
-        from spartan_py.runner.conv_operands import layer_maps
-        from spartan_py.sparsity.workloads import col2im, im2col
-
         maps = xp.asarray(layer_maps(label, workload))
         rows[0]["im2col_us"] = clock(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad))
         rows[0]["col2im_us"] = clock(lambda: col2im(input_gradient, maps.shape, layer.kernel, layer.stride, layer.pad))
@@ -369,9 +358,7 @@ def cudnn_baseline(xp) -> str:
     the step does not call yet."""
     if xp is np:
         return "not run: no cuDNN on the CPU"
-    import importlib.util
-
-    import cupy
+    import cupy  # an optional dependency (CuPy), GPU paths only
 
     for module, what in (("cupy.cudnn", "CuPy's cuDNN binding"), ("cudnn", "cuDNN Frontend")):
         try:

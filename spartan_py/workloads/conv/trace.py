@@ -16,6 +16,9 @@ from dataclasses import replace
 import numpy as np
 
 from spartan_py.costmodel.families import EPILOGUE, LIST_TILES, MONITOR_PASS
+from spartan_py.sparsity import TileCounts, compact_rows, dense_matmul, expand_rows, tile_list, tile_sparse_matmul
+from spartan_py.sparsity.candidates import tile_gemm_schedule
+from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
 from spartan_py.trace import TraceRecord
 
 #: Densities at or under which the CSR candidate is timed (cuSPARSE is hopeless above).
@@ -26,8 +29,6 @@ def tile_operand(tile_records: list[TraceRecord], tiles, tile_nnz):
     """What the tile GEMM of ``tile_records`` (the policy's ``tile_sparse`` records) is
     given: the tile list ``tiles`` where a list launch precedes it, else the counts it lists
     itself (``tile_nnz`` at ``tiles``' tile)."""
-    from spartan_py.sparsity import TileCounts
-
     if any(record.kernel == LIST_TILES for record in tile_records):
         return tiles
     return TileCounts(tiles.shape, tiles.tile, tile_nnz)
@@ -96,11 +97,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
     ``counted`` is the layer's monitor profile, ``tiles`` its tile list at the policy's
     tile, ``clock(work)`` the median microseconds of ``work()``.
     """
-    import cupy as cp
-
-    from spartan_py.sparsity import compact_rows, dense_matmul, expand_rows, tile_list, tile_sparse_matmul
-    from spartan_py.sparsity.candidates import tile_gemm_schedule
-    from spartan_py.sparsity.monitor import SparsityMonitor, software_pass
+    import cupy as cp  # an optional dependency (CuPy), GPU paths only
 
     m, k = a.shape
     n = w.shape[1]
@@ -119,7 +116,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
 
     def csr():
         if "csr" not in made:
-            import cupyx.scipy.sparse as sparse
+            import cupyx.scipy.sparse as sparse  # an optional dependency (CuPy)
 
             made["csr"] = sparse.csr_matrix(a)
         return made["csr"]
@@ -147,7 +144,7 @@ def every_kernel_records(a, w, counted, policy, clock, tiles) -> list[TraceRecor
             rows = replace(packed(), values=made["part"])
             return lambda: expand_rows(rows, out=out)
         if role == "csr_convert":
-            import cupyx.scipy.sparse as sparse
+            import cupyx.scipy.sparse as sparse  # an optional dependency (CuPy)
 
             return lambda: sparse.csr_matrix(a)
         if role == "csr_spmm":

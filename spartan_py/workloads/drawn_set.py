@@ -29,8 +29,9 @@ import numpy as np
 import yaml
 
 from spartan_py.engines import runs_width
-from spartan_py.errors import InputError
-from spartan_py.sparsity.workloads import CONV_LAYERS
+from spartan_py.engines.merged.plan import merged_tile_rows
+from spartan_py.errors import BackendUnavailableError, InputError
+from spartan_py.workloads.conv.layers import CONV_LAYERS
 
 #: Network widths of the Graph Challenge (the rows kernel's too).
 GC_WIDTHS = (1024, 4096, 16384, 65536)
@@ -62,7 +63,7 @@ class DrawnSet:
         default to the purpose's."""
         purpose = PURPOSES[self.purpose]
         header = [
-            f"# A drawn {self.purpose} set (spartan_py.runner.drawn_set): seed {self.seed}"
+            f"# A drawn {self.purpose} set (spartan_py.workloads.drawn_set): seed {self.seed}"
             + (f", from commit {self.commit}" if self.commit else ""),
             f"# {purpose.rule}",
             "#   spartan run <this file> --out runs/<name>-<gpu>",
@@ -135,9 +136,6 @@ def _runs(backend: str, family: str, neurons: int) -> bool:
     if not runs_width(backend, neurons):
         return False
     if backend == "gpu-merged" and family == "generated-unmergeable":
-        from spartan_py.engines.merged.plan import merged_tile_rows
-        from spartan_py.errors import BackendUnavailableError
-
         try:
             merged_tile_rows(neurons, neurons)
         except BackendUnavailableError:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.sparsity.saved_maps import saved_arrays, saved_maps
-from spartan_py.sparsity.workloads import ConvLayer, conv_layer
+from spartan_py.workloads.conv.layers import ConvLayer, conv_layer
+from spartan_py.workloads.conv.saved_maps import saved_arrays, saved_maps
 
 #: The key suffix of a layer's output-gradient mask in a maps file.
 GRADIENT_MASK_SUFFIX = ".grad_mask"

@@ -4,7 +4,7 @@ generated ones (the ``activations:`` field of a ``conv_layers`` workload).
 A ``.npz`` holds one NCHW array per layer, keyed by the layer's ``network/name`` label
 (``vgg16/conv3_2``) or by its name alone (``conv3_2``): the input of that convolution, which is
 the previous ReLU's output; beside it, optionally, the mask of the gradient reaching the layer's
-output (:mod:`~spartan_py.sparsity.saved_maps_check`). A ``.npy`` holds one array, for an
+output (:mod:`~spartan_py.workloads.conv.saved_maps_check`). A ``.npy`` holds one array, for an
 experiment of one layer. The docs (experiments page, "Your own activation maps") show a
 PyTorch forward pre-hook that writes them; PyTorch is not a dependency.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.sparsity.workloads import ConvLayer
+from spartan_py.workloads.conv.layers import ConvLayer
 
 
 @functools.lru_cache(maxsize=2)

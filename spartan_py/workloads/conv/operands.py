@@ -1,7 +1,7 @@
 """What the conv-layer points compute on and how their launches are priced: each layer's input
 maps (generated or saved), its im2col GEMM operands, and the cost model's time of a list of
 trace records. Shared by the forward GEMMs (``dense_layers``) and the training step
-(``conv_training``)."""
+(``training``)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ import functools
 
 import numpy as np
 
+from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.simulate import resolve_machine
+from spartan_py.sparsity.arrays import array_module
 from spartan_py.trace import TraceRecord, to_frame
+from spartan_py.workloads.conv.layers import conv_layer, feature_maps, im2col
+from spartan_py.workloads.conv.saved_maps import saved_maps
+from spartan_py.workloads.conv.saved_maps_check import check_saved_maps
 
 
 @functools.lru_cache(maxsize=32)  # a whole network's layers (VGG-16: 12), reused across precisions
 def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
     """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
     kept for the next points (a sweep over tiles reuses them)."""
-    from spartan_py.sparsity.saved_maps import saved_maps
-    from spartan_py.sparsity.workloads import conv_layer, feature_maps
-
     layer = conv_layer(label)
     if saved is not None:
         maps = saved_maps(saved, layer)
@@ -39,8 +42,6 @@ def map_columns(label: str, workload) -> dict:
     batch; non-zeros over entries of all the point's layers' maps) or the generated maps'."""
     if workload.activations is None:
         return {"batch": workload.batch, "map_density": workload.density}
-    from spartan_py.sparsity.saved_maps_check import check_saved_maps
-
     facts = check_saved_maps(workload.activations, tuple(workload.layers))
     return {"batch": facts.batches[label], "map_density": facts.density}
 
@@ -48,8 +49,6 @@ def map_columns(label: str, workload) -> dict:
 def layer_operands(label: str, workload, tile_cols: int, xp):
     """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
     multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
-    from spartan_py.sparsity.workloads import conv_layer, im2col
-
     layer = conv_layer(label)
     maps = layer_maps(label, workload)
     a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
@@ -64,9 +63,6 @@ def layer_operands(label: str, workload, tile_cols: int, xp):
 
 def predicted_us(records: list[TraceRecord], machine: str) -> float:
     """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
-    from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import resolve_machine
-
     spec, variant = resolve_machine(machine)
     return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
 
@@ -74,8 +70,6 @@ def predicted_us(records: list[TraceRecord], machine: str) -> float:
 def relative_diff(got, reference) -> float:
     """Largest ``|got - reference|`` over the largest ``|reference|`` (1 where that is 0): how far
     a kernel's product is from the dense one, on either device."""
-    from spartan_py.sparsity.arrays import array_module
-
     xp = array_module(reference)
     scale = float(xp.abs(reference).max()) or 1.0
     return float(xp.abs(got - reference).max()) / scale

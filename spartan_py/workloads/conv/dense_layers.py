@@ -13,17 +13,39 @@ takes every time from the cost model of ``machines[0]`` (the kernels' trace reco
 
 from __future__ import annotations
 
+import platform
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spartan_py.costmodel.families import LIST_TILES
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
+from spartan_py.engines import resolve_backend
+from spartan_py.engines.shared.cuda import device_name
 from spartan_py.errors import InputError
-from spartan_py.runner.conv_operands import layer_operands, map_columns, predicted_us, relative_diff
-from spartan_py.runner.schema import ConvLayersWorkload, Experiment
+from spartan_py.sparsity import (
+    KernelPolicy,
+    SparsityMonitor,
+    dense_matmul,
+    tile_list,
+    tile_sparse_matmul,
+    tile_utilization,
+)
+from spartan_py.sparsity.candidates import tile_gemm_schedule
 from spartan_py.sparsity.cublas_algo import with_algorithms
+from spartan_py.sparsity.policy import Decision
+from spartan_py.sparsity.tiles import counts_utilization, tile_counts
+from spartan_py.timing import GpuTimer, difference_by_turns_cpu_us, difference_by_turns_us, time_cpu
 from spartan_py.trace import TraceRecord
+from spartan_py.workloads.conv.operands import layer_operands, map_columns, predicted_us, relative_diff
+from spartan_py.workloads.conv.schema import ConvLayersWorkload
+from spartan_py.workloads.conv.trace import every_kernel_plan, every_kernel_records, tile_operand
+from spartan_py.workloads.conv.training import cudnn_baseline, run_training_layer, step_totals
+
+if TYPE_CHECKING:
+    from spartan_py.runner.schema import Experiment
 
 #: Square tile sizes whose utilization every point reports (useful / executed MACs).
 UTILIZATION_TILES = (8, 16, 32, 64)
@@ -31,17 +53,12 @@ UTILIZATION_TILES = (8, 16, 32, 64)
 
 def _device(backend: str):
     """(array module, device name) for a conv backend (``auto``: the GPU when there is one)."""
-    from spartan_py.engines import resolve_backend
-
     if backend == "cpu" or (backend == "auto" and resolve_backend("auto") != "gpu"):
-        import platform
-
         return np, f"CPU ({platform.processor() or platform.machine()})"
     try:
-        import cupy
+        import cupy  # an optional dependency (CuPy), GPU paths only
     except ImportError as exc:
         raise InputError("backend gpu needs CuPy (pip install -e '.[gpu-cuda13]' or '.[gpu]')") from exc
-    from spartan_py.engines.shared.cuda import device_name
 
     return cupy, device_name(cupy)
 
@@ -51,13 +68,9 @@ class _Clock:
 
     def __init__(self, xp, repeats: int, *, warmup_ms: float = 20):
         if xp is np:
-            from spartan_py.timing import difference_by_turns_cpu_us, time_cpu
-
             self._time = lambda work: time_cpu(work, repeats=repeats, warmup=1)["median_us"]
             self._difference = lambda work, baseline: difference_by_turns_cpu_us(work, baseline, rounds=repeats)
         else:
-            from spartan_py.timing import GpuTimer, difference_by_turns_us
-
             timer = GpuTimer(min_warmup_ms=warmup_ms)  # the GPU idles while the next layer's maps are made
             self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
             self._difference = lambda work, baseline: difference_by_turns_us(
@@ -75,13 +88,6 @@ class _Clock:
 def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:
     """One layer: its profile, utilization, kernel times and the policy's choice; plus the
     trace records of the kernels the policy's choice launched."""
-    from spartan_py.costmodel.families import LIST_TILES
-    from spartan_py.runner.conv_trace import tile_operand
-    from spartan_py.sparsity import SparsityMonitor, dense_matmul, tile_list, tile_sparse_matmul, tile_utilization
-    from spartan_py.sparsity.candidates import tile_gemm_schedule
-    from spartan_py.sparsity.policy import Decision
-    from spartan_py.sparsity.tiles import counts_utilization, tile_counts
-
     workload = config.workload
     tile = policy.tile
     a, w, (m, k_true, n) = layer_operands(label, workload, tile.cols, xp)
@@ -157,12 +163,8 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
         if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
             chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
     if config.trace == "all" and clock is not None and xp is not np:
-        from spartan_py.runner.conv_trace import every_kernel_records
-
         chosen_records = every_kernel_records(a, w, counted, policy, clock, tiles)
     elif config.trace == "all" and clock is None:  # simulated: the same launches, priced by the model
-        from spartan_py.runner.conv_trace import every_kernel_plan
-
         chosen_records = [record for _, record in every_kernel_plan(a.shape[0], a.shape[1], n, counted, policy)]
     row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
     row["speedup_tile_sparse_with_list"] = row["dense_us"] / (row["tile_sparse_us"] + row["tile_list_us"])
@@ -172,8 +174,6 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
 
 def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRecord]]:
     """``(summary, trace)`` of one ``conv_layers`` point (see the module doc)."""
-    from spartan_py.sparsity import KernelPolicy
-
     simulated = config.mode == "simulated"
     xp, device = _device("cpu" if simulated else config.backend)
     machine = config.machines[0] if config.machines else DEFAULT_MACHINE
@@ -189,8 +189,6 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     layers = workload.layers
     for number, label in enumerate(layers, start=1):
         if training:
-            from spartan_py.runner.conv_training import run_training_layer
-
             layer_rows, records = run_training_layer(label, config, xp, clock, policy, machine)
         else:
             row, records = run_layer(label, config, xp, clock, policy)
@@ -200,7 +198,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         rows += layer_rows
         trace += [replace(r, run=run_id, layer=number, device=trace_device) for r in records]
     summary = {
-        "workload": "conv_layers",
+        "workload": workload.kind,
         "step": workload.step,
         "backend": "gpu" if xp is not np else "cpu",
         "device": device,
@@ -212,8 +210,6 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
         "layers": rows,
     }
     if training:
-        from spartan_py.runner.conv_training import cudnn_baseline, step_totals
-
         summary |= step_totals(rows)
         summary["cudnn_baseline"] = cudnn_baseline(xp)
     batches = sorted({row["batch"] for row in rows})  # the maps' own (saved maps: each layer's)

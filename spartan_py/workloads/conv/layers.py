@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.ndimage import gaussian_filter
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module
+from spartan_py.sparsity.gpu_kernels import col2im_kernel
 from spartan_py.sparsity.tiles import TileShape
 
 
@@ -177,9 +179,7 @@ def col2im(cols, shape: tuple[int, int, int, int], kernel: int, stride: int = 1,
 
 
 def _col2im_gpu(cols, shape: tuple[int, int, int, int], kernel: int, stride: int, pad: int, out_hw: tuple[int, int]):
-    import cupy
-
-    from spartan_py.sparsity.gpu_kernels import col2im_kernel
+    import cupy  # an optional dependency (CuPy), GPU paths only
 
     if cols.dtype != cupy.float32:
         raise InputError(f"col2im on the GPU takes float32 columns, got {cols.dtype}")
@@ -203,8 +203,6 @@ def feature_maps(
     rng = np.random.default_rng(seed)
     field = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
     if cluster_px > 0:
-        from scipy.ndimage import gaussian_filter
-
         field = gaussian_filter(field, sigma=(0, 0, cluster_px, cluster_px)).astype(np.float32)
     threshold = np.quantile(field, 1 - density) if 0 < density < 1 else (np.inf if density == 0 else -np.inf)
     values = np.abs(rng.standard_normal(field.shape)).astype(np.float32) + 0.01
