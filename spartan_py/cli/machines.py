@@ -109,7 +109,7 @@ def _print_replay(entry: dict) -> None:
     for note in entry["notes"]:
         print(f"  note: {note}")
     if entry["measured_on"] and not entry["compared"]:
-        why = "a what-if of it" if "+" in entry["machine"] else "not this machine"
+        why = "the what-if is not that GPU" if entry["what_if"] else "not this machine"
         print(f"  measured on {', '.join(entry['measured_on'])}: {why}, so no error against it")
     for row in entry.get("error_by_run", []):
         print(_error_line(row))

@@ -41,7 +41,12 @@ def trust(name: str) -> str:
     (:func:`~spartan_py.costmodel.releases.trust_lines`)."""
     machine, variant = resolve_machine(name)
     text = trust_lines(machine)[0]
-    return text if variant is None else f"{variant.status()} ({variant.name}); {machine.name}: {text}"
+    return text if variant is None else f"{what_if(variant)}; {machine.name}: {text}"
+
+
+def what_if(variant: Variant | None) -> str | None:
+    """What a variant's predictions are, with its name (said before anything else of them); None without one."""
+    return None if variant is None else f"{variant.status()} ({variant.name})"
 
 
 def simulate_trace(
@@ -140,7 +145,7 @@ def simulated_run_facts(predicted: pd.DataFrame, name: str) -> dict:
         "interval_from": kind or None,
         "interval_status": interval_status(machine, variant),
         "trust": trust(name),
-        "what_if": None if variant is None else f"{variant.status()} ({variant.name})",
+        "what_if": what_if(variant),
     }
 
 
@@ -224,6 +229,7 @@ def replay_summary(
     entry: dict = {
         "machine": predicted["machine"].iloc[0] if len(predicted) else name,
         "trust": trust(name),
+        "what_if": what_if(variant),
         "host": host or machine.host,
         "predicted_us_by_run": by_run,
         "interval_us_by_run": intervals,
