@@ -168,7 +168,7 @@ def test_simulate_takes_a_run_folder_and_refuses_tables_and_cpu_traces(tmp_path,
     assert spartan(capsys, "run", path, "--out", out, "--quiet")[0] == 0
     status, text, err = spartan(capsys, "simulate", out, "--machine", "h200-sxm")
     assert status == 0, err
-    assert "ms (kernel launches" in text
+    assert " (kernel launches; 80% interval " in text
     status, _, err = spartan(capsys, "simulate", out / "results.csv", "--machine", "h200-sxm")
     assert status == 2 and "run's table, not a kernel trace" in err and "missing columns" not in err
     cpu_run = tiny_run(tmp_path, capsys, "cpu")

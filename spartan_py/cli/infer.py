@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from spartan_py.cli._common import backend_name, log
+from spartan_py.cli._common import backend_name, duration, duration_range, log
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError
@@ -43,7 +43,7 @@ def _cmd_infer_sharded(args) -> int:
         print(
             f"backend {result.backend} in {len(result.shard_rows)} shards ({', '.join(sorted(set(result.devices)))}): "
             f"{result.neurons} neurons x {result.layers} layers, {result.rows} rows -> {result.categories.size} "
-            f"categories ({verdict})\ninference {result.seconds:.3f} s (slowest shard), "
+            f"categories ({verdict})\ninference {duration(result.seconds * 1e6)} (slowest shard), "
             f"{result.edges_per_second:.3e} edges/s; {result.wall_seconds:.2f} s wall with loading"
         )
     return 0
@@ -102,20 +102,40 @@ def _cmd_infer(args) -> int:
 
         write_trace(args.trace_out, result.predicted_trace if result.predicted_trace is not None else result.trace)
     summary = result.summary()
+    if result.predicted_trace is not None:
+        from spartan_py.costmodel.simulate import simulated_run_facts
+
+        summary.update(simulated_run_facts(result.predicted_trace, args.machine))
     if args.json:
         print(json.dumps(json_ready(summary)))
-    else:
-        verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
-        timing = " (SIMULATED: predicted by the cost model, not measured)" if result.machine else ""
-        print(
-            f"backend {result.backend} on {result.device}{timing}: {result.neurons} neurons x {result.layers} layers, "
-            f"{result.rows} rows -> {result.categories.size} categories ({verdict})\n"
-            f"inference {result.seconds:.3f} s, {result.edges_per_second:.3e} edges/s "
-            f"(loading {result.load_seconds:.2f} s, preparing {result.prepare_seconds:.2f} s)"
-        )
-        for kind, families in summary["guessed"].items():
-            print(f"warning: the time includes launches priced by {kind} parameters: {', '.join(families)}")
+        return 0
+    verdict = {None: "no truth given", True: "PASSED", False: "FAILED"}[result.passed]
+    timing = " (SIMULATED: predicted by the cost model, not measured)" if result.machine else ""
+    what_if = f"{summary['what_if']}: " if summary.get("what_if") else ""  # said first: no such hardware
+    print(
+        f"{what_if}backend {result.backend} on {result.device}{timing}: {result.neurons} neurons x "
+        f"{result.layers} layers, {result.rows} rows -> {result.categories.size} categories ({verdict})"
+    )
+    seconds = f"inference {duration(result.seconds * 1e6)}"
+    if result.predicted_trace is not None:
+        seconds += " predicted" + _interval_words(summary)
+    print(
+        f"{seconds}, {result.edges_per_second:.3e} edges/s "
+        f"(loading {result.load_seconds:.2f} s, preparing {result.prepare_seconds:.2f} s)"
+    )
+    if result.predicted_trace is not None:
+        print(f"trust: {summary['trust']}")
+    for kind, families in summary["guessed"].items():
+        print(f"warning: the time includes launches priced by {kind} parameters: {', '.join(families)}")
     return 0
+
+
+def _interval_words(summary: dict) -> str:
+    """`` (80% interval 31.2-37.9 us, spread of ...)``, or why the prediction has none."""
+    bounds = summary["interval_seconds"]
+    if bounds is None:
+        return f" ({summary['interval_status']})"
+    return f" (80% interval {duration_range(bounds[0] * 1e6, bounds[1] * 1e6)}, spread of {summary['interval_from']})"
 
 
 def register(commands, common) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spartan_py.cli._common import duration, duration_range
 from spartan_py.files import json_ready
 
 
 def _cmd_machines(args) -> int:
     from spartan_py.costmodel import load_machine, load_variants, machine_names
+    from spartan_py.costmodel.releases import entries, trust_lines
 
-    rows = []
+    rows: list[dict] = []
     for name in machine_names():
         machine = load_machine(name)
         specs = machine.specs
@@ -27,26 +29,94 @@ def _cmd_machines(args) -> int:
                 "calibrated": fitted,
                 "carried_over": carried,
                 "validated": machine.validated,
-                "validation": [v.model_dump() for v in machine.validation],
+                # blind releases first, newest first; each with its kind and calibration mark
+                "validation": [entry.as_dict() for entry in entries(machine)],
+                "trust_lines": trust_lines(machine),
                 "status": machine.validation_summary(),
             }
         )
-    variants = {v.name: f"{v.description} ({v.status()})" for v in load_variants().values()}
+    variants = {v.name: f"{v.status()}: {v.description}" for v in load_variants().values()}
     if args.json:
         print(json.dumps(json_ready({"machines": rows, "variants": variants})))
         return 0
-    for row in rows:
+    for row in rows:  # at most three lines a machine: its specs, then its trust lines
         calibration = "calibrated" if row["calibrated"] else ("carried over" if row["carried_over"] else "uncalibrated")
         validated = "VALIDATED" if row["validated"] else "not validated"
         print(
             f"{row['name']:<12} {row['sm_count']:>4} SMs {row['memory_bandwidth_gb_s']:>6.0f} GB/s "
             f"{row['fp32_tflops']:>5.1f} FP32 TFLOPS  {calibration:<13} {validated:<13} {row['description']}"
         )
-        print(f"{'':<12} {row['status']}")
+        for line in row["trust_lines"]:
+            print(f"{'':<12} {line}")
     print("variants (MACHINE+VARIANT):")
     for name, text in variants.items():
         print(f"  {name}: {text}")
     return 0
+
+
+def _run_line(entry: dict, run: str, us: float | None) -> str:
+    label = run or "(unnamed)"
+    if us is None:
+        return f"  run {label}: no total: {entry['unpriced_by_run'][run]}"
+    span = entry["interval_us_by_run"].get(run)
+    if span is None:
+        return f"  run {label}: {duration(us)} (kernel launches)"
+    return (
+        f"  run {label}: {duration(us)} (kernel launches; 80% interval "
+        f"{duration_range(span['low_us'], span['high_us'])}, spread of {span['from']})"
+    )
+
+
+def _beside_line(us: float | None, beside: dict[str, dict]) -> str:
+    """The launches a run's total leaves out (copies, synchronisations, ...), and their share."""
+    parts = [
+        f"{kernel} {'no price' if total['predicted_us'] is None else duration(total['predicted_us'])} "
+        f"({total['launches']})"
+        for kernel, total in beside.items()
+    ]
+    prices = [total["predicted_us"] for total in beside.values()]
+    share = ""
+    if us is not None and all(p is not None for p in prices) and us + sum(prices) > 0:
+        share = f"; {100 * sum(prices) / (us + sum(prices)):.0f}% of the run's predicted time"
+    return f"    beside it, not in that total: {', '.join(parts)}{share}"
+
+
+def _error_line(row: dict) -> str:
+    inside = {True: ", inside its 80% interval", False: ", outside its 80% interval", None: ""}[row["inside_interval"]]
+    partial = "" if row["records"] == row["launches"] else f" ({row['records']} of {row['launches']} launches measured)"
+    return (
+        f"  run {row['run']}: measured {duration(row['measured_us'])}, model error {row['error_pct']:+.1f}%"
+        f"{inside}{partial}"
+    )
+
+
+def _print_replay(entry: dict) -> None:
+    print(f"{entry['machine']}: {entry['trust']}")
+    if entry["host"]:
+        print(f"  host assumed: {entry['host']} (sim/hosts/)")
+    print(f"  {entry['interval_status']}")
+    for run, us in entry["predicted_us_by_run"].items():
+        print(_run_line(entry, run, us))
+        if run in entry["beside_by_run"]:
+            print(_beside_line(us, entry["beside_by_run"][run]))
+    for difference in entry["assumption_differences"]:
+        print(f"  warning: the run's GPU reports {difference}")
+    for kind, families in entry["guessed"].items():
+        print(f"  warning: totals include launches priced by {kind} parameters: {', '.join(families)}")
+    if entry["left_out"]:
+        families = ", ".join(f"{k} ({v})" for k, v in entry["left_out"].items())
+        print(f"  left out of every total (the model does not describe them): {families}")
+    for note in entry["notes"]:
+        print(f"  note: {note}")
+    if entry["measured_on"] and not entry["compared"]:
+        why = "the what-if is not that GPU" if entry["what_if"] else "not this machine"
+        print(f"  measured on {', '.join(entry['measured_on'])}: {why}, so no error against it")
+    for row in entry.get("error_by_run", []):
+        print(_error_line(row))
+    if "inside_interval" in entry:
+        count = entry["inside_interval"]
+        without = f" ({count['without_interval']} without one)" if count["without_interval"] else ""
+        print(f"  {count['inside']} of {count['runs']} runs inside their 80% interval{without}")
 
 
 def _cmd_simulate(args) -> int:
@@ -73,37 +143,7 @@ def _cmd_simulate(args) -> int:
         print(json.dumps(json_ready(results)))
         return 0
     for entry in results:
-        print(f"{entry['machine']}: {entry['trust']}")
-        if entry["host"]:
-            print(f"  host assumed: {entry['host']} (sim/hosts/)")
-        print(f"  {entry['interval_status']}")
-        for run, us in entry["predicted_us_by_run"].items():
-            label = run or "(unnamed)"
-            if us is None:
-                print(f"  run {label}: no total: {entry['unpriced_by_run'][run]}")
-            elif run in entry["interval_us_by_run"]:
-                span = entry["interval_us_by_run"][run]
-                print(
-                    f"  run {label}: {us / 1e3:.3f} ms (kernel launches; 80% interval "
-                    f"{span['low_us'] / 1e3:.3f}-{span['high_us'] / 1e3:.3f} ms, spread of {span['from']})"
-                )
-            else:
-                print(f"  run {label}: {us / 1e3:.3f} ms (kernel launches)")
-        for difference in entry["assumption_differences"]:
-            print(f"  warning: the run's GPU reports {difference}")
-        for kind, families in entry["guessed"].items():
-            print(f"  warning: totals include launches priced by {kind} parameters: {', '.join(families)}")
-        if entry["left_out"]:
-            families = ", ".join(f"{k} ({v})" for k, v in entry["left_out"].items())
-            print(f"  left out of every total (the model does not describe them): {families}")
-        for note in entry["notes"]:
-            print(f"  note: {note}")
-        if entry["measured_on"] and not entry["compared"]:
-            print(f"  measured on {', '.join(entry['measured_on'])}: not this machine, so no error against it")
-        for row in entry.get("error_by_run", []):
-            print(
-                f"  run {row['run']}: measured {row['measured_us'] / 1e3:.3f} ms, model error {row['error_pct']:+.1f}%"
-            )
+        _print_replay(entry)
     return 0
 
 

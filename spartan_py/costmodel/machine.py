@@ -243,20 +243,11 @@ class Machine(_Frozen):
         return bool(self.validation)
 
     def validation_summary(self) -> str:
-        """``validated (...)`` with each set of runs' error figures, or ``not validated (...)`` in words."""
-        if not self.validation:
-            if self.calibration_from is not None:
-                why = f"calibration carried over from {self.calibration_from} when loaded"
-            elif any(family.records == 0 for family in self.calibration.values()):  # carry_over fits none
-                why = "calibration carried over from another GPU"
-            else:
-                why = "no measurement on it"
-            return f"not validated ({why}): what-if estimates, their error unmeasured"
-        parts = [
-            f"{v.scope} ({'blind' if v.blind else 'fitted here'}, {v.device}): {v.figures()} ({v.result})"
-            for v in self.validation
-        ]
-        return "validated: " + "; ".join(parts)
+        """Every validation entry in full, its kind first (blind release, held-out release or
+        development round: :mod:`spartan_py.costmodel.releases`), or ``not validated (...)`` in words."""
+        from spartan_py.costmodel.releases import record_text
+
+        return record_text(self)
 
     @model_validator(mode="after")
     def _every_spec_has_a_source(self):
@@ -288,10 +279,11 @@ class Variant(_Frozen):
     spec_scale: dict[str, PositiveFloat] = Field({}, description="spec multipliers, e.g. memory_bandwidth_gb_s: 2")
 
     def status(self) -> str:
-        """What its figures are: a model of hardware nobody measured, or a what-if change."""
-        if self.hardware_monitor:
-            return "a model of hardware that does not exist: predictions only, never measured"
-        return "a what-if change to the replayed records or specs, never measured"
+        """What its figures are, said first wherever they are printed: hardware that does not exist
+        (a hardware monitor, scaled specs) or a kernel configuration replayed but never run."""
+        if self.hardware_monitor or self.spec_scale:
+            return "what-if of hardware that does not exist: predictions only, never measured"
+        return "what-if change to the replayed kernel configuration: predictions only, never measured"
 
 
 class _VariantFile(_Frozen):

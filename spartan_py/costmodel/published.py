@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spartan_py.costmodel.machine import Machine, load_machine, load_variants, machine_names
+from spartan_py.costmodel.releases import KIND_ORDER, entries, entry_text
 
 TABLE_PATH = Path("docs") / "snippets" / "trust-table.md"
 """Where the committed table lives, relative to the repository (outside the docs' nav)."""
@@ -24,20 +25,19 @@ UNVALIDATED = "**not validated**: the calibration carried over from another GPU"
 def _status(machine: Machine) -> str:
     if not machine.validation:
         return UNVALIDATED
-    kinds = {"blind" if v.blind else "fitted here" for v in machine.validation}
-    return f"**validated** ({', '.join(sorted(kinds))})"
+    kinds = [kind for kind in KIND_ORDER if any(e.kind == kind for e in entries(machine))]
+    return f"**validated** ({', '.join(kinds)})"
 
 
 def _figures(machine: Machine) -> str:
     if not machine.validation:
         return "what-if estimates"
-    return "; ".join(
-        f"{v.scope} on {v.device} at `{v.commit[:7]}`: {v.figures()} (`{v.result}`)" for v in machine.validation
-    )
+    return "; ".join(entry_text(e, commit=True) for e in entries(machine))
 
 
 def trust_table() -> str:
-    """The Markdown table of every machine and variant: its status and its figures with their scope."""
+    """The Markdown table of every machine and variant: its status and its figures with their scope,
+    each set of runs' kind first (:mod:`spartan_py.costmodel.releases`), blind releases and newest first."""
     lines = ["| machine | status | figures (scope, device, commit, result file) |", "| --- | --- | --- |"]
     unvalidated = []
     for name in machine_names():

@@ -10,6 +10,7 @@ from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
 from spartan_py.costmodel.intervals import run_interval
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
 from spartan_py.costmodel.model import GUESSED_KINDS, predict
+from spartan_py.costmodel.releases import trust_lines
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, read_trace, to_frame
 
@@ -34,11 +35,18 @@ def resolve_machine(name: str, variant: str | None = None) -> tuple[Machine, Var
 
 
 def trust(name: str) -> str:
-    """How far to trust predictions for ``name`` (``MACHINE`` or ``MACHINE+VARIANT``): the
-    machine's validation (measured here, with its errors, or not) and what a variant is."""
+    """How far to trust predictions for ``name`` (``MACHINE`` or ``MACHINE+VARIANT``), in one
+    short line: a variant's what-if status first (hardware that does not exist, or a kernel
+    configuration never run), then the machine's newest validation figures or why it has none
+    (:func:`~spartan_py.costmodel.releases.trust_lines`)."""
     machine, variant = resolve_machine(name)
-    text = machine.validation_summary()
-    return text if variant is None else f"{text}; {variant.name}: {variant.status()}"
+    text = trust_lines(machine)[0]
+    return text if variant is None else f"{what_if(variant)}; {machine.name}: {text}"
+
+
+def what_if(variant: Variant | None) -> str | None:
+    """What a variant's predictions are, with its name (said before anything else of them); None without one."""
+    return None if variant is None else f"{variant.status()} ({variant.name})"
 
 
 def simulate_trace(
@@ -101,12 +109,15 @@ def read_replayable_trace(path: str | Path) -> pd.DataFrame:
     return trace
 
 
-def interval_status(machine: Machine) -> str:
+def interval_status(machine: Machine, variant: Variant | None = None) -> str:
     """What a machine's 80% intervals are: held-out spreads of its own runs, the calibration
     machine's spreads carried to a GPU of the same architecture (a statement its runs check),
-    or to another architecture (a guess); or none."""
+    or to another architecture (a guess); or none. A variant's intervals are its machine's
+    spreads, which nothing it changes was measured to check."""
     if not machine.error_spread:
         return "no intervals: the machine has no leave-one-point-out spreads"
+    if variant is not None:
+        return f"80% intervals: {machine.name}'s spreads as they are; the what-if {variant.name} was never measured"
     if (
         machine.calibration_from is None
         and machine.calibration
@@ -120,6 +131,56 @@ def interval_status(machine: Machine) -> str:
     return "80% intervals carried over from another GPU's held-out spreads: a guess for this GPU (unvalidated)"
 
 
+def simulated_run_facts(predicted: pd.DataFrame, name: str) -> dict:
+    """What a simulated run's time is (``spartan infer --mode simulated``): its 80% interval in
+    seconds (``None`` without a spread), the kind whose spread gave it, what the intervals are,
+    the trust line of ``name`` (:func:`trust`) and, for a variant, what it is (``what_if``)."""
+    machine, variant = resolve_machine(name)
+    timed = predicted[predicted["kernel"].isin(TIMED_FAMILIES)]
+    bounds, kind = (None, "")
+    if len(timed) and not timed["predicted_us"].isna().any():
+        bounds, kind = run_interval(machine, timed["kernel"], float(timed["predicted_us"].sum()))
+    return {
+        "interval_seconds": [bound / 1e6 for bound in bounds] if bounds else None,
+        "interval_from": kind or None,
+        "interval_status": interval_status(machine, variant),
+        "trust": trust(name),
+        "what_if": what_if(variant),
+    }
+
+
+def _priced_sum(rows: pd.DataFrame) -> dict:
+    """A group of launches' predicted total and count; the total None, with the reason, when any
+    launch has no price (never a partial sum)."""
+    missing = rows["predicted_us"].isna()
+    entry: dict = {"launches": int(len(rows)), "unpriced": int(missing.sum())}
+    entry["predicted_us"] = None if missing.any() else float(rows["predicted_us"].sum())
+    if missing.any():
+        entry["reason"] = next((n for n in rows.loc[missing, "note"] if n), "no price on this machine")
+    return entry
+
+
+def _beside_totals(predicted: pd.DataFrame) -> dict[str, dict[str, dict]]:
+    """Per run, the described families its total leaves out (copies, synchronisations, the
+    monitor's pass, the epilogue): each family's :func:`_priced_sum`."""
+    beside = predicted[predicted["kernel"].isin(list(FAMILIES)) & ~predicted["kernel"].isin(TIMED_FAMILIES)]
+    return {
+        str(run): {str(kernel): _priced_sum(group) for kernel, group in rows.groupby("kernel")}
+        for run, rows in beside.groupby("run", sort=False)
+    }
+
+
+def _inside_intervals(errors: list[dict], intervals: dict[str, dict]) -> dict:
+    """Marks each compared run ``inside_interval`` (None: no interval, or not every launch
+    measured) and counts them: how many of the runs with an interval hold their measurement."""
+    for row in errors:
+        span = intervals.get(str(row["run"]))
+        whole = span is not None and row["records"] == row["launches"]
+        row["inside_interval"] = span["low_us"] <= row["measured_us"] <= span["high_us"] if span and whole else None
+    judged = [row["inside_interval"] for row in errors if row["inside_interval"] is not None]
+    return {"inside": sum(judged), "runs": len(judged), "without_interval": len(errors) - len(judged)}
+
+
 def replay_summary(
     trace: pd.DataFrame, name: str, host: str | None = None, environment: dict | None = None
 ) -> tuple[dict, pd.DataFrame]:
@@ -127,12 +188,18 @@ def replay_summary(
     (``MACHINE[+VARIANT]``) in ``host`` (``sim/hosts/``; default the machine's own), and the
     predicted trace. Nothing is guessed silently:
 
-    - a run's total is None, with the reason in ``unpriced_by_run``, when a launch it times
-      has no price on this machine (a partial sum is never given);
+    - a total (a run's, a family's) is None, with the reason (``unpriced_by_run``,
+      ``unpriced_by_kernel``), when a launch it sums has no price on this machine (a partial
+      sum is never given);
+    - ``beside_by_run``: per run, the copies, synchronisations and other described launches its
+      total leaves out, each family's total and count;
     - ``left_out`` counts the launches of families the model does not describe (stock
       libraries, CPU engines), which no total includes;
+    - ``calibration_by_kernel``: per family, its launches counted by how their parameters were
+      had (fitted, carried over, family-wide fallback, default);
     - errors against measured times are given only when the trace was measured on a GPU this
-      machine describes (``measured_on`` names the GPU that measured it either way);
+      machine describes and no what-if variant is named (``measured_on`` names the GPU that
+      measured it either way); ``inside_interval`` then counts the runs inside their 80% interval;
     - ``assumption_differences``: where the run's ``environment`` (its ``environment.json``)
       reports clocks, a power limit or a node other than the machine file assumes.
     """
@@ -143,45 +210,59 @@ def replay_summary(
     intervals: dict[str, dict] = {}
     unpriced: dict[str, str] = {}
     for run, rows in timed.groupby("run", sort=False):
-        bounds, kind = run_interval(machine, rows["kernel"], float(rows["predicted_us"].sum()))
-        if bounds is not None and not rows["predicted_us"].isna().any():
+        total = _priced_sum(rows)
+        by_run[str(run)] = total["predicted_us"]
+        if total["predicted_us"] is None:
+            families = ", ".join(sorted(rows.loc[rows["predicted_us"].isna(), "kernel"].unique()))
+            unpriced[str(run)] = f"{total['unpriced']} launches cannot be priced ({families}): {total['reason']}"
+            continue
+        bounds, kind = run_interval(machine, rows["kernel"], total["predicted_us"])
+        if bounds is not None:
             intervals[str(run)] = {"low_us": bounds[0], "high_us": bounds[1], "from": kind}
-        missing = rows["predicted_us"].isna()
-        if missing.any():
-            families = ", ".join(sorted(rows.loc[missing, "kernel"].unique()))
-            reason = next((n for n in rows.loc[missing, "note"] if n), "no price on this machine")
-            by_run[str(run)] = None
-            unpriced[str(run)] = f"{int(missing.sum())} launches cannot be priced ({families}): {reason}"
-        else:
-            by_run[str(run)] = float(rows["predicted_us"].sum())
-    guessed = guessed_families(predicted)
+    by_kernel = {str(kernel): _priced_sum(rows) for kernel, rows in predicted.groupby("kernel")}
     outside = trace[~trace["kernel"].isin(list(FAMILIES))]
     measured = trace[trace["measured_us"].notna() & trace["kernel"].isin(list(FAMILIES))]
     devices = sorted(str(d) for d in measured["device"].unique())
+    by_kind: dict[str, dict[str, int]] = {}
+    for (kernel, kind), count in predicted.groupby(["kernel", "calibration"]).size().items():
+        by_kind.setdefault(str(kernel), {})[str(kind)] = int(count)
     entry: dict = {
         "machine": predicted["machine"].iloc[0] if len(predicted) else name,
         "trust": trust(name),
+        "what_if": what_if(variant),
         "host": host or machine.host,
         "predicted_us_by_run": by_run,
         "interval_us_by_run": intervals,
-        "interval_status": interval_status(machine),
+        "interval_status": interval_status(machine, variant),
         "unpriced_by_run": unpriced,
+        "beside_by_run": _beside_totals(predicted),
         "left_out": {str(k): int(v) for k, v in outside["kernel"].value_counts().items()},
-        "predicted_us_by_kernel": predicted.groupby("kernel")["predicted_us"].sum(min_count=1).to_dict(),
+        "predicted_us_by_kernel": {kernel: total["predicted_us"] for kernel, total in by_kernel.items()},
+        "launches_by_kernel": {kernel: total["launches"] for kernel, total in by_kernel.items()},
+        "unpriced_by_kernel": {
+            kernel: f"{total['unpriced']} of {total['launches']} launches cannot be priced: {total['reason']}"
+            for kernel, total in by_kernel.items()
+            if total["predicted_us"] is None
+        },
         "notes": sorted(n for n in predicted["note"].unique() if n),
-        "calibration_by_kernel": dict(zip(predicted["kernel"], predicted["calibration"])),
-        "guessed": guessed,
+        "calibration_by_kernel": by_kind,
+        "guessed": guessed_families(predicted),
         "measured_on": devices,
     }
     same_gpu = bool(devices) and all(d in machine.device_names for d in devices)
-    entry["compared"] = same_gpu
+    entry["compared"] = same_gpu and variant is None
     entry["assumption_differences"] = (
         machine.assumes.differences(environment) if same_gpu and environment and machine.assumes else []
     )
-    if same_gpu:
+    if entry["compared"]:
         from spartan_py.costmodel.model import run_totals
         from spartan_py.costmodel.validation import kernel_error_table
 
         entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
-        entry["error_by_run"] = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
+        errors = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
+        launches = timed.groupby("run", sort=False).size()
+        for row in errors:
+            row["launches"] = int(launches[row["run"]])
+        entry["inside_interval"] = _inside_intervals(errors, intervals)
+        entry["error_by_run"] = errors
     return entry, predicted
