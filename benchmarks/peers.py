@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -101,10 +103,11 @@ def write_peer_inputs(folder: Path, network, inputs, first: int = 1, last: int |
 
     weights = folder / "weights"
     weights.mkdir(parents=True, exist_ok=True)
-    for index in range(first, (network.layers if last is None else last) + 1):
-        path = weights / f"n{network.neurons}-l{index}.tsv"
-        if not path.exists():
-            write_triples(path, network.weights[index - 1])
+    wanted = range(first, (network.layers if last is None else last) + 1)
+    paths = {i: weights / f"n{network.neurons}-l{i}.tsv" for i in wanted}
+    missing = [i for i, path in paths.items() if not path.exists()]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the formatter releases the GIL
+        list(pool.map(lambda i: write_triples(paths[i], network.weights[i - 1]), missing))
     source = folder / f"sparse-images-{network.neurons}.tsv"
     if not source.exists():
         write_triples(source, inputs)
@@ -113,33 +116,38 @@ def write_peer_inputs(folder: Path, network, inputs, first: int = 1, last: int |
 
 def time_ours(name: str, network, inputs, repeats: int) -> tuple[dict, np.ndarray | None]:
     """One of our engines: set-up (engine made, inputs uploaded), the median of ``repeats``
-    event-timed inferences after warm-up, the categories (1-based)."""
+    event-timed inferences after warm-up, the categories (1-based). The device memory it held
+    is given back before the peers (other processes) run."""
     import cupy as cp
 
-    import spartan_py as sp
-
     try:
-        started = time.perf_counter()
-        engine: Any = sp.make_engine(name, network)
-        batch = engine.upload(inputs)
-        setup = time.perf_counter() - started
-        times = engine.time(batch, repeats=repeats, warmup=2)
-        ids, values, _ = batch.final_rows(engine)
-        entry = {
-            "engine": engine.name,
-            "inference_seconds": statistics.median(times),
-            "min_seconds": min(times),
-            "repeats": len(times),
-            "setup_seconds": setup,
-            "categories": int(ids.size),
-            "poison_left": int(np.isnan(values).sum()),
-        }
-        categories = ids.astype(np.int64) + 1
+        entry, categories = _time_engine(name, network, inputs, repeats)
     except Exception as exc:  # an engine that cannot run this network says why
         entry, categories = {"error": f"{type(exc).__name__}: {exc}"}, None
-    finally:
-        cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
     return entry, categories
+
+
+def _time_engine(name: str, network, inputs, repeats: int) -> tuple[dict, np.ndarray]:
+    import spartan_py as sp
+
+    started = time.perf_counter()
+    engine: Any = sp.make_engine(name, network)
+    batch = engine.upload(inputs)
+    setup = time.perf_counter() - started
+    times = engine.time(batch, repeats=repeats, warmup=2)
+    ids, values, _ = batch.final_rows(engine)
+    entry = {
+        "engine": engine.name,
+        "inference_seconds": statistics.median(times),
+        "min_seconds": min(times),
+        "repeats": len(times),
+        "setup_seconds": setup,
+        "categories": int(ids.size),
+        "poison_left": int(np.isnan(values).sum()),
+    }
+    return entry, ids.astype(np.int64) + 1
 
 
 def read_categories(path: Path) -> np.ndarray | None:
@@ -299,8 +307,6 @@ def build_all(args) -> tuple[dict, Path | None, dict]:
     """Build the patched peers and, for ``--check``, the unpatched one (both at once: each is
     one long single-threaded nvcc): the binaries by mode, the unpatched binary, and what the
     builds took or why they failed."""
-    from concurrent.futures import ThreadPoolExecutor
-
     info: dict = {"nvcc": pc.nvcc_version(), "arch": args.arch}
     work = args.work / "build"
     wanted = {"harness": (pb.COMPAT_PATCH, pb.HARNESS_PATCH), **({"compat": (pb.COMPAT_PATCH,)} if args.check else {})}

@@ -139,3 +139,13 @@ def test_patched_peers_build_for_sm90(tmp_path):
     binary, seconds = pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))
     assert binary.exists() and seconds > 0
     assert pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))[1] == 0.0  # kept
+
+
+@pytest.mark.gpu
+def test_ours_alone_on_the_generated_1024x120(tmp_path):
+    args = peers.parse_args(["run", "--networks", "1024x120", "--peers", "", "--data", str(tmp_path / "none")])
+    args.work, args.repeats = tmp_path / "work", 2
+    entry = peers.run_network(1024, 120, args, {}, None)
+    systems = entry["systems"]
+    assert entry["network"] == "generated" and set(systems) == {"gpu-merged", "gpu", "auto"}
+    assert all(s["categories_equal"] and s["inference_seconds"] > 0 for s in systems.values())
