@@ -15,8 +15,10 @@ rewrites one result file after each network (``--resume`` skips networks already
 1024 x 120 is the official network with the 60000-row proxy input (``--data``: a folder with
 ``neuron1024/``, ``sparse-images-1024-proxy60k.tsv.gz`` and its truth); the others are
 generated (``generated:N``, seed 0; ``generated:60000`` inputs), as in
-``experiments/graph-challenge-all.yaml``. ``--check`` also runs the unpatched build (the
-compat patch only) on the original file layout and compares what both print.
+``experiments/graph-challenge-all.yaml``; the peers read them with the hidden neurons
+renumbered as the official files number them (``_peers_networks``: same categories).
+``--check`` also runs the unpatched build (the compat patch only) on the original file layout
+and compares what both print.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
+from benchmarks._peers_networks import lane_ordered
 from benchmarks._results import ROOT, commit
 from spartan_py.files import atomic_write_text
 
@@ -246,6 +249,8 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
     if reference is None and truth is not None:
         reference, entry["reference"] = truth, "truth"
     folder = args.work / f"{family}-{neurons}"
+    # XY and SNICIT need the official numbering: the peers get the same network renumbered
+    peer_network = network if family == "official" else lane_ordered(network)
     free = pb.free_bytes(args.work)
     entry["disk"] = {"tsv_bytes": tsv_bytes(neurons, layers), "free_bytes": free}
     available = [m for m in args.peers if binaries.get(m)]
@@ -255,7 +260,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
         peers, streamed, why = plan_disk(neurons, layers, available, free, args.schedule_chunk)
     systems.update({pb.PEERS[m]: {"error": f"not run: {w}"} for m, w in why.items()})
     if peers:
-        files = write_peer_inputs(folder, network, inputs, last=0 if streamed else None)
+        files = write_peer_inputs(folder, peer_network, inputs, last=0 if streamed else None)
         golden = folder / f"ours-l{layers}-categories.tsv"
         if reference is not None:
             from spartan_py.graph_challenge import write_truth
@@ -263,7 +268,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
             write_truth(golden, reference)
         entry["peer_inputs_seconds"] = time.perf_counter() - started - entry["load_seconds"]
         entry["tsv_streamed"] = bool(streamed)
-    case = {"neurons": neurons, "layers": layers, "folder": folder, "network": network, "inputs": inputs}
+    case = {"neurons": neurons, "layers": layers, "folder": folder, "network": peer_network, "inputs": inputs}
     case["streamed"] = bool(streamed)
     for mode in peers:
         extra = ["--weights", str(files["weights"]), "--input", str(files["input"]), "--golden", str(golden)]

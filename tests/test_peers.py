@@ -139,6 +139,31 @@ def test_patched_peers_build_for_sm90(tmp_path):
     binary, seconds = pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))
     assert binary.exists() and seconds > 0
     assert pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))[1] == 0.0  # kept
+    # scheduling needs no GPU: streamed in parallel chunks it gives the files one process gives
+    import filecmp
+    import types
+
+    import spartan_py as sp
+
+    from benchmarks._peers_networks import lane_ordered
+
+    network, inputs = lane_ordered(sp.generate_network(1024, 8, seed=0)), sp.generate_inputs(1000, 1024)
+    whole = peers.write_peer_inputs(tmp_path / "whole", network, inputs)
+    (tmp_path / "whole" / "scheduled").mkdir()
+    common = ["--input", str(whole["input"]), "--cache", str(tmp_path / "whole" / "scheduled"), "-b", "1000"]
+    pb.run_all(
+        [[str(binary), "-m", "SNICIT", "-l", "8", "--weights", str(whole["weights"]), *common, "--schedule-only"]],
+        binary.parent,
+        300,
+    )
+    streamed = peers.write_peer_inputs(tmp_path / "streamed", network, inputs, last=0)
+    args = types.SimpleNamespace(schedule_chunk=3, schedule_workers=2, timeout_s=300)
+    case = {"neurons": 1024, "layers": 8, "folder": tmp_path / "streamed", "network": network, "inputs": inputs}
+    assert peers.schedule(binary, "SNICIT", {**case, "streamed": True, "files": streamed}, args)["ok"]
+    assert not list(streamed["weights"].iterdir())  # each chunk's TSVs deleted once scheduled
+    one, parts = (tmp_path / name / "scheduled" / "neuron1024" for name in ("whole", "streamed"))
+    names = sorted(p.name for p in one.iterdir())
+    assert len(names) == 16 and all(filecmp.cmp(one / n, parts / n, shallow=False) for n in names)
 
 
 @pytest.mark.gpu
@@ -149,3 +174,18 @@ def test_ours_alone_on_the_generated_1024x120(tmp_path):
     systems = entry["systems"]
     assert entry["network"] == "generated" and set(systems) == {"gpu-merged", "gpu", "auto"}
     assert all(s["categories_equal"] and s["inference_seconds"] > 0 for s in systems.values())
+
+
+def test_lane_ordered_network_is_the_same_network_renumbered():
+    import spartan_py as sp
+    from benchmarks._peers_networks import lane_ordered
+
+    network = sp.generate_network(1024, 9, seed=0)
+    renumbered = lane_ordered(network)
+    inputs = sp.generate_inputs(1500, 1024, seed=0)
+    mine, theirs = (sp.make_engine("cpu", n).run(inputs) for n in (network, renumbered))
+    assert mine.live_rows.size > 0 and np.array_equal(mine.live_rows, theirs.live_rows)
+    assert mine.live_rows_by_layer == theirs.live_rows_by_layer
+    last = renumbered.weights[8].tocsc()  # a relabelled layer: outputs of one lane read the same inputs
+    columns = [tuple(last.indices[last.indptr[c] : last.indptr[c + 1]]) for c in range(1024)]
+    assert [c for c in range(1024) if columns[c] == columns[5]] == list(range(5, 1024, 64))
