@@ -144,7 +144,6 @@ def test_patched_peers_build_for_sm90(tmp_path):
     import types
 
     import spartan_py as sp
-
     from benchmarks._peers_networks import lane_ordered
 
     network, inputs = lane_ordered(sp.generate_network(1024, 8, seed=0)), sp.generate_inputs(1000, 1024)
