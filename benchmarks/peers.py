@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
-from benchmarks._peers_networks import lane_ordered
+from benchmarks import _peers_networks as pn
 from benchmarks._results import ROOT, commit
 from spartan_py.files import atomic_write_text
 
@@ -252,7 +252,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
         reference, entry["reference"] = truth, "truth"
     folder = args.work / f"{family}-{neurons}"
     # XY and SNICIT need the official numbering: the peers get the same network renumbered
-    peer_network = network if family == "official" else lane_ordered(network)
+    peer_network = network if family == "official" else pn.lane_ordered(network)
     free = pb.free_bytes(args.work)
     entry["disk"] = {"tsv_bytes": tsv_bytes(neurons, layers), "free_bytes": free}
     available = [m for m in args.peers if binaries.get(m)]
