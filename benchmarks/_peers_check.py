@@ -1,0 +1,93 @@
+"""The peer harness's checks and bookkeeping (``benchmarks/peers.py``): the unpatched build
+run on the peers' own file layout beside the patched one, the device and its clocks, merging
+several calls' result files into one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from benchmarks import _peers_build as pb
+from spartan_py.files import atomic_write_text
+
+
+def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], timeout_s: float) -> dict:
+    """Run the unpatched build on its own layout (``../dataset/SDGC/...``, ``../scheduled_bm``
+    beside its ``bin``, linked to the files written here) and compare what it prints with the
+    patched run: the inference-time line, the differing-categories count (BF, SNIG: against
+    our categories as golden), the CHALLENGE line (XY, SNICIT: their own category count)."""
+    neurons, layers, files, golden = case["neurons"], case["layers"], case["files"], case["golden"]
+    tree = binary.parent.parent
+    mnist = tree / "dataset" / "SDGC" / "MNIST"
+    weights = tree / "dataset" / "SDGC" / "tsv_weights" / f"neuron{neurons}"
+    mnist.mkdir(parents=True, exist_ok=True)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    links = {
+        weights: files["weights"],
+        mnist / f"sparse-images-{neurons}.tsv": files["input"],
+        mnist / f"neuron{neurons}-l{layers}-categories.tsv": golden,
+        tree / "scheduled_bm": case["folder"] / "scheduled",
+    }
+    for link, target in links.items():
+        if link.is_symlink() or link.exists():
+            link.unlink() if link.is_symlink() or link.is_file() else shutil.rmtree(link)
+        link.symlink_to(Path(target).resolve())
+    report = {}
+    for mode in modes:
+        run = pb.run_peer(binary, mode, neurons, layers, [], timeout_s)
+        patched = systems.get(pb.PEERS[mode], {}).get("runs", [{}])[0]
+        same = {k: getattr(run, k) == patched.get(k) for k in ("differing_categories", "challenge_line")}
+        report[pb.PEERS[mode]] = {
+            "unpatched_inference_seconds": run.inference_seconds,
+            "patched_inference_seconds": patched.get("inference_seconds"),
+            "unpatched_differing_categories": run.differing_categories,
+            "unpatched_challenge_line": run.challenge_line,
+            "same_output": all(same.values()) and run.returncode == 0,
+            **({"tail": run.tail} if run.returncode else {}),
+        }
+    return report
+
+
+def device_info() -> dict:
+    """The GPU and its clocks as ``nvidia-smi`` reports them (empty where it is absent)."""
+    fields = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,memory.total"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return {}
+    return dict(zip(fields.split(","), (v.strip() for v in out.split(","))))
+
+
+def nvcc_version() -> str | None:
+    """The last line of ``nvcc --version`` (its release), or None."""
+    try:
+        return subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return None
+
+
+def merge(out: Path, inputs: list[Path]) -> dict:
+    """Merge several ``run`` files into one: networks side by side (a network in two files:
+    the later file's), each call's provenance kept; written atomically."""
+    records = [json.loads(p.read_text()) for p in inputs]
+    if not records:
+        raise SystemExit("merge: no input files")
+    devices = {r.get("device") for r in records}
+    merged: dict = {
+        "benchmark": "peers",
+        "device": records[0].get("device") if len(devices) == 1 else sorted(map(str, devices)),
+        "calls": [
+            {k: r.get(k) for k in ("commit", "peers_commit", "patch_sha256", "device_info", "build")}
+            | {"file": p.name, "networks": sorted(r.get("networks", {}))}
+            for p, r in zip(inputs, records)
+        ],
+        "networks": {},
+    }
+    for record in records:
+        merged["networks"].update(record.get("networks", {}))
+    atomic_write_text(out, json.dumps(merged, indent=2) + "\n")
+    return merged

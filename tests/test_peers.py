@@ -1,0 +1,190 @@
+"""The peer harness (benchmarks/peers.py) on the CPU: argument parsing, the input writers
+round-tripping through our readers, the disk plan, what a peer prints, the merge step, and
+(where the peers' repository has been fetched) the patches applying to it and building."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import _peers_build as pb
+from benchmarks import _peers_check as pc
+from benchmarks import peers
+
+MIRROR = Path(os.environ.get("SNICIT_GIT_DIR", "/work/.mirror/IDEA-CUHK+SNICIT/repo"))
+needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"the peers' repository is not at {MIRROR}")
+
+
+def test_networks_parse_and_refuse_sizes_the_challenge_lacks():
+    assert peers.parse_networks("1024x120,65536X1920") == [(1024, 120), (65536, 1920)]
+    assert len(peers.parse_networks("all")) == 12
+    with pytest.raises(SystemExit, match="2048x120 is not a challenge network"):
+        peers.parse_networks("2048x120")
+    with pytest.raises(SystemExit, match="not NEURONSxLAYERS"):
+        peers.parse_networks("1024-120")
+
+
+def test_run_arguments(tmp_path):
+    args = peers.parse_args(["run", "--networks", "1024x120", "--peers", "snicit,bf", "--batch", "65536=30000"])
+    assert args.peers == ["SNICIT", "BF"] and args.batch == {65536: 30000}
+    assert args.ours == ["gpu-merged", "gpu", "auto"]
+    with pytest.raises(SystemExit, match="unknown FOO"):
+        peers.parse_args(["run", "--peers", "foo"])
+    missing = peers.parse_args(["run", "--data", str(tmp_path / "none")])
+    assert missing.data is None  # generated networks only
+    assert peers.parse_args(["build", "--check"]).peers == ["SNICIT", "XY", "SNIG", "BF"]
+
+
+def test_peer_inputs_round_trip_through_our_readers(tmp_path):
+    import spartan_py as sp
+
+    network = sp.generate_network(1024, 3, seed=0)
+    inputs = sp.generate_inputs(40, 1024, seed=0)
+    files = peers.write_peer_inputs(tmp_path, network, inputs)
+    back = sp.load_network(files["weights"])
+    assert back.layers == 3
+    for mine, read in zip(network.weights, back.weights):
+        assert (mine != read).nnz == 0
+    rows = sp.load_inputs(files["input"], 1024, rows=40)
+    assert (rows != inputs).nnz == 0
+    size = (files["weights"] / "n1024-l1.tsv").stat().st_size
+    assert abs(peers.tsv_bytes(1024, 1) - size) / size < 0.15  # the disk plan's estimate
+
+
+def test_streamed_inputs_write_no_layer(tmp_path):
+    import spartan_py as sp
+
+    network = sp.generate_network(1024, 2, seed=0)
+    files = peers.write_peer_inputs(tmp_path, network, sp.generate_inputs(5, 1024), last=0)
+    assert not list(files["weights"].iterdir()) and files["input"].exists()
+
+
+def test_disk_plan():
+    modes = ["SNICIT", "XY", "SNIG", "BF"]
+    assert peers.plan_disk(1024, 120, modes, 60 << 30, 40) == (modes, [], {})
+    runnable, streamed, why = peers.plan_disk(65536, 1920, modes, 60 << 30, 40)
+    assert runnable == streamed == ["SNICIT", "XY"]
+    assert set(why) == {"SNIG", "BF"} and "do not fit" in why["BF"]
+    assert peers.tsv_bytes(65536, 1920) > 64 << 30  # the issue's ~90 GB
+    assert peers.plan_disk(65536, 1920, modes, 1 << 30, 40)[0] == []
+
+
+def test_parse_what_a_peer_prints():
+    text = "read input 3, 2.0\nSNICIT info: runtime 10.5ms avgpost 0.1ms\nSNICIT info: runtime 2.5ms avgpost 0.1ms\n"
+    text += "categories written: 1812\nCHALLENGE FAILED\n"
+    got = pb.parse_output("SNICIT", text)
+    assert got == {
+        "inference_seconds": pytest.approx(0.013),
+        "differing_categories": None,
+        "challenge_line": "FAILED",
+        "categories_written": 1812,
+    }
+    bf = pb.parse_output("BF", "BF info: runtime 306.5 ms\n\nNumber of different categories: 0\nCHALLENGE PASSED\n")
+    assert bf["inference_seconds"] == pytest.approx(0.3065) and bf["differing_categories"] == 0
+    assert pb.parse_output("XY", "SNIG info: runtime 1 ms")["inference_seconds"] is None
+    assert "read input" not in pb._quiet_tail(text)
+
+
+def test_peer_entry_compares_categories(tmp_path):
+    out = tmp_path / "cats.tsv"
+    out.write_text("3\n1\n")
+    run = pb.PeerRun("BF", 0, 1.0, 0.2, 0, "PASSED", 2, "")
+    assert peers.peer_entry(run, np.array([1, 3]), out)["categories_equal"] is True
+    assert peers.peer_entry(run, np.array([1, 2]), out)["categories_equal"] is False
+    failed = peers.peer_entry(pb.PeerRun("BF", 1, 1.0, None, None, None, None, "boom"), None, tmp_path / "x")
+    assert "boom" in failed["error"] and failed["categories"] is None
+
+
+def test_merge_keeps_every_call(tmp_path):
+    one = {"device": "H100", "commit": "a", "peers_commit": "p", "networks": {"1024x120": {"x": 1}}}
+    two = {"device": "H100", "commit": "b", "peers_commit": "p", "networks": {"65536x1920": {"x": 2}}}
+    paths = []
+    for name, record in (("one.json", one), ("two.json", two)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(record))
+    merged = pc.merge(tmp_path / "all.json", paths)
+    assert set(merged["networks"]) == {"1024x120", "65536x1920"}
+    assert [c["commit"] for c in merged["calls"]] == ["a", "b"] and merged["device"] == "H100"
+    assert json.loads((tmp_path / "all.json").read_text()) == merged
+
+
+@needs_mirror
+def test_prepare_and_patches_apply(tmp_path):
+    src = tmp_path / "src"
+    commit = pb.prepare(MIRROR, src)
+    assert len(commit) == 40 and pb.peers_commit(src) == commit
+    size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert size < 64 << 20  # what the GPU machine is sent
+    tree = tmp_path / "tree"
+    shutil.copytree(src, tree)
+    pb.apply_patch(tree, pb.COMPAT_PATCH)
+    pb.apply_patch(tree, pb.HARNESS_PATCH)
+    assert "harness_write_categories" in (tree / "main" / "SDGC.cu").read_text()
+    assert "for(int l = 0; l < 1920; ++l)" not in (tree / "src" / "SDGC" / "SNICIT" / "SNICIT.hpp").read_text()
+    with pytest.raises(pb.PeerError, match="does not apply"):
+        pb.apply_patch(tree, pb.HARNESS_PATCH)  # already applied
+
+
+@pytest.mark.slow
+@needs_mirror
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_patched_peers_build_for_sm90(tmp_path):
+    src = tmp_path / "src"
+    pb.prepare(MIRROR, src)
+    binary, seconds = pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))
+    assert binary.exists() and seconds > 0
+    assert pb.build(src, tmp_path / "harness", (pb.COMPAT_PATCH, pb.HARNESS_PATCH))[1] == 0.0  # kept
+    # scheduling needs no GPU: streamed in parallel chunks it gives the files one process gives
+    import filecmp
+    import types
+
+    import spartan_py as sp
+    from benchmarks._peers_networks import lane_ordered
+
+    network, inputs = lane_ordered(sp.generate_network(1024, 8, seed=0)), sp.generate_inputs(1000, 1024)
+    whole = peers.write_peer_inputs(tmp_path / "whole", network, inputs)
+    (tmp_path / "whole" / "scheduled").mkdir()
+    common = ["--input", str(whole["input"]), "--cache", str(tmp_path / "whole" / "scheduled"), "-b", "1000"]
+    pb.run_all(
+        [[str(binary), "-m", "SNICIT", "-l", "8", "--weights", str(whole["weights"]), *common, "--schedule-only"]],
+        binary.parent,
+        300,
+    )
+    streamed = peers.write_peer_inputs(tmp_path / "streamed", network, inputs, last=0)
+    args = types.SimpleNamespace(schedule_chunk=3, schedule_workers=2, timeout_s=300)
+    case = {"neurons": 1024, "layers": 8, "folder": tmp_path / "streamed", "network": network, "inputs": inputs}
+    assert peers.schedule(binary, "SNICIT", {**case, "streamed": True, "files": streamed}, args)["ok"]
+    assert not list(streamed["weights"].iterdir())  # each chunk's TSVs deleted once scheduled
+    one, parts = (tmp_path / name / "scheduled" / "neuron1024" for name in ("whole", "streamed"))
+    names = sorted(p.name for p in one.iterdir())
+    assert len(names) == 16 and all(filecmp.cmp(one / n, parts / n, shallow=False) for n in names)
+
+
+@pytest.mark.gpu
+def test_ours_alone_on_the_generated_1024x120(tmp_path):
+    args = peers.parse_args(["run", "--networks", "1024x120", "--peers", "", "--data", str(tmp_path / "none")])
+    args.work, args.repeats = tmp_path / "work", 2
+    entry = peers.run_network(1024, 120, args, {}, None)
+    systems = entry["systems"]
+    assert entry["network"] == "generated" and set(systems) == {"gpu-merged", "gpu", "auto"}
+    assert all(s["categories_equal"] and s["inference_seconds"] > 0 for s in systems.values())
+
+
+def test_lane_ordered_network_is_the_same_network_renumbered():
+    import spartan_py as sp
+    from benchmarks._peers_networks import lane_ordered
+
+    network = sp.generate_network(1024, 9, seed=0)
+    renumbered = lane_ordered(network)
+    inputs = sp.generate_inputs(1500, 1024, seed=0)
+    mine, theirs = (sp.make_engine("cpu", n).run(inputs) for n in (network, renumbered))
+    assert mine.live_rows.size > 0 and np.array_equal(mine.live_rows, theirs.live_rows)
+    assert mine.live_rows_by_layer == theirs.live_rows_by_layer
+    last = renumbered.weights[8].tocsc()  # a relabelled layer: outputs of one lane read the same inputs
+    columns = [tuple(last.indices[last.indptr[c] : last.indptr[c + 1]]) for c in range(1024)]
+    assert [c for c in range(1024) if columns[c] == columns[5]] == list(range(5, 1024, 64))
