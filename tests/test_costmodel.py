@@ -321,17 +321,6 @@ def test_counted_weight_loads_replace_the_tile_rows_estimate():
     assert got == pytest.approx(want)
 
 
-def test_write_calibration_keeps_the_rest(tmp_path):
-    path = tmp_path / "h100-sxm.yaml"  # the machine that holds its calibration (the others derive theirs)
-    shutil.copy(sim_folder() / "h100-sxm.yaml", path)
-    machine = load_machine("h100-sxm")
-    write_calibration(path, {"gpu.gc_layer": machine.calibration["gpu.gc_layer"]})
-    reloaded = load_machine(path)
-    assert list(reloaded.calibration) == ["gpu.gc_layer"]
-    assert reloaded.specs == machine.specs and reloaded.error_spread == machine.error_spread
-    assert path.read_text().startswith((sim_folder() / "h100-sxm.yaml").read_text().splitlines()[0])
-
-
 def test_golden_replay():
     """A fixed trace on a fixed machine gives the recorded predictions (SCALE-Sim style)."""
     machine = load_machine(GOLDEN / "golden-machine.yaml")
