@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +15,6 @@ from spartan_py.costmodel import (
     machine_names,
     predict,
     run_totals,
-    write_calibration,
 )
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.machine import FamilyCalibration, sim_folder
