@@ -108,3 +108,36 @@ def test_timed_records_are_refused_for_a_release(tmp_path):
     run = _run_folder(tmp_path / "measured", _tiny_measured())
     words = ["model", "predict", str(run), "--machines", "h100-sxm", "--records-from", "t", "--out", str(tmp_path)]
     assert spartan(words) == 2
+
+
+def test_cross_validate_stores_the_error_spread(tmp_path, capsys):
+    datasheet = _h100_copy(tmp_path)
+    kept = write_trace(tmp_path / "tiny.trace.csv", _tiny_measured())
+    words = ["model", "cross-validate", str(kept), "--machine", str(datasheet), "--workers", "1"]
+    assert spartan([*words, "--out", str(tmp_path / "results")]) == 0
+    result = Path(capsys.readouterr().out.split()[-2])  # the result file, then the machine's generated half
+    found = read_result(result)
+    assert found["points"] == 3 and len(found["runs"]) == 3
+    spread = load_machine(datasheet).error_spread
+    assert set(spread) == {"all runs"} and spread["all runs"].runs == 3 and spread["all runs"].source == str(result)
+    assert load_machine(datasheet).calibration == load_machine("h100-sxm").calibration  # spreads only
+
+
+def test_compare_cross_machines_with_a_reverse_fit(tmp_path, capsys):
+    measured = _tiny_measured()
+    blank = _run_folder(tmp_path / "blank", measured.assign(measured_us=np.nan))
+    out = tmp_path / "results"
+    words = ["model", "predict", str(blank), "--machines", "h200-sxm", "--records-from", "t", "--out", str(out)]
+    assert spartan(words) == 0
+    predictions = capsys.readouterr().out.split()[-1]
+    h200 = _run_folder(
+        tmp_path / "h200", measured.assign(device="NVIDIA H200", measured_us=measured["measured_us"] / 1.2)
+    )
+    first = write_trace(tmp_path / "h100.trace.csv", measured)
+    words = ["model", "compare", str(h200), "--predictions", predictions, "--first", str(first), "--cross"]
+    assert spartan([*words, "--holdout", "^c$", "--out", str(out)]) == 0
+    found = read_result(Path(capsys.readouterr().out.split()[-1]))
+    assert found["h200_device"] == "NVIDIA H200" and (out / "validate-h200.trace.csv.gz").is_file()
+    speedup = next(r for r in found["speedups"] if r["family"] == "gpu.gc_layer")
+    assert speedup["measured_speedup"] == pytest.approx(1.2)
+    assert {"families", "whole_runs", "reverse_families", "reverse_whole_runs"} <= set(found)

@@ -238,7 +238,16 @@ def load_machine(name: str | Path) -> Machine:
     (``fits/<name>.yaml``) validated and checked as one (errors name the file, line and field);
     one whose datasheet names ``calibration_from`` gets that machine's fit carried over."""
     path = machine_path(name)
-    sheet = load_model(Datasheet, path)
+    marked = load_yaml(path)
+    generated = [key for key in _GENERATED if isinstance(marked.data, dict) and key in marked.data]
+    if generated:
+        raise InputError(
+            f"`{generated[0]}` is generated, not part of a datasheet: it lives in {fit_path(path)}, written by "
+            "`spartan model ...`; remove the file's `" + generated[0] + ":` block",
+            path=path,
+            line=marked.line_of((generated[0],)),
+        )
+    sheet = validate_model(Datasheet, marked)
     by_name = Path(name).suffix not in (".yaml", ".yml")
     if by_name and sheet.name != name:
         raise InputError(

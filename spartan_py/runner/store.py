@@ -93,28 +93,20 @@ def environment() -> dict:
 def package_commit(*, dirty: bool = False) -> str | None:
     """The commit of the checkout this package was imported from, or None for an installed
     copy (a wheel in site-packages has no history of its own: never the commit of whatever
-    repository happens to contain it, nor the working directory's). With ``dirty``, marked
+    repository happens to contain it, nor the working directory's). With ``dirty``: marked
     ``+dirty`` when tracked files have uncommitted changes."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file() or not (root / ".git").exists():
         return None
+
+    def git(*words: str) -> str:
+        return subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        changed = (
-            dirty
-            and subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-        )
+        head = git("rev-parse", "--short=12", "HEAD")
+        changed = dirty and bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return None
-    head = commit.stdout.strip()
     return (head + ("+dirty" if changed else "")) or None
 
 
