@@ -23,6 +23,9 @@ from pathlib import Path
 
 from spartan_py.files import atomic_write_text
 
+# the cost model's modules are imported inside each command, as in the other groups: they pull
+# pandas and SciPy, which `spartan --help` and every other command should not wait for
+
 OUT = Path("benchmarks/results/fidelity")
 #: What the frozen model is: a draw refuses while any of these has uncommitted changes.
 MODEL_PATHS = ("spartan_py/costmodel", "sim")
