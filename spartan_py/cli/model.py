@@ -189,10 +189,13 @@ def _cmd_release(args) -> int:
     from spartan_py.costmodel import load_machine
     from spartan_py.costmodel.maintain import shown
     from spartan_py.costmodel.release import validation_entry
+    from spartan_py.errors import InputError
     from spartan_py.result_files import read_result
 
     result = read_result(args.result)
-    where = args.machine or result["machine"]
+    where = args.machine or result.get("machine")
+    if where is None:
+        raise InputError("the result names no machine; name it with --machine", path=args.result)
     machine = load_machine(where)
     blind = machine.calibration_from is not None  # nothing measured on it entered its calibration
     commit = args.commit or str(result["commit"]).removesuffix("+dirty")
