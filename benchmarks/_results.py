@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,23 +13,18 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "graph-challenge"
 
 
 def commit() -> str:
-    """The checkout's commit, with ``+dirty`` when the tree has uncommitted changes.
+    """The checkout's commit, with ``+dirty`` when the tree has uncommitted changes
+    (:func:`spartan_py.runner.store.package_commit`).
 
     Where the tree has no git history (a copy sent to a GPU machine), ``$SPARTAN_COMMIT``
     names it: set it from the checkout the copy was made from.
     """
     if os.environ.get("SPARTAN_COMMIT"):
         return os.environ["SPARTAN_COMMIT"]
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    # deferred: the GPU machine runs speed checks that import this module without the runner's dependencies
+    from spartan_py.runner.store import package_commit
+
+    return package_commit(dirty=True) or "unknown"
 
 
 def _relative(arg: str) -> str:
@@ -57,30 +48,8 @@ def command_line() -> str:
 
 
 def write_result(name: str, device: str, payload: dict, out_dir: Path | None = None) -> Path:
-    """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically."""
-    from spartan_py.files import atomic_write_text
+    """Write ``payload`` plus provenance to ``<out_dir>/<name>-<date>.json`` atomically
+    (:func:`spartan_py.result_files.write_result`, with this checkout's commit and command)."""
+    from spartan_py.result_files import write_result as write
 
-    now = _dt.datetime.now(_dt.timezone.utc)
-    record = {
-        "benchmark": name,
-        "device": device,
-        "date": now.isoformat(timespec="seconds"),
-        "commit": commit(),
-        "command": command_line(),
-        "python": platform.python_version(),
-        **payload,
-    }
-    path = (out_dir or RESULTS) / f"{name}-{now:%Y%m%d-%H%M%S}.json"
-    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
-    return path
-
-
-def set_machine_header(path: Path, key: str, value) -> None:
-    """Set a top-level ``key: value`` line of a machine file (before ``specs:``; JSON is YAML)."""
-    from spartan_py.files import atomic_write_text
-
-    lines = path.read_text().splitlines()
-    line = f"{key}: {json.dumps(value)}"
-    lines = [x for x in lines if not x.startswith(f"{key}:")]
-    lines.insert(next(i for i, x in enumerate(lines) if x.startswith("specs:")), line)
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    return write(name, device, payload, out_dir or RESULTS, commit=commit(), command=command_line())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +15,6 @@ from spartan_py.costmodel import (
     machine_names,
     predict,
     run_totals,
-    write_calibration,
 )
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.machine import FamilyCalibration, sim_folder
@@ -319,17 +316,6 @@ def test_counted_weight_loads_replace_the_tile_rows_estimate():
     per_sm = executed / sms
     want = [per_sm * (1 + 2 / 16) / rate, per_sm * (1 + 2 / 16) / rate, per_sm * (1 + 2 / 4) / rate]
     assert got == pytest.approx(want)
-
-
-def test_write_calibration_keeps_the_rest(tmp_path):
-    path = tmp_path / "h100-sxm.yaml"  # the machine that holds its calibration (the others derive theirs)
-    shutil.copy(sim_folder() / "h100-sxm.yaml", path)
-    machine = load_machine("h100-sxm")
-    write_calibration(path, {"gpu.gc_layer": machine.calibration["gpu.gc_layer"]})
-    reloaded = load_machine(path)
-    assert list(reloaded.calibration) == ["gpu.gc_layer"]
-    assert reloaded.specs == machine.specs and reloaded.error_spread == machine.error_spread
-    assert path.read_text().startswith((sim_folder() / "h100-sxm.yaml").read_text().splitlines()[0])
 
 
 def test_golden_replay():

@@ -159,7 +159,7 @@ def test_instances_alone_keep_the_family_fit():
 
 
 def test_old_traces_take_their_algorithm_from_a_table():
-    from benchmarks.cublas_algos import with_algorithm_table
+    from spartan_py.costmodel.algorithm_table import with_algorithm_table
 
     frame = to_frame([gemm_record(784, 512, 4608), gemm_record(784, 512, 4608, variant="3xtf32"), gemm_record(5, 5, 5)])
     table = {(784, 512, 4608, "tf32", False): "lt-64x128-s1-c1x4x1-w0.85"}

@@ -3,14 +3,14 @@ and the frozen model's predictions are made only from such records."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.drawn_release import blank_run, cmd_predict
+from spartan_py.costmodel import load_machine
+from spartan_py.costmodel.release import blank_run, launch_records, release_predictions
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace, write_trace
 
@@ -30,8 +30,12 @@ def _measured_run(folder: Path) -> str:
 
 
 def _predict(run: Path):
-    args = argparse.Namespace(run=run, experiment=Path("drawn.yaml"), records_from="a test", machines="h100-sxm")
-    return cmd_predict(args)[1]
+    records, failed = launch_records(run)
+    return {
+        "points": int(records["point"].nunique()),
+        "not_run": failed,
+        "machines": release_predictions(records, [load_machine("h100-sxm")]),
+    }
 
 
 def test_predictions_refuse_records_that_carry_times(tmp_path):

@@ -89,11 +89,14 @@ def test_training_points_come_after_the_others_and_leave_them_unchanged(tmp_path
         draw_set(1, training=-1)
 
 
-def test_the_script_writes_the_file_for_a_given_commit(tmp_path, capsys):
-    from benchmarks.draw_validation import main
+def test_spartan_model_draw_writes_the_file_for_a_given_commit(tmp_path, capsys):
+    from spartan_py.cli import main as spartan
+
+    def main(words):
+        return spartan(["model", "draw", *words])
 
     out = tmp_path / "set.yaml"
-    assert main(["--commit", COMMIT, "--graph-challenge", "2", "--conv", "3", "--out", str(out)]) == 0
+    assert main(["--commit", COMMIT, "--graph-challenge", "2", "--conv", "3", "--into", str(out)]) == 0
     assert "5 points" in capsys.readouterr().out
     assert len(load_experiment(out)[1]) == 5
     simulated = tmp_path / "set-simulated.yaml"
@@ -108,7 +111,7 @@ def test_the_script_writes_the_file_for_a_given_commit(tmp_path, capsys):
                 "3",
                 "--mode",
                 "simulated",
-                "--out",
+                "--into",
                 str(simulated),
             ]
         )

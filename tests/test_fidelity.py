@@ -27,6 +27,7 @@ from spartan_py.costmodel.machine import FamilyCalibration, machine_for_device
 from spartan_py.costmodel.simulate import trust
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace, to_frame, write_trace
+from tests.conftest import ROOT
 
 
 def _measured(neurons: int, layers: int, rows: int, point: str, machine_name: str = "h100-sxm") -> pd.DataFrame:
@@ -134,8 +135,6 @@ def test_machines_say_whether_they_were_validated():
     assert h100.validated and not any(v.blind for v in h100.validation) and h100.calibration_frozen
     assert h200.validated and all(v.blind for v in h200.validation)
     assert all(v.scope in h200.validation_summary() for v in h200.validation)  # every set of runs is named
-    from benchmarks._results import ROOT
-
     for machine in (h100, h200):  # each figure's result file is in the repository
         assert all((ROOT / v.result).is_file() for v in machine.validation), machine.name
     assert not a100.validated and trust("a100-sxm").startswith("not validated")
@@ -150,12 +149,11 @@ def test_machines_say_whether_they_were_validated():
 
 
 def test_fidelity_tables_print_every_family_and_run_of_a_summary():
-    """``benchmarks/fidelity.py tables``: the docs' tables from the committed round-14 summary,
+    """``spartan model tables``: the docs' tables from the committed round-14 summary,
     a row per family and whole run, with the figures the summary holds."""
-    from benchmarks._results import RESULTS
-    from benchmarks.fidelity import fidelity_tables
+    from spartan_py.costmodel.fidelity_tables import fidelity_tables
 
-    summary = RESULTS / "fidelity" / "h200-fidelity-20261126-231250.json.gz"
+    summary = ROOT / "benchmarks" / "results" / "fidelity" / "h200-fidelity-20261126-231250.json.gz"
     found = json.loads(gzip.decompress(summary.read_bytes()))
     tables = fidelity_tables(summary).split("\n\n")
     families, runs, speedups, reverse = (table.splitlines()[2:] for table in tables[:4])

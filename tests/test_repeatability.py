@@ -8,7 +8,7 @@ import pytest
 from spartan_py.costmodel import load_machine
 from spartan_py.costmodel.families import CSR_CONVERT, EPILOGUE, FAMILIES, MONITOR_PASS
 from spartan_py.costmodel.fidelity import family_errors
-from spartan_py.costmodel.machine import RunToRunSpread
+from spartan_py.costmodel.fits import RunToRunSpread
 from spartan_py.costmodel.repeatability import (
     FAMILY_MEDIAN_BAR_PCT,
     family_bar_pct,

@@ -53,6 +53,7 @@ def test_wheel_installs_and_runs(tmp_path):
     for key in ("module", "kernels", "sim"):
         assert str(ROOT) not in where[key] and "site-packages" in where[key]
     assert any(Path(where["kernels"]).glob("*.cu"))
+    assert (Path(where["sim"]) / "fits" / "h100-sxm.yaml").is_file()  # the machines' generated halves ship too
     run = subprocess.run(
         [
             str(environment / "bin" / "spartan"),

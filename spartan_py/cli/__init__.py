@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spartan_py.cli import experiments, infer, machines, maps
+from spartan_py.cli import experiments, infer, machines, maps, model
 from spartan_py.errors import InputError, SpartanError
 
 # each command group's module adds its subcommands; a new group is one module and one entry here
-COMMAND_GROUPS = (infer, machines, experiments, maps)
+COMMAND_GROUPS = (infer, machines, experiments, model, maps)
 
 
 def _version() -> str:

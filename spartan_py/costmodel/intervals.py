@@ -19,7 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.machine import ErrorSpread, Machine
+from spartan_py.costmodel.fits import ErrorSpread
+from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_kind, run_names
 

@@ -1,25 +1,39 @@
 """Described GPUs (``sim/<name>.yaml``) and what-if variants (``sim/variants.yaml``).
 
-A machine file has ``specs`` (datasheet figures, units in the names), ``sources`` (where
-each spec came from: every spec needs one), and ``calibration`` (per kernel family, the
-cost model's free parameters fitted on measured traces, with their provenance). See
-``sim/README.md`` for the format. A what-if machine's file names its source instead
-(``calibration_from``), and :func:`carry_over` derives its calibration when it is loaded.
+A machine file is a datasheet (:class:`Datasheet`): ``specs`` (datasheet figures, units in the
+names), ``sources`` (where each spec came from: every spec needs one), the host its predictions
+assume and the machine it derives its calibration from. What is fitted on measured traces (per
+kernel family the cost model's free parameters, the error spreads, validation results and their
+provenance) is generated beside it in ``sim/fits/<name>.yaml`` (:mod:`spartan_py.costmodel.fits`)
+and loaded with it as one :class:`Machine`. A what-if machine's file names its source
+(``calibration_from``), and :func:`carry_over` derives its calibration when it is loaded. See
+``sim/README.md`` and docs/cost-model.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from spartan_py.config import load_model, load_yaml, validate_model
+from spartan_py.costmodel.fits import (
+    FamilyCalibration,
+    GeneratedParts,
+    MachineFit,
+    fit_path,
+    read_fit,
+    update_fit,
+)
 from spartan_py.errors import InputError
 from spartan_py.resources import data_folder
 
 DEFAULT_MACHINE = "h100-sxm"
 """The machine simulated mode, the policy and the CLI use when none is named (the calibrated one)."""
+
+
+#: The parts of a machine its generated half (sim/fits/) holds, besides the specs it was fitted with.
+_GENERATED = tuple(GeneratedParts.model_fields)
 
 
 class _Frozen(BaseModel):
@@ -51,64 +65,6 @@ class Specs(_Frozen):
     streaming_efficiency: float | None = Field(
         None, gt=0, le=1, description="share of the datasheet DRAM bandwidth a large device-to-device copy reaches"
     )
-
-
-class FamilyCalibration(_Frozen):
-    """Fitted parameters of one kernel family on one machine, and where they came from."""
-
-    launch_us: float = Field(ge=0, description="fixed cost per launch (or per copy)")
-    compute_efficiency: float = Field(gt=0, le=1, description="fraction of the compute unit's peak reached")
-    memory_efficiency: float = Field(gt=0, le=1, description="fraction of DRAM (or link) peak reached")
-    step_overhead_us: float = Field(0.0, ge=0, description="per work item and fused layer: barriers, epilogue")
-    shared_step_us: float = Field(
-        0.0,
-        ge=0,
-        description="per work item and fused layer, at every SM busy (scaled by the share busy): staging "
-        "through L2, which the busy SMs share",
-    )
-    wave_overhead_us: float = Field(
-        0.0,
-        ge=0,
-        description="per work item, once: a block's start and finish (its rows in and out, per-launch tables), "
-        "bound by latency on the chip, not by DRAM bandwidth",
-    )
-    bytes_in_flight_kib: float = Field(
-        0.0,
-        ge=0,
-        description="a memory-bound family's DRAM requests in flight over the whole GPU (Little's law: this over "
-        "the machine's memory_latency_ns caps its bandwidth); 0: none fitted (memory_efficiency alone)",
-    )
-    overlap: float = Field(
-        1.0,
-        ge=0,
-        le=1,
-        description="fraction of the shorter of compute and memory hidden under the longer, per extra resident block",
-    )
-    weight_load_cost: float = Field(
-        0.0,
-        ge=0,
-        description="cost of loading one weight, in multiply-adds: the trace's weight_loads of them, or one per"
-        " block_rows multiply-adds where it counts none (a work item reuses each weight for its rows)",
-    )
-    saturating_warps: float = Field(
-        0.0,
-        ge=0,
-        description="resident warps per SM needed to reach the family's rate; fewer reach that share "
-        "of it (0: any number does)",
-    )
-    source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
-    records: int = Field(0, ge=0, description="measured records fitted")
-    fit_median_error_pct: float | None = None
-
-
-class ErrorSpread(_Frozen):
-    """Held-out ratios predicted / measured of one kind of whole run (leave one point out of
-    the fit, :mod:`spartan_py.costmodel.intervals`): the ends of its 80% interval."""
-
-    low_ratio: float = Field(gt=0, description="10th percentile of predicted / measured")
-    high_ratio: float = Field(gt=0, description="90th percentile of predicted / measured")
-    runs: int = Field(ge=1, description="held-out runs behind it")
-    source: str = Field(description="the leave-one-point-out result file")
 
 
 class Assumed(_Frozen):
@@ -144,69 +100,13 @@ class Assumed(_Frozen):
         return found
 
 
-class RunToRunSpread(_Frozen):
-    """How far one family's launches moved between runs of one experiment file on separately
-    started machines of this kind (:mod:`spartan_py.costmodel.repeatability`)."""
-
-    median_pct: float = Field(ge=0, description="median over launches of (max - min) / median, percent")
-    p90_pct: float = Field(ge=0, description="90th percentile of the same, percent")
-    launches: int = Field(ge=1, description="launches compared")
-    runs: int = Field(ge=2, description="runs (separately started machines)")
-    source: str = Field(description="the repeatability result file")
-
-
-class Validation(_Frozen):
-    """How the model's predictions for a machine compared with runs measured on it."""
-
-    scope: str = Field(description="the runs these figures cover (an experiment's points, at one commit)")
-    device: str = Field(description="the GPU measured, as the CUDA runtime names it")
-    blind: bool = Field(description="true when the calibration used saw no measurement of this machine")
-    result: str = Field(description="the committed result file with the figures, relative to the repository")
-    commit: str = Field(description="the commit whose code and model made the measurement and the prediction")
-    whole_run_error_pct: float = Field(description="the worst whole-run error (absolute, percent)")
-    per_launch_median_error_pct: float = Field(
-        description="the worst per-launch median error of a kernel family with 5 or more launches (percent)"
-    )
-    runs: int | None = Field(None, ge=1, description="whole runs compared (a drawn set's)")
-    runs_within_10pct: int | None = Field(None, ge=0, description="of them, within 10% of the measurement")
-    runs_inside_interval: int | None = Field(None, ge=0, description="of them, inside their 80% interval")
-
-    def figures(self) -> str:
-        """The set's figures in words: runs within 10% (and inside their intervals) where
-        counted, the worst whole run, the worst per-launch family median."""
-        counted = (
-            f"{self.runs_within_10pct} of {self.runs} whole runs within 10%"
-            + (
-                f", {self.runs_inside_interval} inside their 80% interval"
-                if self.runs_inside_interval is not None
-                else ""
-            )
-            + "; "
-            if self.runs is not None and self.runs_within_10pct is not None
-            else ""
-        )
-        return (
-            f"{counted}whole runs within {self.whole_run_error_pct:.1f}%, per-launch median error at most "
-            f"{self.per_launch_median_error_pct:.1f}% per family"
-        )
-
-
-class Machine(_Frozen):
-    """One described GPU.
-
-    ``validation`` is present only for a machine whose predictions were checked against
-    measurements here: the others are what-if estimates (``validated`` is false).
-    """
+class Datasheet(_Frozen):
+    """A machine file as written by hand: the GPU's specifications with their sources, the host
+    its predictions assume, and the machine it derives its calibration from (if any)."""
 
     name: str
     description: str
     device_names: list[str] = Field([], description="what the CUDA runtime calls this GPU (to match measured runs)")
-    calibration_frozen: str | None = Field(
-        None, description="the commit and traces the calibration was fitted on, once frozen (no refit after)"
-    )
-    validation: list[Validation] = Field(
-        [], description="one entry per set of runs measured here and compared with the model's predictions"
-    )
     calibration_from: str | None = Field(
         None,
         description="the machine whose fit this one carries over, derived when the file is loaded "
@@ -215,39 +115,11 @@ class Machine(_Frozen):
     host: str | None = Field(
         None, description="the host (sim/hosts/) its predictions assume; none: the launch costs as fitted"
     )
-    calibration_host: str | None = Field(
-        None,
-        description="the host whose latencies the fitted launch costs include (the calibration runs'); "
-        "a carried-over calibration keeps its source's",
-    )
     assumes: Assumed | None = Field(
         None, description="the driver-reported facts of the GPU described (clocks, power limit, GPUs in the node)"
     )
     specs: Specs
     sources: dict[str, str]
-    error_spread: dict[str, ErrorSpread] = Field(
-        {},
-        description="per kind of whole run, the held-out spread its 80% intervals come from (a carried-over "
-        "calibration carries its source's)",
-    )
-    run_to_run_spread: dict[str, RunToRunSpread] = Field(
-        {},
-        description="per kernel family, how far its launches moved between separately started machines "
-        "of this kind (a carried-over calibration carries its source's)",
-    )
-    calibration: dict[str, FamilyCalibration] = {}
-
-    @property
-    def validated(self) -> bool:
-        """Whether predictions for this machine were checked against measurements on it."""
-        return bool(self.validation)
-
-    def validation_summary(self) -> str:
-        """Every validation entry in full, its kind first (blind release, held-out release or
-        development round: :mod:`spartan_py.costmodel.releases`), or ``not validated (...)`` in words."""
-        from spartan_py.costmodel.releases import record_text
-
-        return record_text(self)
 
     @model_validator(mode="after")
     def _every_spec_has_a_source(self):
@@ -260,6 +132,37 @@ class Machine(_Frozen):
         if unknown:
             raise ValueError(f"`sources` names unknown specs: {', '.join(unknown)}")
         return self
+
+
+class Machine(Datasheet, GeneratedParts):
+    """One described GPU: its datasheet and its generated half (:class:`MachineFit`) as one.
+
+    ``validation`` is present only for a machine whose predictions were checked against
+    measurements here: the others are what-if estimates (``validated`` is false).
+    """
+
+    def generated(self) -> MachineFit:
+        """This machine's generated half, as :func:`~spartan_py.costmodel.fits.write_fit` writes it:
+        for a machine that carries its calibration over, its own validation alone."""
+        if self.calibration_from is not None:
+            return MachineFit(machine=self.name, validation=self.validation)
+        return MachineFit(
+            machine=self.name,
+            specs_fitted=self.specs.model_dump(),
+            **{name: getattr(self, name) for name in _GENERATED},
+        )
+
+    @property
+    def validated(self) -> bool:
+        """Whether predictions for this machine were checked against measurements on it."""
+        return bool(self.validation)
+
+    def validation_summary(self) -> str:
+        """Every validation entry in full, its kind first (blind release, held-out release or
+        development round: :mod:`spartan_py.costmodel.releases`), or ``not validated (...)`` in words."""
+        from spartan_py.costmodel.releases import record_text
+
+        return record_text(self)
 
     def with_specs(self, **changes) -> Machine:
         """A copy with some specs replaced (for what-if variants)."""
@@ -323,27 +226,67 @@ def machine_path(name: str | Path) -> Path:
 
 
 def load_machine(name: str | Path) -> Machine:
-    """A machine by name or path, validated (errors name the file, line and field); one whose
-    file names ``calibration_from`` gets that machine's fit carried over, as it is today."""
+    """A machine by name or path: its datasheet and the generated half beside it
+    (``fits/<name>.yaml``) validated and checked as one (errors name the file, line and field);
+    one whose datasheet names ``calibration_from`` gets that machine's fit carried over."""
     path = machine_path(name)
-    machine = load_model(Machine, path)
-    by_name = Path(name).suffix not in (".yaml", ".yml")
-    if by_name and machine.name != name:
+    marked = load_yaml(path)
+    generated = [key for key in _GENERATED if isinstance(marked.data, dict) and key in marked.data]
+    if generated:
         raise InputError(
-            f"the file describes {machine.name!r}, not {name!r}; its `name` must match the file name", path=path
+            f"`{generated[0]}` is generated, not part of a datasheet: it lives in {fit_path(path)}, written by "
+            "`spartan model ...`; remove the file's `" + generated[0] + ":` block",
+            path=path,
+            line=marked.line_of((generated[0],)),
         )
+    sheet = validate_model(Datasheet, marked)
+    by_name = Path(name).suffix not in (".yaml", ".yml")
+    if by_name and sheet.name != name:
+        raise InputError(
+            f"the file describes {sheet.name!r}, not {name!r}; its `name` must match the file name", path=path
+        )
+    fit = read_fit(path)
+    _check_fit(sheet, fit, path)
+    own = fit.model_dump(include=set(_GENERATED), exclude_defaults=True) if fit is not None else {}
+    machine = Machine.model_validate({**sheet.model_dump(exclude_defaults=True), **own})
     if machine.calibration_from is None:
         return machine
-    if machine.calibration:
-        raise InputError(
-            f"calibration_from: {machine.calibration_from} derives this machine's calibration when it is loaded; "
-            "remove the file's `calibration:` block",
-            path=path,
-        )
     source = load_machine(machine.calibration_from)
     if source.calibration_from is not None:
         raise InputError(f"calibration_from names {source.name}, which carries its own over; name a fitted machine")
     return carry_over(source, machine)
+
+
+def _check_fit(sheet: Datasheet, fit: MachineFit | None, path: Path) -> None:
+    """Refuse a generated half that is missing, of another machine, fitted with other specs, or
+    (for a machine that carries its calibration over) holding a fit of its own."""
+    where = fit_path(path)
+    if fit is None:
+        if sheet.calibration_from is None:
+            raise InputError(
+                f"{sheet.name} has no generated half ({where} is missing): fit it with `spartan model calibrate` "
+                "or name the machine it derives from in `calibration_from`",
+                path=path,
+            )
+        return
+    if fit.machine != sheet.name:
+        raise InputError(f"the fit is of {fit.machine!r}, not of the datasheet's {sheet.name!r}", path=where)
+    if sheet.calibration_from is not None:
+        own = fit.carried_parts()
+        if own:
+            raise InputError(
+                f"{sheet.name} derives its calibration from {sheet.calibration_from} when loaded; its generated half "
+                f"may hold only `validation`, not {', '.join(own)}",
+                path=where,
+            )
+        return
+    changed = [key for key, value in sheet.specs.model_dump().items() if fit.specs_fitted.get(key) != value]
+    if changed:
+        raise InputError(
+            f"the datasheet's specs differ from those the fit was made with ({', '.join(changed)}): refit with "
+            f"`spartan model calibrate`, or undo the change to {path.name}",
+            path=where,
+        )
 
 
 def carry_over(calibrated: Machine, target: Machine) -> Machine:
@@ -392,16 +335,15 @@ def apply_variant(machine: Machine, variant: Variant | None) -> Machine:
     return machine.with_specs(**changes)
 
 
-def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> Path:
-    """Replace the ``calibration:`` block at the end of a machine file, keeping the rest as written."""
-    from spartan_py.files import atomic_write_text
+def write_machine(machine: Machine, path: Path | None = None) -> Path:
+    """Write ``machine``'s generated half beside its datasheet (``path``, default its file in
+    ``sim/``) through :func:`~spartan_py.costmodel.fits.write_fit`; the datasheet is not touched."""
+    datasheet = path or machine_path(machine.name)
+    return update_fit(datasheet, **machine.generated().model_dump())
 
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    cut = next((i for i, line in enumerate(lines) if line.startswith("calibration:")), len(lines))
-    rest = [line for line in lines[cut + 1 :] if line and not line.startswith((" ", "#"))]
-    if rest:
-        raise InputError("the calibration block must be the last block of a machine file", path=path, line=cut + 1)
-    block = {"calibration": {family: values.model_dump(exclude_none=True) for family, values in calibration.items()}}
-    body = "\n".join(lines[:cut]).rstrip() + "\n\n" + yaml.safe_dump(block, sort_keys=False, width=120)
-    return atomic_write_text(path, body)
+
+def write_calibration(path: Path, calibration: dict[str, FamilyCalibration]) -> Path:
+    """Replace the calibration in the generated half of the machine whose datasheet is ``path``
+    (recording the datasheet's specs it was fitted with)."""
+    sheet = load_model(Datasheet, path)
+    return update_fit(path, calibration=calibration, specs_fitted=sheet.specs.model_dump())

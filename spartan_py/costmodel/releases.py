@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from spartan_py.costmodel.machine import Machine, Validation
+from spartan_py.costmodel.fits import Validation
+from spartan_py.costmodel.machine import Machine
 
 DRAWN_SET = re.compile(r"experiments/drawn/validate-([0-9a-f]{7,})\.yaml")
 """A drawn set's file in an entry's ``scope``; its hash names the release."""

@@ -91,20 +91,24 @@ def environment() -> dict:
     return info
 
 
-def package_commit() -> str | None:
+def package_commit(*, dirty: bool = False) -> str | None:
     """The commit of the checkout this package was imported from, or None for an installed
     copy (a wheel in site-packages has no history of its own: never the commit of whatever
-    repository happens to contain it, nor the working directory's)."""
+    repository happens to contain it, nor the working directory's). With ``dirty``: marked
+    ``+dirty`` when tracked files have uncommitted changes."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file() or not (root / ".git").exists():
         return None
+
+    def git(*words: str) -> str:
+        return subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
+        head = git("rev-parse", "--short=12", "HEAD")
+        changed = dirty and bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit.stdout.strip() or None
+    return (head + ("+dirty" if changed else "")) or None
 
 
 def check_run_folder(out: Path, experiment_name: str) -> None:

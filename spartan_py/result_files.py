@@ -1,0 +1,41 @@
+"""Result files of the cost model's tooling and of the speed checks: a payload with where,
+when, at which commit and by which command it was made, written atomically."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import json
+import platform
+from pathlib import Path
+
+from spartan_py.files import atomic_write_bytes, atomic_write_text
+
+
+def write_result(
+    name: str, device: str, payload: dict, out_dir: Path, *, commit: str, command: str, packed: bool = False
+) -> Path:
+    """Write ``payload`` with its provenance to ``<out_dir>/<name>-<date>.json`` (``.json.gz``
+    with ``packed``: every launch's price is kept compressed) atomically; returns the path."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    record = {
+        "benchmark": name,
+        "device": device,
+        "date": now.isoformat(timespec="seconds"),
+        "commit": commit,
+        "command": command,
+        "python": platform.python_version(),
+        **payload,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}-{now:%Y%m%d-%H%M%S}.json"
+    text = json.dumps(record, indent=2) + "\n"
+    if packed:
+        return atomic_write_bytes(path.with_suffix(".json.gz"), gzip.compress(text.encode(), mtime=0))
+    return atomic_write_text(path, text)
+
+
+def read_result(path: Path) -> dict:
+    """A result file written by :func:`write_result` (gzipped or not)."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
