@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._conv_cases import CONV_CASES, DENSITIES, GEMM_TILE, SWEEP_ROUNDS
 from benchmarks._results import RESULTS, write_result
-from benchmarks.spartan_machinery import CONV_CASES, DENSITIES, GEMM_TILE, SWEEP_ROUNDS
 from spartan_py.costmodel import load_machine
 from spartan_py.sparsity import (
     DEFAULT_TF32_GEMM_TILE,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._conv_cases import CONV_CASES, GEMM_TILE, log
 from benchmarks._results import RESULTS, write_result
-from benchmarks.spartan_machinery import CONV_CASES, GEMM_TILE, log
 from spartan_py.sparsity import SparsityMonitor, coarsen_counts, dense_matmul, tile_list
 from spartan_py.sparsity.tile_gemm import _gpu_tile_matmul, block_width
 from spartan_py.sparsity.tiles import TileShape
