@@ -10,6 +10,7 @@ The committed traces were measured before runs recorded the algorithm; this file
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from pathlib import Path
@@ -69,7 +70,9 @@ def forward_shapes(trace: pd.DataFrame) -> pd.Series:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Ask cuBLASLt for every shape and write ``cublas_algos-<date>.json.gz``."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rows = []
     for m, n, k, precision, transposed in gemm_shapes():
         algo = heuristic_algo(m, n, k, precision, transposed)
