@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import sys
-
 #: (layer, batch): shapes of the sweep; batches keep every GEMM above a full wave of blocks.
 CONV_CASES = (
     ("alexnet/conv2", 128),
@@ -18,10 +16,6 @@ CONV_CASES = (
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 GEMM_TILE = (64, 32)  # DEFAULT_GEMM_TILE, the policy's tile
 SWEEP_ROUNDS = 10  # turns of the kernels compared at each sweep point
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def gemm_tile_shape():

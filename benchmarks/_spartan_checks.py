@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmarks._conv_cases import GEMM_TILE, gemm_tile_shape, log
+from benchmarks._conv_cases import GEMM_TILE, gemm_tile_shape
+from benchmarks.harness import difference, log
 from spartan_py.costmodel.families import EPILOGUE, MONITOR_PASS
 from spartan_py.sparsity import (
     KernelPolicy,
@@ -94,9 +95,9 @@ def _epilogue_launcher(cp, mode, zs, ys, bias, tile):
     return lambda i: launch_epilogue(mode, m, n, (zs[i % len(zs)], bias, ys[i % len(ys)], *shape))
 
 
-def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
+def profiling_overhead(cp, timer, cases, rounds: int = 40) -> tuple[list[dict], list]:
     """Per conv layer, what monitoring costs, in two measurements taken by turns
-    (:func:`spartan_py.timing.time_interleaved`, differences round by round):
+    (``timer.by_turns``, :mod:`benchmarks.harness`; differences round by round):
 
     * the epilogue kernel alone, back to back over buffers larger than L2: plain, fused
       (per monitor tile) and the software monitor's counting pass. ``fused_extra_us`` is
@@ -108,8 +109,6 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
 
     ``ratio_software_over_fused`` = software_extra_us / fused_extra_us.
     """
-    from spartan_py.timing import paired_difference, time_interleaved
-
     rows, records = [], []
     for label, batch in cases:
         m, k, n = conv_layer(label).gemm_shape(batch)
@@ -127,7 +126,7 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
         }
         for tile in OVERHEAD_TILES:
             kernel_cases[f"fused_{tile[0]}x{tile[1]}"] = _epilogue_launcher(cp, "fused", zs, ys, bias, tile)
-        alone = time_interleaved(kernel_cases, rounds=rounds, calls=8)
+        alone = timer.by_turns(kernel_cases, rounds=rounds, calls=8)
         monitors = {
             mode: SparsityMonitor(tile=(32, 32), mode=mode, timed=False)
             for mode in ("off", "fused", "sampled", "software")
@@ -140,12 +139,12 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
 
             return work
 
-        loop = time_interleaved({mode: layer(mon) for mode, mon in monitors.items()}, rounds=rounds, calls=6)
+        loop = timer.by_turns({mode: layer(mon) for mode, mon in monitors.items()}, rounds=rounds, calls=6)
         plain_us = float(np.median(alone["plain"]))
-        fused = {t: paired_difference(alone[t], alone["plain"]) for t in alone if t.startswith("fused")}
+        fused = {t: difference(alone, t, "plain") for t in alone if t.startswith("fused")}
         extra = fused["fused_32x32"]["median"]
         layer_us = float(np.median(loop["off"]))
-        software = paired_difference(loop["software"], loop["off"])
+        software = difference(loop, "software", "off")
         row = {
             "layer": label,
             "batch": batch,
@@ -160,8 +159,8 @@ def profiling_overhead(cp, cases, rounds: int = 40) -> tuple[list[dict], list]:
             "count_pass_us": float(np.median(alone["count_pass"])),
             "software_extra_us": software["median"],
             "software_extra_p10_p90_us": [software["p10"], software["p90"]],
-            "fused_extra_in_layer_loop_us": paired_difference(loop["fused"], loop["off"])["median"],
-            "sampled_extra_in_layer_loop_us": paired_difference(loop["sampled"], loop["off"])["median"],
+            "fused_extra_in_layer_loop_us": difference(loop, "fused", "off")["median"],
+            "sampled_extra_in_layer_loop_us": difference(loop, "sampled", "off")["median"],
             "ratio_software_over_fused": software["median"] / extra if extra > 0 else float("inf"),
             "fused_overhead_pct_of_layer": 100 * extra / layer_us,
             "software_overhead_pct_of_layer": 100 * software["median"] / layer_us,

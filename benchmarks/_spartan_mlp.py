@@ -9,7 +9,6 @@ import numpy as np
 
 from benchmarks._conv_cases import GEMM_TILE
 from spartan_py.sparsity import SparsityMonitor, tile_counts, tile_utilization
-from spartan_py.timing import time_interleaved
 from spartan_py.workloads.conv.layers import conv_layer, feature_maps, im2col
 
 E2E_BATCH_ROWS = (4096, 16384)  # the end-to-end MLP run's batches
@@ -76,7 +75,7 @@ def _host_us(cp, work, calls: int = 6) -> float:
     return host
 
 
-def mlp_end_to_end(cp, mlp, x, policy) -> dict:
+def mlp_end_to_end(cp, timer, mlp, x, policy) -> dict:
     """The trained MLP on all of ``x``, adaptive (fused monitor + policy) vs dense cuBLAS, by
     turns: in batches of each of :data:`E2E_BATCH_ROWS` rows, deciding from the previous
     batch's profiles (``AdaptiveMlp``, lag 1; with the fused monitor, or the sampled one
@@ -106,7 +105,7 @@ def mlp_end_to_end(cp, mlp, x, policy) -> dict:
     whole = monitor()
     cases["dense_one_batch"] = lambda i: run_mlp(mlp, xd, weights=weights)
     cases["adaptive_one_batch"] = lambda i: run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)
-    times = time_interleaved(cases, rounds=10, calls=2)
+    times = timer.by_turns(cases, rounds=10, calls=2)
     median = {name: float(np.median(t)) for name, t in times.items()}
     host = {name: _host_us(cp, work) for name, work in cases.items()}
     run = run_mlp(mlp, xd, weights=weights, policy=policy, monitor=whole)

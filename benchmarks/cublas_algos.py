@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._results import RESULTS, write_result
+from benchmarks.harness import RESULTS, write_result
 from spartan_py.costmodel.families import dense_gemm_precision
 from spartan_py.engines.shared.cuda import device_name
 from spartan_py.sparsity.cublas_algo import heuristic_algo

@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, log, write_result
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def floor_seconds(

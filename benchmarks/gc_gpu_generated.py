@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import RESULTS, write_result
+from benchmarks.harness import RESULTS, log, write_result
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
@@ -46,10 +45,6 @@ DEFAULT_CASES = ",".join(
 )
 #: Cases the rows kernel also runs (its per-layer planning is serial; bigger ones take minutes).
 ROWS_KERNEL_CASES = ("1024x120x60000", "1024x480x60000", "4096x120x60000", "16384x120x20000")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_engine(engine, inputs, repeats: int) -> dict:

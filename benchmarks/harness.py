@@ -5,7 +5,8 @@ declared sweep turned into a table and a plot).
 * :class:`Sweep` declares the points: named parameters, each with its values, crossed in the
   order given (the first varies slowest).
 * :func:`run_sweep` calls a measuring function once per point and returns a pandas table,
-  one row per point: the point's parameters, then what the function returned.
+  one row per point: the point's parameters, then what the function returned
+  (:func:`sweep_rows`: the same rows as dicts, for points that measure different columns).
 * A timer times one point: :class:`CudaTimer` with CUDA events after warm-up (L2 flushed
   before each repeat, :class:`spartan_py.timing.GpuTimer`), :class:`CpuTimer` on the host
   clock. Both give the median of repeats (:meth:`~CpuTimer.median`) and variants by turns
@@ -122,16 +123,22 @@ class Sweep:
         return [dict(zip(names, values)) for values in itertools.product(*self.params.values())]
 
 
-def run_sweep(sweep: Sweep, measure: Callable[..., Mapping[str, Any]], *, progress: bool = True) -> pd.DataFrame:
+def sweep_rows(sweep: Sweep, measure: Callable[..., Mapping[str, Any]], *, progress: bool = True) -> list[dict]:
     """One row per point of ``sweep``: its parameters, then ``measure(**point)``'s columns
     (where a column shares a parameter's name, the measured value is kept). ``measure``
-    checks its results before timing them and raises where they are wrong."""
+    checks its results before timing them and raises where they are wrong. Rows keep the
+    columns their point measured (a column some points lack stays absent, not NaN)."""
     rows = []
     for point in sweep.points():
         rows.append({**point, **measure(**point)})
         if progress:
             log(f"{', '.join(f'{k}={v}' for k, v in point.items())}: done")
-    return pd.DataFrame(rows)
+    return rows
+
+
+def run_sweep(sweep: Sweep, measure: Callable[..., Mapping[str, Any]], *, progress: bool = True) -> pd.DataFrame:
+    """:func:`sweep_rows` as a pandas table, one row per point."""
+    return pd.DataFrame(sweep_rows(sweep, measure, progress=progress))
 
 
 class _Timer:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks._results import RESULTS, ROOT, set_machine_header, write_result
+from benchmarks._results import set_machine_header
+from benchmarks.harness import RESULTS, ROOT, write_result
 from spartan_py.costmodel.fidelity import run_traces
 from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
 from spartan_py.errors import InputError

@@ -3,7 +3,7 @@ mode, tile-sparse GEMM against cuBLAS over tile density, tile utilization, and a
 MLP end to end. Writes ``spartan-machinery-<date>.{json,md}`` and a trace CSV of every timed
 kernel (for calibrating the cost model's GEMM families) into ``--out``.
 
-    python3 benchmarks/spartan_machinery.py --out benchmarks/results
+    python3 -m benchmarks.spartan_machinery --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -14,37 +14,37 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._conv_cases import CONV_CASES, DENSITIES, log
-from benchmarks._results import RESULTS, write_result
+from benchmarks._conv_cases import CONV_CASES, DENSITIES
 from benchmarks._spartan_checks import check_against_cpu, profiling_overhead
 from benchmarks._spartan_mlp import mlp_end_to_end, sampled_drift, utilization
 from benchmarks._spartan_sweep import density_sweep
+from benchmarks.harness import RESULTS, CudaTimer, log, write_result
 from spartan_py.report.tables import markdown_table
 from spartan_py.sparsity import KernelPolicy
-from spartan_py.timing import GpuTimer, copy_bandwidth
+from spartan_py.timing import copy_bandwidth
 from spartan_py.trace import to_frame, write_trace
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run every part on the current GPU and write ``spartan-machinery-<date>.{json,md}`` and the trace."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="two layers, four densities (a smoke run)")
     parser.add_argument("--machine", default="h100-sxm", help="the policy's cost-model machine")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import cupy as cp
 
-    from spartan_py.engines.shared.cuda import device_name
     from spartan_py.sparsity.digits import load_digits, shifted_copies, train_mlp
 
-    device = device_name(cp)
     cases = CONV_CASES[:2] if args.quick else CONV_CASES
     densities = (0.01, 0.1, 0.5, 1.0) if args.quick else DENSITIES
-    timer = GpuTimer(min_warmup_ms=20)
+    timer = CudaTimer(min_warmup_ms=20)
+    device = timer.device()
     policy = KernelPolicy(args.machine)
     started = time.perf_counter()
     checks = check_against_cpu(cp)
     log(f"checks passed ({time.perf_counter() - started:.0f} s)")
-    overhead, records = profiling_overhead(cp, cases)
+    overhead, records = profiling_overhead(cp, timer, cases)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     lanes = 64 if (props["major"], props["minor"]) == (8, 0) else 128  # FP32 lanes per SM (A100: 64; H100: 128)
     peak_flops = props["multiProcessorCount"] * lanes * 2 * props["clockRate"] * 1e3
@@ -58,7 +58,7 @@ def main() -> int:
     hidden = mlp.forward(data.x[:1024])[:-1]
     util = utilization(cp, cases, hidden)
     drift = sampled_drift(cp, mlp, list(x_big[: 16 * 2048].reshape(16, 2048, -1)), every=4)
-    e2e = mlp_end_to_end(cp, mlp, x_big, policy)
+    e2e = mlp_end_to_end(cp, timer, mlp, x_big, policy)
     e2e["test_accuracy"] = mlp.test_accuracy
     payload = {
         "checks": checks,
