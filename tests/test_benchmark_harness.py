@@ -119,3 +119,23 @@ def test_every_benchmark_script_parses_its_arguments_on_the_cpu():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FAILED []" in done.stdout, done.stdout[-3000:]
     assert len(_scripts()) >= 15
+
+
+def test_a_rewritten_result_file_reads_as_before_on_the_results_page(tmp_path, monkeypatch):
+    """The harness's record keeps what spartan_py.report reads: a committed file's payload,
+    written again through write_result, gives the same headline figures."""
+    from spartan_py.report.results_headlines import headlines
+
+    monkeypatch.setenv("SPARTAN_COMMIT", "abc123def456")
+    provenance = {"benchmark", "device", "clocks", "date", "commit", "command", "python"}
+    checked = 0
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        data = json.loads(path.read_text())
+        if data.get("benchmark") is None:
+            continue
+        payload = {k: v for k, v in data.items() if k not in provenance}
+        again = json.loads(harness.write_result(data["benchmark"], data["device"], payload, tmp_path).read_text())
+        assert headlines(again) == headlines(data), path.name
+        assert provenance <= set(again), path.name
+        checked += 1
+    assert checked >= 5
