@@ -8,16 +8,17 @@ bit for bit. The floor of either direction is its bytes (the column matrix once,
 once) over the GPU's measured copy rate. Times: CUDA events, L2 flushed before each call,
 median of ``--repeats`` after warm-up (``benchmarks.harness``: a sweep over the layers).
 
-    python -m benchmarks.col2im [--batch 32] [--repeats 10]
+    python -m benchmarks.col2im [--batch 32] [--repeats 10] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import CudaTimer, Sweep, sweep_rows, write_result
+from benchmarks.harness import RESULTS, CudaTimer, Sweep, sweep_rows, write_result
 
 
 def _layer_row(layer, batch: int, timer, rate: float, repeats: int) -> dict:
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     timer = CudaTimer(min_warmup_ms=200)
     rows = layer_rows(timer, args.batch, args.repeats)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("floor_us", "im2col_us", "col2im_gather_us", "col2im_strided_us")
         }
     payload = {"batch": args.batch, "repeats": args.repeats, "totals_ms": totals, "layers": rows}
-    path = write_result("col2im", timer.device(), payload)
+    path = write_result("col2im", timer.device(), payload, args.out)
     for network, t in totals.items():
         print(
             f"{network}: im2col {t['im2col_us']} ms, col2im gather {t['col2im_gather_us']} ms "
