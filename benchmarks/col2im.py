@@ -6,18 +6,19 @@ gradient's GEMM output) back to the maps, by the gather kernel (``kernels/col2im
 default on CuPy arrays) and by the strided adds it replaced; the two results are checked equal
 bit for bit. The floor of either direction is its bytes (the column matrix once, the maps
 once) over the GPU's measured copy rate. Times: CUDA events, L2 flushed before each call,
-median of ``--repeats`` after warm-up.
+median of ``--repeats`` after warm-up (``benchmarks.harness``: a sweep over the layers).
 
-    python -m benchmarks.col2im [--batch 32] [--repeats 10]
+    python -m benchmarks.col2im [--batch 32] [--repeats 10] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks._results import write_result
+from benchmarks.harness import RESULTS, CudaTimer, Sweep, sweep_rows, write_result
 
 
 def _layer_row(layer, batch: int, timer, rate: float, repeats: int) -> dict:
@@ -32,11 +33,12 @@ def _layer_row(layer, batch: int, timer, rate: float, repeats: int) -> dict:
     args = (shape, layer.kernel, layer.stride, layer.pad)
     equal = bool(cp.array_equal(col2im(cols, *args), col2im(cols, *args, method="strided")))
     times = {
-        "im2col_us": timer(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad), repeats=repeats),
-        "col2im_gather_us": timer(lambda: col2im(cols, *args), repeats=repeats),
-        "col2im_strided_us": timer(lambda: col2im(cols, *args, method="strided"), repeats=repeats),
+        "im2col_us": timer.median(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad), repeats=repeats),
+        "col2im_gather_us": timer.median(lambda: col2im(cols, *args), repeats=repeats),
+        "col2im_strided_us": timer.median(lambda: col2im(cols, *args, method="strided"), repeats=repeats),
     }
     moved = 4 * (m * k + int(np.prod(shape)))
+    cp.get_default_memory_pool().free_all_blocks()
     return {
         "network": layer.network,
         "layer": layer.label,
@@ -50,22 +52,19 @@ def _layer_row(layer, batch: int, timer, rate: float, repeats: int) -> dict:
     }
 
 
-def layer_rows(batch: int, repeats: int) -> list[dict]:
-    """One row per layer: shapes, bytes, the three times (us) and the floor."""
+def layer_rows(timer, batch: int, repeats: int) -> list[dict]:
+    """One row per layer (the sweep's one parameter): shapes, bytes, the three times (us) and the floor."""
     import cupy as cp
 
-    from spartan_py.timing import GpuTimer, copy_bandwidth
+    from spartan_py.timing import copy_bandwidth
     from spartan_py.workloads.conv.layers import CONV_LAYERS
 
-    timer = GpuTimer(min_warmup_ms=200)
     rate = copy_bandwidth()  # read + write bytes per second
     cp.random.seed(0)
-    rows = []
-    for layers in CONV_LAYERS.values():
-        for layer in layers:
-            rows.append(_layer_row(layer, batch, timer, rate, repeats))
-            cp.get_default_memory_pool().free_all_blocks()
-    return rows
+    layers = [layer for network in CONV_LAYERS.values() for layer in network]
+    return sweep_rows(
+        Sweep({"layer": layers}), lambda layer: _layer_row(layer, batch, timer, rate, repeats), progress=False
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,11 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    import cupy as cp
-
-    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    rows = layer_rows(args.batch, args.repeats)
+    timer = CudaTimer(min_warmup_ms=200)
+    rows = layer_rows(timer, args.batch, args.repeats)
     totals = {}
     for network in dict.fromkeys(r["network"] for r in rows):
         mine = [r for r in rows if r["network"] == network]
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("floor_us", "im2col_us", "col2im_gather_us", "col2im_strided_us")
         }
     payload = {"batch": args.batch, "repeats": args.repeats, "totals_ms": totals, "layers": rows}
-    path = write_result("col2im", device, payload)
+    path = write_result("col2im", timer.device(), payload, args.out)
     for network, t in totals.items():
         print(
             f"{network}: im2col {t['im2col_us']} ms, col2im gather {t['col2im_gather_us']} ms "

@@ -10,11 +10,12 @@ The committed traces were measured before runs recorded the algorithm; this file
 
 from __future__ import annotations
 
+import argparse
 import gzip
 
 import pandas as pd
 
-from benchmarks._results import RESULTS, write_result
+from benchmarks.harness import RESULTS, write_result
 from spartan_py.costmodel.algorithm_table import forward_shapes
 from spartan_py.engines.shared.cuda import device_name
 from spartan_py.sparsity.cublas_algo import heuristic_algo
@@ -35,7 +36,9 @@ def gemm_shapes() -> list[tuple[int, int, int, str, bool]]:
     return sorted(shapes)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Ask cuBLASLt for every shape and write ``cublas_algos-<date>.json.gz``."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rows = []
     for m, n, k, precision, transposed in gemm_shapes():
         algo = heuristic_algo(m, n, k, precision, transposed)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, write_result
 from spartan_py.runner.store import cpu_name
 
 

@@ -16,25 +16,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import RESULTS, write_result
 from benchmarks.gc_gpu import time_ours
+from benchmarks.harness import RESULTS, log, write_result
 from spartan_py.api import resolve_network
 from spartan_py.engines import engine_class, gpu_backend_for
 
 DEFAULT_CASES = "generated:1024x120,generated:4096x120,generated-unmergeable:1024x120,generated-unmergeable:4096x120"
 OURS = ("gpu", "gpu-merged")
 STOCK = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def time_kernel(engine, inputs, repeats: int) -> tuple[list[float], np.ndarray]:

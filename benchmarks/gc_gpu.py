@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, Sweep, log, sweep_rows, write_result
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
 
 BASELINES = ("gpu-cusparse-spgemm", "gpu-cusparse-spmm", "gpu-cublas-dense", "gpu-dense-compact")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def floor_seconds(
@@ -92,13 +87,14 @@ def check_batch(engine, batch, truth, cpu_out) -> dict:
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Time every variant and the baselines and write ``gc_gpu-<date>.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--baseline-repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import cupy as cp
 
     payload: dict = {"workload": "official 1024 neurons x 120 layers, 60000-row proxy input"}
@@ -126,7 +122,6 @@ def main() -> int:
     smem_rate = engine.sm_count * 32 * clock_hz  # 32 four-byte shared loads per clock per SM
     fma_rate = engine.sm_count * 128 * clock_hz  # FP32 FMAs per clock per SM on Hopper
 
-    variants = {}
     best = None
     cases = (
         ("rows", RowsEngine, {}),
@@ -146,57 +141,65 @@ def main() -> int:
         ("merged-monitor-off", MergedEngine, {"monitor": False}),
         ("rows-monitor-off", RowsEngine, {"monitor": False}),
     )
-    for label, kind, options in cases:
+    by_label = {label: (kind, options) for label, kind, options in cases}
+
+    def measure(variant: str) -> dict:
+        """One variant: timed (its CUDA graph, events), checked against the truth and the CPU."""
+        label, (kind, options) = variant, by_label[variant]
+        options = dict(options)
         if options.pop("stream", False):  # a budget of 3/4 of the weights: they stream from pinned host memory
             options["weight_budget_bytes"] = MergedEngine(network).weights.total_bytes * 3 // 4
-        variant = kind(network, **options)
+        engine = kind(network, **options)
         if "weight_budget_bytes" in options:
-            assert variant.weights.streamed
-        times, batch = time_ours(variant, inputs, args.repeats)
-        result = check_batch(variant, batch, truth, cpu_out)
-        launch_seconds = launch_times(variant, batch)
-        trace = variant.batch_trace(
+            assert engine.weights.streamed
+        times, batch = time_ours(engine, inputs, args.repeats)
+        result = check_batch(engine, batch, truth, cpu_out)
+        launch_seconds = launch_times(engine, batch)
+        trace = engine.batch_trace(
             batch, batch.counts.get(), batch.nnz_counts.get(), inputs.nnz, run_id="proxy", launch_seconds=launch_seconds
         )
-        floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), variant, bandwidth, smem_rate, fma_rate)
+        floors = floor_seconds(trace, batch.counts.get()[:-1].tolist(), engine, bandwidth, smem_rate, fma_rate)
         median = statistics.median(times)
         result.update(
             {
-                "engine": variant.name,
+                "engine": engine.name,
                 "options": options,
                 "median_seconds": median,
                 "p10_seconds": float(np.percentile(times, 10)),
                 "p90_seconds": float(np.percentile(times, 90)),
                 "repeats": len(times),
                 "edges_per_second": edges / median,
-                "timing": "CUDA graph replay, events" if variant.use_graph else "launches (streamed weights), events",
+                "timing": "CUDA graph replay, events" if engine.use_graph else "launches (streamed weights), events",
                 "per_layer_events_total_seconds": sum(launch_seconds),
                 "launch_seconds": launch_seconds,
                 "launch_timing": f"median of {LAUNCH_REPEATS} eager runs, events between launches, the stream "
                 "held first (spartan_py.timing.hold_stream)",
-                "layers_per_launch": variant.chunks,
+                "layers_per_launch": engine.chunks,
                 "floor": floors,
                 "gap_vs_smem_floor": median / floors["smem_s"],
                 "gap_vs_memory_floor": median / floors["memory_s"],
                 "gap_vs_fma_floor": median / floors["fma_s"],
             }
         )
-        variants[label] = result
         log(
             f"{label}: median {median * 1e3:.3f} ms ({edges / median:.3e} edges/s), truth {result['passed_truth']}, "
             f"poison {result['poison_left']}, max diff vs cpu {result.get('max_abs_diff_vs_cpu')}; per-layer sum "
             f"{sum(launch_seconds) * 1e3:.3f} ms; launches (layers: us) "
-            f"{[(n, round(x * 1e6)) for n, x in zip(variant.chunks, launch_seconds)][:12]}; "
+            f"{[(n, round(x * 1e6)) for n, x in zip(engine.chunks, launch_seconds)][:12]}; "
             f"floors: memory {floors['memory_s'] * 1e3:.3f} ms, "
             f"smem {floors['smem_s'] * 1e3:.3f} ms, fma {floors['fma_s'] * 1e3:.3f} ms"
         )
+        return result
+
+    rows = sweep_rows(Sweep({"variant": list(by_label)}), measure, progress=False)
+    variants = {row.pop("variant"): row for row in rows}
+    for label, result in variants.items():  # the fastest variant that passed, the first of equals
         if (
             result["passed_truth"]
             and result["poison_left"] == 0
-            and (best is None or median < variants[best]["median_seconds"])
+            and (best is None or result["median_seconds"] < variants[best]["median_seconds"])
         ):
             best = label
-        del batch, variant
     payload["variants"] = variants
     payload["best_variant"] = best
     rows_best = min((k for k in variants if k.startswith("rows")), key=lambda k: variants[k]["median_seconds"])

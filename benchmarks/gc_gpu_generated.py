@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import RESULTS, write_result
+from benchmarks.harness import RESULTS, Sweep, log, sweep_rows, write_result
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.rows.engine import RowsEngine
 from spartan_py.timing import copy_bandwidth
@@ -48,10 +47,6 @@ DEFAULT_CASES = ",".join(
 ROWS_KERNEL_CASES = ("1024x120x60000", "1024x480x60000", "4096x120x60000", "16384x120x20000")
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def run_engine(engine, inputs, repeats: int) -> dict:
     """Time ``engine`` on ``inputs`` (one batch); the result's categories and counts."""
     batch = engine.upload(inputs)
@@ -63,21 +58,25 @@ def run_engine(engine, inputs, repeats: int) -> dict:
     return {"times": times, "counts": counts, "ids": ids, "poison": int(np.isnan(values).sum()), "trace": trace}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Time every case and write ``gc_gpu_generated-<date>.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=DEFAULT_CASES, help="NEURONSxLAYERSxROWS, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--streamed", default="65536x1920x6000", help="cases also run with streamed weights")
     parser.add_argument("--stream-budget-mib", type=int, default=256)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import cupy as cp
 
     bandwidth = copy_bandwidth()
     props = cp.cuda.runtime.getDeviceProperties(0)
     smem_rate = props["multiProcessorCount"] * 32 * props["clockRate"] * 1e3
-    results, device, ok = [], None, True
-    for case in args.cases.split(","):
+    device, ok = None, True
+
+    def measure(case: str) -> dict:
+        """One generated network: ``gpu-merged`` timed and checked (and streamed, and the rows kernel, where asked)."""
+        nonlocal device, ok
         neurons, layers, rows = (int(v) for v in case.split("x"))
         t0 = time.perf_counter()
         network = sp.generate_network(neurons, layers, seed=0)
@@ -168,8 +167,10 @@ def main() -> int:
             )
             del rows_engine, r_got
             cp.get_default_memory_pool().free_all_blocks()
-        results.append(entry)
         print(json.dumps(entry), flush=True)  # each case as it finishes, should a later one not
+        return entry
+
+    results = sweep_rows(Sweep({"case": args.cases.split(",")}), measure, progress=False)
     path = write_result(
         "gc_gpu_generated", device, {"cases": results, "copy_bandwidth_bytes_per_s": bandwidth}, args.out
     )

@@ -3,8 +3,8 @@
 The official 1024 x 120 network with the 60000-row proxy input. Every engine below runs the
 same batch; their runs take turns, round after round (order reversed every other round),
 and a mode's cost is its run time minus the same kernel's run without a monitor, taken
-round by round (:func:`spartan_py.timing.paired_difference`), so that clock drift between
-the variants cancels. Categories are checked against the truth for every engine.
+round by round (:func:`benchmarks.harness.take_turns`, :func:`benchmarks.harness.difference`),
+so that clock drift between the variants cancels. Categories are checked against the truth for every engine.
 
 * default schedule (layers per launch 1, 1, 1, 1, 2, 4, ..., 32): ``gpu`` and
   ``gpu-merged`` with the monitor ``off``, ``fused`` and ``sampled`` (every 4th launch).
@@ -15,22 +15,20 @@ the variants cancels. Categories are checked against the truth for every engine.
   the same schedule; ``software_vs_default_off`` is what a user pays for the software
   monitor against an unmonitored default run.
 
-    python benchmarks/gc_monitor.py [--data DIR] [--rounds 30] [--out DIR]
+    python -m benchmarks.gc_monitor [--data DIR] [--rounds 30] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, difference, log, take_turns, write_result
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.rows.engine import RowsEngine
-from spartan_py.timing import paired_difference
 
 #: name -> (engine class, options); "<kernel>/<schedule>/<mode>"
 ENGINES = {
@@ -46,14 +44,10 @@ ENGINES = {
 }
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def cost(times: dict[str, list[float]], name: str, baseline: str) -> dict:
     """``name``'s extra seconds over ``baseline`` (median and p10/p90 of the per-round
     differences) and as a percentage of the baseline's median."""
-    diff = paired_difference(times[name], times[baseline])
+    diff = difference(times, name, baseline)
     base = float(np.median(times[baseline]))
     return {
         "extra_seconds": diff["median"],
@@ -63,12 +57,13 @@ def cost(times: dict[str, list[float]], name: str, baseline: str) -> dict:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run every engine by turns and write ``gc_monitor-<date>.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     network = sp.load_network(args.data / "neuron1024")
     inputs = sp.load_inputs(args.data / "sparse-images-1024-proxy60k.tsv.gz", 1024, rows=60000)
     truth = sp.read_truth(args.data / "neuron1024-l120-categories-proxy60k.tsv")
@@ -83,11 +78,9 @@ def main() -> int:
         passed[name] = bool(np.array_equal(ids + 1, truth))
     log(f"truth passed: {passed}")
 
-    times: dict[str, list[float]] = {name: [] for name in engines}
-    names = list(engines)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(engines[name].run_device(batches[name]))
+    times = take_turns(
+        {name: lambda name=name: engines[name].run_device(batches[name]) for name in engines}, rounds=args.rounds
+    )
 
     costs = {}
     for kernel in ("gpu", "gpu-merged"):

@@ -29,20 +29,15 @@ GPUs running at once would share (the host, PCIe, power): a forecast, not the me
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._results import DEFAULT_DATA, RESULTS, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, log, write_result
 from spartan_py.executors import gpu_count, open_executor
 from spartan_py.shard import infer_sharded, release_engines
 from spartan_py.shard_rows import DEFAULT_BALANCE
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def cases(args) -> list[dict]:

@@ -42,7 +42,7 @@ from functools import partial
 from pathlib import Path
 
 import spartan_py as sp
-from benchmarks._results import RESULTS, write_result
+from benchmarks.harness import RESULTS, write_result
 
 
 def peak_rss_bytes() -> int:

@@ -23,7 +23,7 @@ import argparse
 import platform
 import statistics
 
-from benchmarks._results import write_result
+from benchmarks.harness import write_result
 
 _EMPTY = r'extern "C" __global__ void empty() {}'
 

@@ -18,7 +18,7 @@ import statistics
 
 import numpy as np
 
-from benchmarks._results import write_result
+from benchmarks.harness import write_result
 
 _CHASE = r"""
 extern "C" __global__ void chase(const long long* next, long long start, long long steps, long long* out) {

@@ -39,7 +39,7 @@ import numpy as np
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import _peers_networks as pn
-from benchmarks._results import ROOT, commit
+from benchmarks.harness import ROOT, commit
 from spartan_py.files import atomic_write_text
 
 DEFAULT_NETWORKS = "1024x120,1024x480,1024x1920"

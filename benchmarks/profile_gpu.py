@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 import spartan_py as sp
-from benchmarks._results import DEFAULT_DATA
+from benchmarks.harness import DEFAULT_DATA
 from spartan_py.engines.rows.engine import RowsEngine
 
 

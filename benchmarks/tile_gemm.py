@@ -19,8 +19,8 @@ in this harness, after the flush, launch included); and
 whether the policy's pick meets the bar of issue 24 (0.7 / density over cuBLAS or within
 1.6x the floor; never more than 5% slower than the fastest of cuBLAS and Blocked-ELL).
 
-    python3 benchmarks/tile_gemm.py --out benchmarks/results
-    python3 benchmarks/tile_gemm.py --table benchmarks/results/tile-gemm-<date>.json   # the docs' table
+    python3 -m benchmarks.tile_gemm --out benchmarks/results
+    python3 -m benchmarks.tile_gemm --table benchmarks/results/tile-gemm-<date>.json   # the docs' table
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._results import RESULTS, write_result
-from benchmarks.spartan_machinery import CONV_CASES, DENSITIES, GEMM_TILE, SWEEP_ROUNDS
+from benchmarks._conv_cases import CONV_CASES, DENSITIES, GEMM_TILE, SWEEP_ROUNDS
+from benchmarks.harness import RESULTS, CudaTimer, Sweep, log, medians, sweep_rows, write_result
 from spartan_py.costmodel import load_machine
 from spartan_py.sparsity import (
     DEFAULT_TF32_GEMM_TILE,
@@ -47,7 +47,7 @@ from spartan_py.sparsity import (
 )
 from spartan_py.sparsity.blocked_ell import blocked_ell_matmul, to_blocked_ell
 from spartan_py.sparsity.candidates import tile_gemm_schedule
-from spartan_py.timing import GpuTimer, copy_bandwidth, time_interleaved
+from spartan_py.timing import copy_bandwidth
 from spartan_py.workloads.conv.layers import conv_layer, tiled_preactivations
 
 #: (name, block side, value type) of the Blocked-ELL variants timed at every point.
@@ -58,10 +58,6 @@ FLOOR_FACTOR = 1.6
 BASELINE_SLACK = 1.05
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def floor_us(m: int, k: int, n: int, tile_density: float, bandwidth: float, peak_flops: float) -> dict:
     """The point's floors (us): memory (A's non-zero tiles, W, C once at ``bandwidth``),
     compute (useful multiply-adds at ``peak_flops``) and the larger of the two."""
@@ -70,7 +66,9 @@ def floor_us(m: int, k: int, n: int, tile_density: float, bandwidth: float, peak
     return {"memory": memory, "compute": compute, "floor": max(memory, compute)}
 
 
-def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy, peaks: dict, bandwidth: float):
+def sweep_point(
+    cp, timer, label: str, batch: int, density: float, policy: KernelPolicy, peaks: dict, bandwidth: float
+) -> dict:
     """One (layer, density) point: every product checked, then timed by turns."""
     m, k, n = conv_layer(label).gemm_shape(batch)
     w = cp.asarray((np.random.default_rng(3).standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
@@ -124,8 +122,7 @@ def sweep_point(cp, label: str, batch: int, density: float, policy: KernelPolicy
         cases[name + "_convert"] = lambda i, block=block, dtype=dtype: to_blocked_ell(
             a, block, counts=profile.tile_nnz, tile=profile.tile, dtype=dtype
         )
-    times = time_interleaved(cases, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=1 << 30)
-    us = {name: float(np.median(v)) for name, v in times.items()}
+    us = medians(timer.by_turns(cases, rounds=SWEEP_ROUNDS, calls=1, flush_bytes=1 << 30))
     floors = floor_us(m, k, n, profile.tile_density, bandwidth, peaks["fp32"])
     floors_tf32 = floor_us(m, k, n, tf32_tiles.tile_density, bandwidth, peaks["tf32"])
     row = {
@@ -196,43 +193,45 @@ def markdown(result: Path) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def _logged(row: dict) -> dict:
+    log(
+        f"{row['layer']} d={row['density']:.3g}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} "
+        f"(+list {row['tile_list_us']:.0f}; from counts {row['tile_fp32_counts_us']:.0f}), "
+        f"bell32 {row['bell32_fp32_us']:.0f} "
+        f"(+conv {row['bell32_fp32_convert_us']:.0f}), bell32 fp16 {row['bell32_fp16_us']:.0f}, "
+        f"floor {row['floor_us']:.0f}; policy {row['adaptive_kernel']} {row['adaptive_us']:.0f} us "
+        f"(bars: {row['bar_speedup_or_floor']}, {row['bar_baselines']})"
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the sweep (layer x density) and write ``tile-gemm-<date>.json``, or print a file's table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--table", type=Path, help="print the markdown table of this result file and stop")
     parser.add_argument("--quick", action="store_true", help="two layers, three densities (a smoke run)")
     parser.add_argument("--machine", default="h100-sxm", help="the policy's cost-model machine")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.table:
         print(markdown(args.table))
         return 0
     import cupy as cp
 
-    from spartan_py.engines.shared.cuda import device_name
-
-    cases = CONV_CASES[:2] if args.quick else CONV_CASES
+    cases = dict(CONV_CASES[:2] if args.quick else CONV_CASES)
     densities = (0.02, 0.2, 1.0) if args.quick else DENSITIES
     specs = load_machine(args.machine).specs
     peaks = {"fp32": specs.fp32_tflops * 1e12, "tf32": specs.tf32_tflops * 1e12}
     bandwidth = copy_bandwidth()
     policy = KernelPolicy(args.machine)
-    GpuTimer(min_warmup_ms=20)(
-        lambda: dense_matmul(cp.ones((4096, 4096), cp.float32), cp.ones((4096, 4096), cp.float32))
-    )
+    timer = CudaTimer(min_warmup_ms=20)
+    timer.median(lambda: dense_matmul(cp.ones((4096, 4096), cp.float32), cp.ones((4096, 4096), cp.float32)))
     started = time.perf_counter()
-    rows = []
-    for label, batch in cases:
-        for density in densities:
-            row = sweep_point(cp, label, batch, density, policy, peaks, bandwidth)
-            rows.append(row)
-            log(
-                f"{label} d={density}: cublas {row['cublas_fp32_us']:.0f} us, tile {row['tile_fp32_us']:.0f} "
-                f"(+list {row['tile_list_us']:.0f}; from counts {row['tile_fp32_counts_us']:.0f}), "
-                f"bell32 {row['bell32_fp32_us']:.0f} "
-                f"(+conv {row['bell32_fp32_convert_us']:.0f}), bell32 fp16 {row['bell32_fp16_us']:.0f}, "
-                f"floor {row['floor_us']:.0f}; policy {row['adaptive_kernel']} {row['adaptive_us']:.0f} us "
-                f"(bars: {row['bar_speedup_or_floor']}, {row['bar_baselines']})"
-            )
+    rows = sweep_rows(
+        Sweep({"layer": list(cases), "density": densities}),
+        lambda layer, density: _logged(sweep_point(cp, timer, layer, cases[layer], density, policy, peaks, bandwidth)),
+        progress=False,
+    )
     payload = {
         "sweep": rows,
         "copy_bandwidth_bytes_per_s": bandwidth,
@@ -243,7 +242,7 @@ def main() -> int:
         "bar_baselines_met": sum(r["bar_baselines"] for r in rows),
         "seconds": time.perf_counter() - started,
     }
-    path = write_result("tile-gemm", device_name(cp), payload, args.out)
+    path = write_result("tile-gemm", timer.device(), payload, args.out)
     log(f"wrote {path}")
     return 0
 

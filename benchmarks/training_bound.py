@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks._results import write_result
+from benchmarks.harness import write_result
 from spartan_py.sparsity.tiles import tile_counts
 from spartan_py.workloads.conv.layers import CONV_LAYERS, feature_maps, im2col
 from spartan_py.workloads.conv.training import output_mask

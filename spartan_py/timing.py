@@ -164,17 +164,27 @@ def difference_by_turns_us(
     return paired_difference(times["work"], times["baseline"])["median"]
 
 
+def time_interleaved_cpu(cases: dict, *, rounds: int = 5, calls: int = 1, warmup: int = 1) -> dict[str, list[float]]:
+    """:func:`time_interleaved` on the host clock (NumPy work): per-call microseconds of each
+    case, one value per round, the cases in turn and their order reversed every other round."""
+    names = list(cases)
+    for name in names:
+        for _ in range(warmup):
+            cases[name](0)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            for i in range(calls):
+                cases[name](i)
+            times[name].append((time.perf_counter() - start) * 1e6 / calls)
+    return times
+
+
 def difference_by_turns_cpu_us(work, baseline, *, rounds: int = 5) -> float:
     """:func:`difference_by_turns_us` on the host clock (NumPy work): the median of per-round differences."""
-    work()  # warm-up
-    baseline()
-    times: tuple[list[float], list[float]] = ([], [])  # work's, baseline's
-    for r in range(rounds):  # each round in the other order than the last
-        for which in (0, 1) if r % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            (work, baseline)[which]()
-            times[which].append((time.perf_counter() - start) * 1e6)
-    return paired_difference(*times)["median"]
+    times = time_interleaved_cpu({"work": lambda i: work(), "baseline": lambda i: baseline()}, rounds=rounds)
+    return paired_difference(times["work"], times["baseline"])["median"]
 
 
 def paired_difference(values: list[float], baseline: list[float]) -> dict:
