@@ -16,8 +16,10 @@ from spartan_py.costmodel.spartan_hardware import (
     SpartanAssumptions,
     price_layers,
 )
+from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import ConvGeometry, layer_granularity
 from spartan_py.trained_maps.job import SCHEMA
+from spartan_py.trained_maps.whatif import measured_dense
 
 
 def _maps(shape, density, seed):
@@ -127,5 +129,20 @@ def test_the_whatif_command_prints_writes_and_draws(tmp_path, capsys):
     assert by[("captured", "element")] > by[("captured", "16x8")]  # finer grains skip more
     assert by[("zeroed to 90%", "element")] > by[("captured", "element")]
     assert (out / "whatif-alexnet.png").stat().st_size > 0
+    assert {r["dense_measured"] for r in rows} == {"0/6"}
+
+    # measured dense times (a training-step run's gemms.csv) replace the model's where given
+    csv = tmp_path / "gemms.csv"
+    csv.write_text(
+        "layer,gemm,precision,batch,dense_us\nalexnet/conv3,forward,fp32,4,900\nalexnet/conv3,forward,fp32,4,1100\n"
+        "alexnet/conv3,forward,tf32,4,5\nalexnet/conv3,forward,fp32,8,5\n"
+    )
+    assert main([*argv, "--measured", str(csv)]) == 0
+    again = json.loads((out / "whatif.json").read_text())["rows"]
+    for old, new in zip(rows, again, strict=True):
+        assert new["dense_measured"] == "1/6" and new["dense_ms"] > old["dense_ms"] + 0.9
+        assert sum(new[f"{p}_ms"] for p in PARTS) == pytest.approx(new["spartan_ms"])
+    with pytest.raises(InputError, match="no rows at precision tf32 and batch 2"):
+        measured_dense(csv, "tf32", 2)
     assert main(["maps", "whatif", path, "--grain", "3x3", "--out", str(out)]) == 2
     assert "grain '3x3'" in capsys.readouterr().err

@@ -54,7 +54,7 @@ def _cmd_whatif(args) -> int:
     from spartan_py.errors import InputError
     from spartan_py.files import atomic_write_text, json_ready
     from spartan_py.trained_maps.figures import load_summary
-    from spartan_py.trained_maps.whatif import whatif_figures, whatif_rows, whatif_table
+    from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
 
     grains = [g.strip() for g in args.grain.split(",") if g.strip()]
     try:
@@ -73,11 +73,18 @@ def _cmd_whatif(args) -> int:
         raise InputError(f"spartan maps whatif: {exc.errors()[0]['msg']}") from None
     if args.batch < 1:
         raise InputError(f"--batch must be >= 1, got {args.batch}")
-    rows = whatif_rows(load_summary(args.summary), args.machine, grains, base, args.batch, path=args.summary)
+    measured = None if args.measured is None else measured_dense(args.measured, args.precision, args.batch)
+    summary = load_summary(args.summary)
+    rows = whatif_rows(summary, args.machine, grains, base, args.batch, path=args.summary, measured=measured)
     print(whatif_table(rows))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    record = {"summary": str(args.summary), "assumptions": base.model_dump(exclude={"grain"}), "rows": rows}
+    record = {
+        "summary": str(args.summary),
+        "measured": args.measured,
+        "assumptions": base.model_dump(exclude={"grain"}),
+        "rows": rows,
+    }
     atomic_write_text(out / "whatif.json", json.dumps(json_ready(record), allow_nan=False, indent=1))
     print(f"wrote {out / 'whatif.json'}")
     for path in whatif_figures(rows, out):
@@ -103,6 +110,9 @@ def _add_whatif(sub, common) -> None:
     )
     what.add_argument("--compaction-free", action="store_true", help="a compaction engine that costs nothing")
     what.add_argument("--monitor-us", type=float, default=0.0, help="monitor cost per GEMM, us (default 0)")
+    what.add_argument(
+        "--measured", default=None, help="a training-step run's gemms.csv: its dense times replace the model's"
+    )
     what.add_argument("--out", required=True, help="folder for whatif.json and whatif-NETWORK.png")
     what.set_defaults(handler=_cmd_whatif)
 

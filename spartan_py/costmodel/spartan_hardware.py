@@ -92,6 +92,7 @@ class StepPrice:
     live_us: float = 0.0
     gemms: int = 0
     sparse_gemms: int = 0
+    measured_gemms: int = 0
     parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
 
     @property
@@ -112,6 +113,7 @@ class StepPrice:
         self.live_us += other.live_us
         self.gemms += other.gemms
         self.sparse_gemms += other.sparse_gemms
+        self.measured_gemms += other.measured_gemms
         for name in PARTS:
             self.parts[name] += other.parts[name]
 
@@ -221,7 +223,9 @@ def price_layers(
             live = entry["orders"][assumptions.order][assumptions.grain]["live_fraction_of_work"]
             elements = _operand_elements(m, k)
             read, written = ELEMENT_BYTES * elements, round(ELEMENT_BYTES * elements * live)
-            total.add(price_gemm(dense, launch, live, prices.compaction_us(read, written), assumptions))
+            price = price_gemm(dense, launch, live, prices.compaction_us(read, written), assumptions)
+            price.measured_gemms = int(measured is not None)
+            total.add(price)
     return total
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from spartan_py.costmodel.spartan_hardware import (
     PARTS,
     DensePrices,
@@ -15,6 +17,7 @@ from spartan_py.costmodel.spartan_hardware import (
     check_summary,
     price_layers,
 )
+from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import GRAINS
 from spartan_py.trained_maps.models import LAYERS_NETWORK
 from spartan_py.workloads.conv.layers import SPARTAN_TRAINING_SPEEDUP
@@ -33,6 +36,31 @@ def _point_maps(data: dict) -> dict[str, list[dict]]:
     return out
 
 
+def measured_dense(path: str | Path, precision: str, batch: int) -> dict[tuple[str, str], float]:
+    """Measured dense GEMM times from a training-step run's ``gemms.csv`` (or
+    ``dense-layers.csv``): ``(layer label, gemm)`` -> the median ``dense_us`` of its rows at
+    ``precision`` and ``batch``."""
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable CSV of a training step's GEMMs ({exc})", path=str(path)) from None
+    missing = {"layer", "gemm", "precision", "batch", "dense_us"} - set(table.columns)
+    if missing:
+        raise InputError(f"lacks the columns {sorted(missing)} (a training step's gemms.csv has them)", path=str(path))
+    rows = table[(table["precision"] == precision) & (table["batch"] == batch)]
+    if rows.empty:
+        raise InputError(f"has no rows at precision {precision} and batch {batch}", path=str(path))
+    medians = rows.groupby(["layer", "gemm"])["dense_us"].median()
+    return {(str(layer), str(gemm)): float(us) for (layer, gemm), us in medians.items()}
+
+
+def _by_name(measured: dict[tuple[str, str], float], network: str) -> dict[tuple[str, str], float]:
+    prefix = f"{LAYERS_NETWORK.get(network, network)}/"
+    return {
+        (label.removeprefix(prefix), gemm): us for (label, gemm), us in measured.items() if label.startswith(prefix)
+    }
+
+
 def whatif_rows(
     summary: dict,
     machine: str,
@@ -40,21 +68,25 @@ def whatif_rows(
     base: SpartanAssumptions,
     batch: int,
     path: str = "summary",
+    measured: dict[tuple[str, str], float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per network, point, maps (captured and each sensitivity) and grain: the dense
     step's and Spartan's predicted milliseconds, the speed-up, the ideal speed-up at the grain
     (every dead unit free), each assumption's part (ms, summing to the prediction), and
-    Spartan's published figure for the network. ``base``: the assumptions but the grain."""
+    Spartan's published figure for the network. ``base``: the assumptions but the grain;
+    ``measured``: dense GEMM times by ``(layer label, gemm)`` (:func:`measured_dense`) used in
+    place of the cost model's where given (``dense_measured`` counts them)."""
     check_summary(summary, path)
     prices = DensePrices(machine)
     rows = []
     for network, record in summary.get("networks", {}).items():
         published = SPARTAN_TRAINING_SPEEDUP.get(LAYERS_NETWORK.get(network, network))
+        times = _by_name(measured or {}, network)
         for point, data in record.get("points", {}).items():
             for maps, layers in _point_maps(data).items():
                 for grain in grains:
                     assumptions = base.model_copy(update={"grain": grain})
-                    price = price_layers(layers, assumptions, prices, batch)
+                    price = price_layers(layers, assumptions, prices, batch, times)
                     rows.append(
                         {
                             "network": network,
@@ -71,6 +103,7 @@ def whatif_rows(
                             "speedup": price.speedup,
                             "ideal_speedup": price.ideal_speedup,
                             "sparse_gemms": f"{price.sparse_gemms}/{price.gemms}",
+                            "dense_measured": f"{price.measured_gemms}/{price.gemms}",
                             **{f"{part}_ms": price.parts[part] / 1e3 for part in PARTS},
                             "spartan_published": published,
                         }
@@ -80,12 +113,23 @@ def whatif_rows(
 
 def whatif_table(rows: list[dict]) -> str:
     """The rows as a Markdown table (the CLI prints it)."""
-    head = ["network", "point", "maps", "grain", "dense ms", "Spartan ms", "speed-up", "ideal", "sparse GEMMs"]
+    head = [
+        "network",
+        "point",
+        "maps",
+        "grain",
+        "dense ms",
+        "Spartan ms",
+        "speed-up",
+        "ideal",
+        "sparse GEMMs",
+        "measured",
+    ]
     head += [f"{p} ms" for p in PARTS[1:]] + ["Spartan's figure"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [r["network"], r["point"], r["maps"], r["grain"], f"{r['dense_ms']:.3f}", f"{r['spartan_ms']:.3f}"]
-        cells += [f"{r['speedup']:.2f}", f"{r['ideal_speedup']:.2f}", r["sparse_gemms"]]
+        cells += [f"{r['speedup']:.2f}", f"{r['ideal_speedup']:.2f}", r["sparse_gemms"], r["dense_measured"]]
         cells += [f"{r[f'{p}_ms']:+.3f}" for p in PARTS[1:]]
         cells.append("-" if r["spartan_published"] is None else f"{r['spartan_published']:g}")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
