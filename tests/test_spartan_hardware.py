@@ -121,6 +121,8 @@ def test_the_whatif_command_prints_writes_and_draws(tmp_path, capsys):
     assert "| alexnet | late | captured | 16x8 |" in text and "| 3.4 |" in text
     record = json.loads((out / "whatif.json").read_text())
     assert record["assumptions"]["compaction_hidden"] == 0.5 and record["assumptions"]["monitor_us"] == 0
+    assert set(record["rates"]) == {"gpu.dense_gemm.fp32", "gpu.compact/rows"}
+    assert all(v.startswith(("fitted", "carried over")) for v in record["rates"].values())
     rows = record["rows"]
     assert len(rows) == 6 and {r["maps"] for r in rows} == {"captured", "zeroed to 90%"}
     for row in rows:

@@ -50,7 +50,7 @@ def _cmd_whatif(args) -> int:
 
     from pydantic import ValidationError
 
-    from spartan_py.costmodel.spartan_hardware import SpartanAssumptions
+    from spartan_py.costmodel.spartan_hardware import DensePrices, SpartanAssumptions
     from spartan_py.errors import InputError
     from spartan_py.files import atomic_write_text, json_ready
     from spartan_py.trained_maps.figures import load_summary
@@ -83,9 +83,12 @@ def _cmd_whatif(args) -> int:
         "summary": str(args.summary),
         "measured": args.measured,
         "assumptions": base.model_dump(exclude={"grain"}),
+        "rates": DensePrices(args.machine).rates(args.precision),
         "rows": rows,
     }
     atomic_write_text(out / "whatif.json", json.dumps(json_ready(record), allow_nan=False, indent=1))
+    for kernel, source in record["rates"].items():
+        print(f"rate of {kernel}: {source.split(':')[0]} (whatif.json says from what)")
     print(f"wrote {out / 'whatif.json'}")
     for path in whatif_figures(rows, out):
         print(path)

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from spartan_py.costmodel.families import COMPACT, dense_gemm
-from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.model import calibration_kind, family_parameters, predict
 from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import GEMMS, GRAINS, ORDERS
@@ -149,6 +149,16 @@ class DensePrices:
         if not math.isfinite(value):
             raise InputError(f"the cost model cannot price {record.kernel} on {self.machine_name}: {row['note']}")
         return value, launch
+
+    def rates(self, precision: str) -> dict[str, str]:
+        """Where the two rates come from on this machine: each kernel's calibration kind
+        (fitted, carried over, default) and its fit's source."""
+        out = {}
+        for kernel, instance in ((dense_gemm(precision), ""), (COMPACT, COMPACTION_INSTANCE)):
+            params, _ = family_parameters(self.machine, kernel, instance)
+            name = f"{kernel}/{instance}" if instance else kernel
+            out[name] = f"{calibration_kind(self.machine, kernel, instance)}: {params.source}"
+        return out
 
     def gemm_us(self, m: int, k: int, n: int, precision: str) -> tuple[float, float]:
         """cuBLAS's predicted time of ``[m x k] @ [k x n]`` at ``precision`` and its launch part."""
