@@ -8,6 +8,7 @@ import json
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from spartan_py.cli import main
@@ -61,6 +62,7 @@ def test_capture_step_every_convolution():
     torch = _torch()
     from spartan_py.trained_maps.capture import capture_step
     from spartan_py.trained_maps.models import build
+    from spartan_py.workloads.conv.layers import CONV_LAYERS
 
     torch.manual_seed(0)
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
@@ -69,7 +71,8 @@ def test_capture_step_every_convolution():
     before = norm.running_mean.clone()
     weights = resnet.conv1.weight.detach().clone()
     runs = capture_step("resnet18", resnet, images, labels)
-    assert len(runs) == 20 and sum("downsample" in r.name for r in runs) == 3
+    assert len(runs) == 20 and sum(r.name.endswith("_ds") for r in runs) == 3
+    assert [r.name for r in runs[1:]] == [layer.name for layer in CONV_LAYERS["resnet18"]]
     assert [r.relu_input for r in runs].count(False) == 1 and runs[0].name == "conv1"
     for run in runs:
         g = run.geometry
@@ -125,7 +128,44 @@ def test_job_end_to_end_on_the_cpu(tiny_fashion, tmp_path, capsys):
     assert x.shape == (1, 96, 7, 7)
     layer = summary["networks"]["alexnet"]["points"]["late"]["layers"][1]
     assert float((x != 0).mean()) == pytest.approx(layer["x_density"])
-    assert np.load(maps / "alexnet-late.npz")["grad_mask/alexnet/conv2"].dtype == bool
+    assert np.load(maps / "alexnet-late.npz")["alexnet/conv2.grad_mask"].dtype == bool
     capsys.readouterr()
     assert main(["maps", "figures", str(out / "summary.json"), "--out", str(tmp_path / "fig")]) == 0
     assert len(list((tmp_path / "fig").glob("*.png"))) == 8
+
+
+@pytest.mark.slow
+def test_captured_maps_run_a_whole_networks_training_step(tiny_fashion, tmp_path, capsys):
+    """``spartan maps capture --maps-dir`` writes exactly what ``activations:`` reads (the
+    layers' labels, the gradient masks under the reader's key): a whole network's training
+    step runs from the file through ``spartan run``, its input gradients on the captured masks."""
+    _torch()
+    from spartan_py.workloads.conv.layers import CONV_LAYERS, STEMS
+    from spartan_py.workloads.conv.saved_maps_check import check_saved_maps, gradient_mask_key
+
+    maps = tmp_path / "maps"
+    argv = ["maps", "capture", "--data", str(tiny_fashion), "--out", str(tmp_path / "out"), "--networks", "alexnet"]
+    argv += ["--steps", "1", "--batch", "2", "--images", "2", "--test-images", "4", "--device", "cpu"]
+    assert main([*argv, "--sensitivity", "--maps-dir", str(maps)]) == 0
+    path = maps / "alexnet-late.npz"
+    labels = tuple(layer.label for layer in CONV_LAYERS["alexnet"])
+    keys = set(np.load(path).files)
+    assert {STEMS["alexnet"].label, *labels, *(gradient_mask_key(label) for label in labels)} <= keys
+    facts = check_saved_maps(str(path), labels)
+    assert facts.masks == labels and set(facts.batches.values()) == {2}
+
+    experiment = tmp_path / "mine.yaml"
+    experiment.write_text(
+        "name: captured\nworkload:\n  kind: conv_layers\n  layers: [alexnet]\n  step: training\n"
+        f"  activations: {path}\ntile: 32\nbackend: cpu\nmode: simulated\nmachines: [h100-sxm]\n"
+    )
+    capsys.readouterr()
+    assert main(["run", str(experiment), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "run" / "dense-layers.csv")
+    assert set(rows["layer"]) == set(labels) and set(rows["gemm"]) == {"forward", "weight_grad", "input_grad"}
+    assert set(rows["batch"]) == {2}
+    # the input gradient's operand is the captured mask, not a generated one
+    with np.load(path) as archive:
+        conv5 = archive[gradient_mask_key("alexnet/conv5")]
+    row = rows.set_index(["layer", "gemm"]).loc[("alexnet/conv5", "input_grad")]
+    assert row["density"] == pytest.approx(np.count_nonzero(conv5) / (row["M"] * row["K"]))

@@ -45,8 +45,83 @@ def _cmd_figures(args) -> int:
     return 0
 
 
+def _cmd_whatif(args) -> int:
+    import json
+
+    from pydantic import ValidationError
+
+    from spartan_py.costmodel.spartan_hardware import DensePrices, SpartanAssumptions
+    from spartan_py.errors import InputError
+    from spartan_py.files import atomic_write_text, json_ready
+    from spartan_py.trained_maps.figures import load_summary
+    from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
+
+    grains = [g.strip() for g in args.grain.split(",") if g.strip()]
+    try:
+        base = SpartanAssumptions(
+            grain=grains[0] if grains else "",
+            order=args.order,
+            precision=args.precision,
+            skip_efficiency=args.skip_efficiency,
+            compaction_hidden=args.compaction_hidden,
+            compaction_free=args.compaction_free,
+            monitor_us=args.monitor_us,
+        )
+        for grain in grains[1:]:
+            SpartanAssumptions(grain=grain)
+    except ValidationError as exc:
+        raise InputError(f"spartan maps whatif: {exc.errors()[0]['msg']}") from None
+    if args.batch < 1:
+        raise InputError(f"--batch must be >= 1, got {args.batch}")
+    measured = None if args.measured is None else measured_dense(args.measured, args.precision, args.batch)
+    summary = load_summary(args.summary)
+    rows = whatif_rows(summary, args.machine, grains, base, args.batch, path=args.summary, measured=measured)
+    print(whatif_table(rows))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "summary": str(args.summary),
+        "measured": args.measured,
+        "assumptions": base.model_dump(exclude={"grain"}),
+        "rates": DensePrices(args.machine).rates(args.precision),
+        "rows": rows,
+    }
+    atomic_write_text(out / "whatif.json", json.dumps(json_ready(record), allow_nan=False, indent=1))
+    for kernel, source in record["rates"].items():
+        print(f"rate of {kernel}: {source.split(':')[0]} (whatif.json says from what)")
+    print(f"wrote {out / 'whatif.json'}")
+    for path in whatif_figures(rows, out):
+        print(path)
+    return 0
+
+
+def _add_whatif(sub, common) -> None:
+    what = sub.add_parser(
+        "whatif",
+        parents=[common],
+        help="Spartan's hardware (free monitor, compaction engine, zero-skipping GEMM) priced at chosen grains",
+    )
+    what.add_argument("summary", help="summary.json of spartan maps capture")
+    what.add_argument("--machine", default="h100-sxm", help="described GPU (sim/ name) whose dense GEMM is priced")
+    what.add_argument("--grain", default="64x32,16x8,8x8,4x4,element", help="comma-separated grains")
+    what.add_argument("--precision", default="fp32", choices=("fp32", "tf32"))
+    what.add_argument("--order", default="chw", choices=("chw", "nhwc"), help="im2col column order of the tiles")
+    what.add_argument("--batch", type=int, default=32, help="images per step the GEMMs are priced at (default 32)")
+    what.add_argument("--skip-efficiency", type=float, default=1.0, help="share of dead work saved (default 1)")
+    what.add_argument(
+        "--compaction-hidden", type=float, default=0.0, help="share of the compaction hidden under the GEMM (0)"
+    )
+    what.add_argument("--compaction-free", action="store_true", help="a compaction engine that costs nothing")
+    what.add_argument("--monitor-us", type=float, default=0.0, help="monitor cost per GEMM, us (default 0)")
+    what.add_argument(
+        "--measured", default=None, help="a training-step run's gemms.csv: its dense times replace the model's"
+    )
+    what.add_argument("--out", required=True, help="folder for whatif.json and whatif-NETWORK.png")
+    what.set_defaults(handler=_cmd_whatif)
+
+
 def register(commands, common) -> None:
-    """Add ``spartan maps capture`` and ``spartan maps figures``."""
+    """Add ``spartan maps capture``, ``figures`` and ``whatif``."""
     from spartan_py.trained_maps.models import NETWORKS
 
     maps = commands.add_parser("maps", parents=[common], help="real activation maps of trained networks (PyTorch)")
@@ -79,3 +154,4 @@ def register(commands, common) -> None:
     fig.add_argument("summary", help="summary.json of spartan maps capture")
     fig.add_argument("--out", required=True, help="folder for the PNGs")
     fig.set_defaults(handler=_cmd_figures)
+    _add_whatif(sub, common)

@@ -25,8 +25,9 @@ from spartan_py.sparsity.arrays import array_module
 from spartan_py.sparsity.granularity import GEMMS, layer_granularity, network_bounds, zero_smallest
 from spartan_py.trained_maps import fashion
 from spartan_py.trained_maps.capture import ConvMaps, capture_step
-from spartan_py.trained_maps.models import NETWORKS, build, import_torch
+from spartan_py.trained_maps.models import LAYERS_NETWORK, NETWORKS, build, import_torch
 from spartan_py.trained_maps.train import TrainSettings, accuracy, prepare, to_device_images, train
+from spartan_py.workloads.conv.saved_maps_check import gradient_mask_key
 
 #: training points and where they fall, as a fraction of the run
 POINTS: dict[str, float] = {"init": 0.0, "early": 0.1, "middle": 0.5, "late": 1.0}
@@ -178,12 +179,16 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _full_maps(network: str, runs: list[ConvMaps]) -> dict[str, np.ndarray]:
-    """The ``activations:`` form: ``network/name`` -> input maps (float32 NCHW), and
-    ``grad_mask/network/name`` -> where the gradient reaching the output is non-zero (bool)."""
+    """The ``activations:`` form: each convolution's label (``vgg16/conv3_2``, the layers'
+    network: VGG-16 with batch norm has VGG-16's) -> its input maps (float32 NCHW), and
+    :func:`~spartan_py.workloads.conv.saved_maps_check.gradient_mask_key` of it -> where the
+    gradient reaching its output is non-zero (bool). The stem's input, the image, is written
+    too (``alexnet/conv1``): no ``conv_layers`` layer reads it."""
     out = {}
     for run in runs:
-        out[f"{network}/{run.name}"] = run.x.cpu().numpy().astype(np.float32)
-        out[f"grad_mask/{network}/{run.name}"] = (run.dy != 0).cpu().numpy()
+        label = f"{LAYERS_NETWORK[network]}/{run.name}"
+        out[label] = run.x.cpu().numpy().astype(np.float32)
+        out[gradient_mask_key(label)] = (run.dy != 0).cpu().numpy()
     return out
 
 

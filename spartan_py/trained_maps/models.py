@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from spartan_py.errors import BackendUnavailableError, InputError
+from spartan_py.workloads.conv.layers import STEMS, ConvLayer, whole_network
 
 #: networks ``spartan maps`` can train
 NETWORKS: tuple[str, ...] = ("alexnet", "vgg16", "vgg16_bn", "resnet18")
-_VGG_NAMES = [f"conv{b}_{i}" for b, n in ((1, 2), (2, 2), (3, 3), (4, 3), (5, 3)) for i in range(1, n + 1)]
+#: each network -> the network of :mod:`spartan_py.workloads.conv.layers` whose layers (and
+#: names) its convolutions are: VGG-16 with batch norm has VGG-16's convolutions
+LAYERS_NETWORK: dict[str, str] = {"alexnet": "alexnet", "vgg16": "vgg16", "vgg16_bn": "vgg16", "resnet18": "resnet18"}
 
 
 def import_torch() -> tuple[Any, Any]:
@@ -71,18 +74,32 @@ def build(network: str, num_classes: int = 10):
     raise InputError(f"unknown network {network!r}; expected one of {', '.join(NETWORKS)}")
 
 
-def conv_names(network: str, model) -> dict[Any, str]:
-    """Each ``Conv2d`` of ``model`` -> its name: ``conv1``..``conv5`` (AlexNet), ``conv1_1``..
-    ``conv5_3`` (VGG-16, as :mod:`spartan_py.workloads.conv.layers`), torchvision's module path
-    (ResNet-18: ``layer2.0.downsample.0``)."""
+def _fits(module, layer: ConvLayer) -> bool:
+    """Whether a ``Conv2d`` has ``layer``'s channels, kernel, stride and padding (not its size:
+    the capture may run smaller images)."""
+    shape = (module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding)
+    return shape == (layer.in_channels, layer.out_channels, (layer.kernel,) * 2, (layer.stride,) * 2, (layer.pad,) * 2)
+
+
+def conv_layers_of(network: str, model) -> dict[Any, ConvLayer]:
+    """Each ``Conv2d`` of ``model`` -> its layer in :func:`~spartan_py.workloads.conv.layers.whole_network`
+    (the one name scheme: ``alexnet/conv2``, ``vgg16/conv3_2``, ``resnet18/conv3_ds``), matched
+    in order and checked shape by shape."""
     torch, _ = import_torch()
     convs = [(path, m) for path, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
-    if network == "alexnet":
-        return {m: f"conv{i + 1}" for i, (_, m) in enumerate(convs)}
-    if network.startswith("vgg16"):
-        return {m: _VGG_NAMES[i] for i, (_, m) in enumerate(convs)}
-    return {m: path for path, m in convs}
+    layers = whole_network(LAYERS_NETWORK[network])
+    if len(convs) != len(layers):
+        raise InputError(f"{network} has {len(convs)} convolutions; spartan_py's layers name {len(layers)}")
+    for (path, module), layer in zip(convs, layers, strict=True):
+        if not _fits(module, layer):
+            raise InputError(f"{network}'s convolution {path} ({module}) is not {layer.label} ({layer})")
+    return {module: layer for (_, module), layer in zip(convs, layers, strict=True)}
+
+
+def conv_names(network: str, model) -> dict[Any, str]:
+    """Each ``Conv2d`` of ``model`` -> its layer's name (:func:`conv_layers_of`)."""
+    return {module: layer.name for module, layer in conv_layers_of(network, model).items()}
 
 
 #: each network's first convolution, which reads the image rather than a ReLU's output
-STEM = {"alexnet": "conv1", "vgg16": "conv1_1", "vgg16_bn": "conv1_1", "resnet18": "conv1"}
+STEM = {network: STEMS[layers].name for network, layers in LAYERS_NETWORK.items()}

@@ -31,7 +31,7 @@ import yaml
 from spartan_py.engines import runs_width
 from spartan_py.engines.merged.plan import merged_tile_rows
 from spartan_py.errors import BackendUnavailableError, InputError
-from spartan_py.workloads.conv.layers import CONV_LAYERS
+from spartan_py.workloads.conv.layers import SHAPE_SET
 
 #: Network widths of the Graph Challenge (the rows kernel's too).
 GC_WIDTHS = (1024, 4096, 16384, 65536)
@@ -188,7 +188,7 @@ def draw_set(
 def _conv_case(rng: np.random.Generator, step: str) -> dict:
     """One convolution layer drawn: a forward point times every candidate (``trace: all``); a
     training step records the launches of its three GEMMs' picks."""
-    labels = [layer.label for layers in CONV_LAYERS.values() for layer in layers]
+    labels = [layer.label for layer in SHAPE_SET]
     density = math.exp(rng.uniform(math.log(DENSITY_RANGE[0]), math.log(DENSITY_RANGE[1])))
     case: dict = {"backend": "gpu", "precision": str(rng.choice(PRECISIONS))}
     if step == "forward":

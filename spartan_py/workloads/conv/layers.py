@@ -2,8 +2,15 @@
 (AlexNet, VGG-16, ResNet-18) as im2col GEMMs, and generated activation maps with a chosen
 density and spatial clustering.
 
-Only layers whose input is a ReLU output are listed (the first convolution of each network
-reads the image). A layer's GEMM is ``A [M x K] @ W [K x N]`` with ``M = batch * out_h *
+:data:`CONV_LAYERS` lists every convolution of each network whose input is a ReLU output, in
+the order a training step's forward runs them (ResNet-18: its 16 3 x 3 convolutions and its
+three 1 x 1 downsamples, each once, as each runs once a step). The first convolution of each
+network reads the image (:data:`STEMS`): it is no ``conv_layers`` layer, but it has a name,
+for the maps ``spartan maps capture`` writes. These names are the one scheme of both: a
+layer's maps in a saved file are keyed by its label (:mod:`~spartan_py.workloads.conv.saved_maps`).
+The four ResNet-18 shapes the table first used one layer for (``conv2_x`` .. ``conv5_x``)
+still resolve by :func:`conv_layer`: each is the shape of its stage's 3 x 3 convolutions.
+A layer's GEMM is ``A [M x K] @ W [K x N]`` with ``M = batch * out_h *
 out_w`` (rows ordered batch, out_y, out_x), ``K = in_channels * kernel^2`` (ordered
 channel, ky, kx) and ``N = out_channels``.
 """
@@ -72,15 +79,30 @@ def _vgg16() -> list[ConvLayer]:
 
 
 def _resnet18() -> list[ConvLayer]:
-    return [
-        ConvLayer("resnet18", "conv2_x", 64, 64, 56, batchnorm=True),
-        ConvLayer("resnet18", "conv3_1", 64, 128, 56, stride=2, batchnorm=True),
-        ConvLayer("resnet18", "conv3_x", 128, 128, 28, batchnorm=True),
-        ConvLayer("resnet18", "conv4_1", 128, 256, 28, stride=2, batchnorm=True),
-        ConvLayer("resnet18", "conv4_x", 256, 256, 14, batchnorm=True),
-        ConvLayer("resnet18", "conv5_1", 256, 512, 14, stride=2, batchnorm=True),
-        ConvLayer("resnet18", "conv5_x", 512, 512, 7, batchnorm=True),
-    ]
+    """Every convolution after the stem, as torchvision's ``resnet18`` runs them: per stage
+    ``conv{s}_1`` (``layer{s-1}.0.conv1``), ``conv{s}_2``, the downsample ``conv{s}_ds``
+    (``layer{s-1}.0.downsample.0``, stages 3-5; it runs after ``conv{s}_2``), ``conv{s}_3``
+    and ``conv{s}_4`` (block 1's two). Each is followed by a BatchNorm."""
+    layers = []
+    for stage, (cin, cout, size) in enumerate(((64, 64, 56), (64, 128, 56), (128, 256, 28), (256, 512, 14)), 2):
+        stride = 1 if stage == 2 else 2
+        out = size // stride
+        layers += [
+            ConvLayer("resnet18", f"conv{stage}_1", cin, cout, size, stride=stride, batchnorm=True),
+            ConvLayer("resnet18", f"conv{stage}_2", cout, cout, out, batchnorm=True),
+        ]
+        if stride != 1:
+            layers.append(ConvLayer("resnet18", f"conv{stage}_ds", cin, cout, size, 1, stride, 0, batchnorm=True))
+        layers += [ConvLayer("resnet18", f"conv{stage}_{i}", cout, cout, out, batchnorm=True) for i in (3, 4)]
+    return layers
+
+
+#: the shape of each ResNet-18 stage's 3 x 3 convolutions under the name the first table gave
+#: it (one layer per shape): resolvable by :func:`conv_layer`, not part of the whole network
+RESNET18_STAGE_SHAPES = tuple(
+    ConvLayer("resnet18", f"conv{stage}_x", c, c, size, batchnorm=True)
+    for stage, (c, size) in enumerate(((64, 56), (128, 28), (256, 14), (512, 7)), 2)
+)
 
 
 def _alexnet() -> list[ConvLayer]:
@@ -92,8 +114,35 @@ def _alexnet() -> list[ConvLayer]:
     ]
 
 
-#: network -> its convolution layers with post-ReLU inputs.
+#: network -> its convolution layers with post-ReLU inputs (all of them, in the order they run).
 CONV_LAYERS: dict[str, list[ConvLayer]] = {"alexnet": _alexnet(), "vgg16": _vgg16(), "resnet18": _resnet18()}
+
+#: network -> its first convolution, which reads the image (not a ``conv_layers`` layer)
+STEMS: dict[str, ConvLayer] = {
+    "alexnet": ConvLayer("alexnet", "conv1", 3, 96, 224, kernel=11, stride=4, pad=2),
+    "vgg16": ConvLayer("vgg16", "conv1_1", 3, 64, 224),
+    "resnet18": ConvLayer("resnet18", "conv1", 3, 64, 224, kernel=7, stride=2, pad=3, batchnorm=True),
+}
+
+#: the layers the first tables and the drawn validation sets chose from (ResNet-18: one per
+#: shape); kept so that a committed drawn set draws again the same
+SHAPE_SET: tuple[ConvLayer, ...] = (
+    *CONV_LAYERS["alexnet"],
+    *CONV_LAYERS["vgg16"],
+    *(
+        layer
+        for name in ("conv2_x", "conv3_1", "conv3_x", "conv4_1", "conv4_x", "conv5_1", "conv5_x")
+        for layer in (*CONV_LAYERS["resnet18"], *RESNET18_STAGE_SHAPES)
+        if layer.name == name
+    ),
+)
+
+
+def whole_network(network: str) -> list[ConvLayer]:
+    """Every convolution of ``network`` (a key of :data:`CONV_LAYERS`) in the order they run,
+    its stem first."""
+    return [STEMS[network], *CONV_LAYERS[network]]
+
 
 #: Spartan's conv-layer training speed-ups on ImageNet (simulated hardware; abstract in
 #: ``../shared/seeds/spartan-abstract.txt``) for the networks of :data:`CONV_LAYERS`: the
@@ -115,7 +164,7 @@ def layers_name(labels: list[str]) -> str:
 
 def conv_layer(label: str) -> ConvLayer:
     """A layer by ``network/name`` (e.g. ``vgg16/conv3_2``)."""
-    for layers in CONV_LAYERS.values():
+    for layers in (*CONV_LAYERS.values(), RESNET18_STAGE_SHAPES):
         for layer in layers:
             if layer.label == label:
                 return layer

@@ -29,6 +29,12 @@ from spartan_py.workloads.conv.saved_maps import saved_arrays, saved_maps
 GRADIENT_MASK_SUFFIX = ".grad_mask"
 
 
+def gradient_mask_key(label: str) -> str:
+    """The key under which a writer stores the gradient mask of the layer whose maps are keyed
+    ``label`` (``spartan maps capture --maps-dir`` writes ``network/name`` and this)."""
+    return label + GRADIENT_MASK_SUFFIX
+
+
 @dataclass(frozen=True)
 class SavedMapsFacts:
     """What a maps file holds for a point's layers."""
@@ -48,9 +54,7 @@ class SavedMapsFacts:
 
 
 def _mask_key(arrays: dict[str, np.ndarray], layer: ConvLayer) -> str | None:
-    return next(
-        (k + GRADIENT_MASK_SUFFIX for k in (layer.label, layer.name) if k + GRADIENT_MASK_SUFFIX in arrays), None
-    )
+    return next((gradient_mask_key(k) for k in (layer.label, layer.name) if gradient_mask_key(k) in arrays), None)
 
 
 def saved_gradient_mask(path: str | Path, layer: ConvLayer, batch: int) -> np.ndarray | None:
