@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -168,3 +169,46 @@ def test_two_concurrent_spartan_runs_compute_every_point_once(tmp_path):
     said = sorted(stdout.split(": ", 1)[1].split(";")[0] for stdout, _ in outputs)
     assert said == ["0 points run, 3 already done, 0 failed", "3 points run, 0 already done, 0 failed"]
     assert sum("waiting for it to end" in stderr for _, stderr in outputs) >= 1
+
+
+def test_skipped_tests_are_summarised_one_line_per_reason():
+    """The test command's output names each skip reason once, with its count (finding 8)."""
+    from tests.conftest import ROOT, gpu_unavailable_reason
+
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is here: its tests run, none skipped for want of it")
+    found = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_gpu_merged.py"],
+        cwd=ROOT,
+        env=checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert found.returncode == 0, found.stdout[-3000:]
+    lines = found.stdout.splitlines()
+    gpu = [line for line in lines if "no GPU" in line]
+    assert len(gpu) == 1 and re.match(r"SKIPPED \d{2,} tests: no GPU: ", gpu[0]), gpu
+    assert not [line for line in lines if line.startswith("SKIPPED [")]
+
+
+def test_the_quickstart_ends_with_its_answer(tmp_path):
+    """``spartan run`` on the quickstart (shrunk) ends by printing each point's edge rate and
+    its category check, last (finding 8)."""
+    import yaml
+
+    from spartan_py.config.yaml_marks import load_yaml
+    from tests.conftest import ROOT
+    from tests.test_experiments import small_copy
+
+    data = small_copy(load_yaml(ROOT / "experiments" / "quickstart.yaml").data, gpu=False)
+    data["workload"]["check_rows"] = 300
+    path = tmp_path / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = spartan("run", path, "--out", tmp_path / "run", "--quiet")
+    assert done.returncode == 0, done.stderr
+    answer = done.stdout.split("answer:\n", 1)[1].splitlines()
+    assert len(answer) == 2 and done.stdout.rstrip().endswith(answer[-1])
+    assert re.search(r"backend=auto.*: \d(\.\d+)?e\+\d+ edges/s \(measured, cpu", answer[0]), answer
+    assert re.search(r"backend=gpu-twin.*: \d(\.\d+)?e\+\d+ edges/s \(simulated on h100-sxm\)", answer[1]), answer
+    assert all(re.search(r"\d+ categories; checked against the cpu engine on 300 rows: passed", a) for a in answer)
