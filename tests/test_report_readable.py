@@ -144,3 +144,21 @@ def test_the_quickstart_report_reads_at_a_glance(tmp_path):
         if line.startswith("| "):
             assert line.count("|") - 1 <= 15, line[:80]  # no 23-column table: split
     assert all((out / name).stat().st_size > 1 for name in ("results.csv", "simulated.csv", "challenge.csv"))
+
+
+def test_no_table_is_an_empty_file(tmp_path):
+    """A run whose Graph Challenge points all failed: results.csv says why in one column, not one byte."""
+    from tests.conftest import gpu_unavailable_reason
+
+    if gpu_unavailable_reason() is None:
+        pytest.skip("the gpu backend runs here: its points do not fail")
+    path = tmp_path / "failing.yaml"
+    path.write_text(
+        "name: failing\nworkload: {network: generated:1024, layers: 2, inputs: generated:20}\nbackend: gpu\n"
+    )
+    experiment, points = load_experiment(path)
+    summary = run_experiment(experiment, points, tmp_path / "run")
+    assert summary.failed == 1
+    table = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert list(table.columns) == ["reason"] and "finished" in table["reason"][0]
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.csv")) == ["results.csv"]

@@ -104,7 +104,7 @@ def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
     figure, panels = plt.subplots(
         len(shown),
         1,
-        figsize=(9, 0.9 + 0.34 * sum(heights)),
+        figsize=(9, max(2.8, 0.9 + 0.34 * sum(heights))),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
         layout="constrained",

@@ -231,7 +231,9 @@ def write_tables(out: Path) -> list[Path]:
         kinds = [p for p in points if workload_of_point(p) is workload]
         for name, frame in workload.tables(points).items():
             if frame.empty and kinds and name in workload.always_tables:
-                frame = pd.DataFrame({"reason": [f"no {workload.kind} point finished: see points/*.json"]})
+                frame = pd.DataFrame(
+                    {"reason": [f"no point of the run that writes {name} finished: see points/*.json"]}
+                )
             tables[name] = frame
     written = []
     for name, frame in tables.items():
