@@ -25,6 +25,28 @@ def gpu_unavailable_reason() -> str | None:
     return unavailable_reason("gpu")
 
 
+def skip_reasons(reports) -> list[tuple[str, int]]:
+    """(reason, tests) of skipped test reports, most tests first: 44 tests skipped for want
+    of CuPy are one line, not 44."""
+    from collections import Counter
+
+    reasons: Counter[str] = Counter()
+    for report in reports:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    return reasons.most_common()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests, one line per reason (``addopts`` leaves ``s`` out of ``-r``)."""
+    reasons = skip_reasons(terminalreporter.stats.get("skipped", []))
+    if reasons:
+        terminalreporter.write_sep("-", f"skipped: {sum(count for _, count in reasons)} tests")
+        for reason, count in reasons:
+            terminalreporter.write_line(f"SKIPPED {count} test{'s' if count != 1 else ''}: {reason}")
+
+
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:

@@ -1,7 +1,7 @@
 """The experiment files in experiments/: each validates as written, runs at a small size on
 this machine (GPU points in simulated mode, or recorded as failed where a sweep asks for a
 GPU backend that is missing), and its report opens in a real headless browser with every
-figure loaded."""
+figure loaded, nothing sticking out of the page and no labels over each other."""
 
 from __future__ import annotations
 
@@ -148,3 +148,10 @@ def test_experiment_runs_small_and_its_report_loads_in_a_browser(path, tmp_path)
     assert not broken, f"figures that did not load: {broken}"
     assert all(image["width"] >= 300 and image["height"] >= 200 for image in seen["images"])
     assert seen["tables"] >= 1
+    assert not seen["page_scrolls_sideways"] and not seen["overflowing"], seen["overflowing"]  # wide tables scroll
+    assert not seen["overlapping"], seen["overlapping"]
+    text = md_path.read_text()  # every table cell says something (finding 7)
+    cells = [cell.strip() for line in text.splitlines() if line.startswith("| ") for cell in line.strip("|").split("|")]
+    assert not {"nan", "None", ""} & set(cells)
+    headings = re.findall(r"^## (.*)$", text, re.M)
+    assert len(headings) == len(set(headings)), headings

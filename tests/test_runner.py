@@ -210,6 +210,7 @@ def test_conv_layers_points_measured_and_simulated(tmp_path):
     summary = run_experiment(experiment, points, tmp_path / "run")
     assert (summary.ran, summary.failed) == (2, 0)
     table = pd.read_csv(tmp_path / "run" / "dense-layers.csv")
+    assert not (tmp_path / "run" / "results.csv").exists()  # no Graph Challenge point: no 1-byte table of it
     assert len(table) == 4 and set(table["layer"]) == {"alexnet/conv3", "resnet18/conv5_x"}
     assert (table["tile_sparse_max_rel_diff"] < 1e-5).all() and (table["chosen_max_rel_diff"] < 1e-5).all()
     assert (table["K_padded"] % 32 == 0).all() and (table["K_padded"] >= table["K"]).all()

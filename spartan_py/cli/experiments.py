@@ -13,7 +13,8 @@ from spartan_py.errors import InputError
 def _cmd_run(args) -> int:
     from spartan_py.runner import load_experiment, run_experiment
 
-    experiment, points = load_experiment(args.file)
+    experiment, every_point = load_experiment(args.file)
+    points = every_point
     if args.only:
         try:
             pattern = re.compile(args.only)
@@ -40,12 +41,20 @@ def _cmd_run(args) -> int:
             print(f"  {point.id}  {point.label}" + (f"  * {reason}" if reason else ""))
         return 0
     out = Path(args.out) if args.out else Path("runs") / experiment.name
+    from spartan_py.runner.run_folder import bind_run_folder
+
+    # a changed experiment refused before any executor starts (the run checks again, locked)
+    if not args.replace_changed:
+        bind_run_folder(out, experiment, every_point)
     log(args, f"{experiment.name}: {len(points)} points -> {out}")
     from tqdm import tqdm
 
     bar = tqdm(total=len(points), unit="point", disable=args.quiet, file=sys.stderr)
 
+    answers: list[str] = []
+
     def on_point(point, record, skipped):
+        answers.append(_answer(record))
         state = "done before" if skipped else record["status"]
         bar.set_postfix_str(f"{point.label[:40]}: {state}")
         bar.update(1)
@@ -55,9 +64,23 @@ def _cmd_run(args) -> int:
     from spartan_py.executors import open_executor
 
     cluster = args.cluster if args.cluster is not None else experiment.executor.cluster
+
+    def on_wait(holder: str) -> None:
+        bar.write(f"{out} is being written by another run ({holder}): waiting for it to end", file=sys.stderr)
+
     with open_executor(cluster, args.workers or experiment.executor.workers) as workers:
         log(args, f"running on {workers.description}")
-        summary = run_experiment(experiment, points, out, force=args.force, on_point=on_point, workers=workers)
+        summary = run_experiment(
+            experiment,
+            every_point,
+            out,
+            force=args.force,
+            on_point=on_point,
+            workers=workers,
+            only={point.id for point in points},
+            replace_changed=args.replace_changed,
+            on_wait=on_wait,
+        )
     bar.close()
     print(
         f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
@@ -76,7 +99,20 @@ def _cmd_run(args) -> int:
 
         html_path, md_path = write_report(out)
         print(f"report: {html_path} and {md_path}")
+    answered = [answer for answer in answers if answer]
+    if answered:  # the run's answer last, where the eye lands
+        print("answer:\n" + "\n".join(f"  {answer}" for answer in answered))
     return 0 if summary.failed == 0 else 1
+
+
+def _answer(record: dict) -> str:
+    """A finished point's answer in one line (its workload's :meth:`answer`), "" for none."""
+    from spartan_py.workloads import workload_of_point
+
+    if record["status"] != "ok":
+        return f"{record['label']}: failed ({record['error'][:200]})"
+    answer = workload_of_point(record).answer(record["summary"])
+    return f"{record['label']}: {answer}" if answer else ""
 
 
 def _cmd_report(args) -> int:
@@ -89,11 +125,17 @@ def _cmd_report(args) -> int:
 
 def register(commands, common) -> None:
     """Add ``run`` and ``report`` to the ``spartan`` command's subparsers."""
+    from spartan_py.runner.run_folder import REPLACE_FLAG
+
     experiment = commands.add_parser(
         "run", parents=[common], help="run an experiment file (YAML): every point of its sweep"
     )
     experiment.add_argument("file", help="experiment YAML (see experiments/README.md)")
-    experiment.add_argument("--out", help="run folder (default: runs/<name>); a rerun resumes unfinished points")
+    experiment.add_argument(
+        "--out",
+        help="run folder (default: runs/<name>); a rerun resumes unfinished points; a second run "
+        "of the folder at once waits for the first (a lock), then computes only what is left",
+    )
     experiment.add_argument(
         "--check",
         action="store_true",
@@ -101,7 +143,17 @@ def register(commands, common) -> None:
         "and list its points; run nothing",
     )
     experiment.add_argument("--force", action="store_true", help="recompute points already finished")
-    experiment.add_argument("--only", metavar="REGEX", help="run only the points whose label matches (see --check)")
+    experiment.add_argument(
+        "--only",
+        metavar="REGEX",
+        help="run only the points whose label matches (see --check); config.json keeps every point",
+    )
+    experiment.add_argument(
+        REPLACE_FLAG,
+        action="store_true",
+        help="the experiment was edited since --out was written: drop the folder's points it no longer has "
+        "(and their rows) and compute the changed points (without it such a folder is refused)",
+    )
     experiment.add_argument("--report", action="store_true", help="write the report when done")
     experiment.add_argument(
         "--cluster",

@@ -34,43 +34,97 @@ def _bars(table: pd.DataFrame, size: tuple[float, float], *, ylabel: str, title:
     return _png(figure)
 
 
+#: Line styles and markers cycled over a plot's series, so that one line drawn over another
+#: (two backends with equal live rows) still shows both.
+_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "v"), ((0, (5, 1, 1, 1)), "D")]
+
+
 def live_rows_by_layer(results: pd.DataFrame) -> bytes | None:
-    """Live rows and activation density by layer, one line per point."""
+    """Live rows and activation density by layer, one line per point (each its own line
+    style and markers, the later ones thinner, so that equal series stay visible)."""
     if results.empty:
         return None
     figure, (rows_axes, density_axes) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for label, rows in results.groupby("label", sort=False):
-        rows_axes.plot(rows["layer"], rows["live_rows"], label=label)
-        density_axes.plot(rows["layer"], rows["density"], label=label)
+    groups = list(results.groupby("label", sort=False))
+    for number, (label, rows) in enumerate(groups):
+        style, marker = _STYLES[number % len(_STYLES)]
+        look = {
+            "linestyle": style,
+            "marker": marker,
+            "markevery": max(1, len(rows) // 8) + number,  # markers of equal series fall apart
+            "markersize": 4,
+            "linewidth": max(0.8, 2.2 - 0.5 * number),
+            "label": label,
+        }
+        rows_axes.plot(rows["layer"], rows["live_rows"], **look)
+        density_axes.plot(rows["layer"], rows["density"], **look)
     rows_axes.set(yscale="log", xlabel="layer", ylabel="live rows", title="live rows by layer")
     density_axes.set(yscale="log", xlabel="layer", ylabel="non-zeros / (rows x neurons)", title="activation density")
+    _few_log_labels(rows_axes, density_axes)
     rows_axes.legend(fontsize=7)
     return _png(figure)
 
 
-def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
-    """Edges per second of each point, with the published runs beside ours when comparable.
+def _few_log_labels(*panels) -> None:
+    """Label a log y axis at 1, 2 and 5 of each decade, as plain numbers (matplotlib's own
+    choice leaves a range under two decades with one label, or crowds it with minor ones)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    Horizontal bars, so that each point's whole label (workload, backend) can be read; the
-    title names only the colours drawn."""
+    for axes in panels:
+        axes.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5), numticks=12))
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.yaxis.set_minor_formatter(NullFormatter())
+
+
+#: The edge-rate figure's panels: what the bars of each are, in order.
+_RATE_PANELS = {
+    "measured": "measured on this machine (a clock)",
+    "simulated": "simulated by the cost model (not a clock)",
+    "published": "published runs (their own hardware)",
+}
+
+
+def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
+    """Edges per second of each point, one panel per kind of figure (measured, simulated,
+    published: never two kinds on one axis), each panel on its own linear scale.
+
+    Horizontal bars, so that each point's whole label (workload, backend) can be read."""
     if results.empty:
         return None
     ours = results.drop_duplicates("point")
-    names = [f"{row.label} [{row.backend}{', simulated' if row.simulated else ''}]" for row in ours.itertuples()]
-    rates = list(ours["edges_per_second"])
-    kinds = ["simulated" if s else "measured" for s in ours["simulated"]]
+    bars: dict[str, list[tuple[str, float]]] = {kind: [] for kind in _RATE_PANELS}
+    for row in ours.itertuples():
+        bars["simulated" if row.simulated else "measured"].append(
+            (f"{row.label} [{row.backend}]", row.edges_per_second)
+        )
     if proxy_workload:
-        for row in published_rates():
-            names.append(f"{row['name']} ({row['includes']})")
-            rates.append(row["edges_per_second"])
-            kinds.append("published")
+        bars["published"] = [(f"{r['name']} ({r['includes']})", r["edges_per_second"]) for r in published_rates()]
+    shown = {kind: rows for kind, rows in bars.items() if rows}
+    heights = [len(rows) + 1.2 for rows in shown.values()]
+    figure, panels = plt.subplots(
+        len(shown),
+        1,
+        figsize=(9, max(2.8, 0.9 + 0.34 * sum(heights))),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
+        layout="constrained",
+    )
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
     colour = {"measured": "tab:blue", "simulated": "tab:orange", "published": "tab:grey"}
-    figure, axes = plt.subplots(figsize=(9, max(2.8, 1.2 + 0.32 * len(names))), layout="constrained")
-    positions = np.arange(len(names))[::-1]  # the first point on top
-    axes.barh(positions, rates, color=[colour[k] for k in kinds])
-    axes.set_yticks(positions, names, fontsize=7)
-    shown = [f"{colour[k].removeprefix('tab:')} {k}" for k in colour if k in kinds]
-    axes.set(xscale="log", xlabel="edges / s", title=f"edge rate ({', '.join(shown)})")
+    for axes, (kind, rows) in zip(panels[:, 0], shown.items()):
+        positions = np.arange(len(rows))[::-1]  # the first point on top
+        rates = [rate for _, rate in rows]
+        axes.barh(positions, rates, color=colour[kind], height=0.6)
+        axes.set_yticks(positions, [name for name, _ in rows], fontsize=7)
+        axes.set_ylim(-0.7, len(rows) - 0.3)
+        axes.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        axes.xaxis.set_major_formatter(EngFormatter(unit="edges/s", places=1))
+        axes.tick_params(axis="x", labelsize=7)
+        axes.set_xlim(0, max(rates) * 1.25)
+        for y, rate in zip(positions, rates):
+            axes.annotate(f"{rate:.3g}", (rate, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        axes.set_title(f"edge rate: {_RATE_PANELS[kind]}", fontsize=9)
     return _png(figure)
 
 
@@ -130,8 +184,9 @@ def monitor_overhead(overhead: pd.DataFrame) -> bytes | None:
 
 
 def tile_utilization(utilization: pd.DataFrame) -> bytes | None:
-    """Useful / executed multiply-adds of the tiled kernel against tile height."""
-    if utilization.empty:
+    """Useful / executed multiply-adds of the tiled kernel against tile height; None where
+    no workload ran more than one tile height (one dot says nothing a table does not)."""
+    if utilization.empty or utilization.groupby("workload")["block_rows"].nunique().max() < 2:
         return None
     figure, axes = plt.subplots(figsize=(5, 3.5))
     for label, rows in utilization.groupby("workload"):

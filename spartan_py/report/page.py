@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.report import figures
 from spartan_py.report.tables import html_table, markdown_table
+from spartan_py.report.what_if import TRUST_HEADING, trust_table, what_if_table
 from spartan_py.runner.store import device_machine, in_sweep_order, load_points, simulated_table
 from spartan_py.trace import read_trace
 from spartan_py.workloads import workload_classes
@@ -92,6 +94,11 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
     return sections, pictures
 
 
+def _anchor(heading: str) -> str:
+    """The id of a heading (as Markdown renderers make it: lower case, words joined by -)."""
+    return re.sub(r"[\s-]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower())
+
+
 def _check_text(check: dict | None) -> str:
     """A point's category check in words (the rule of :mod:`spartan_py.graph_challenge.check`)."""
     if not check:
@@ -128,6 +135,8 @@ def write_report(
         "model-error.png": ("Measured vs simulated time per launch", figures.model_error(model)),
     }
     pictures |= {name: value for part in parts for name, value in part.pictures.items()}
+    for name in [name for name, value in pictures.items() if value[1] is None]:
+        (out / name).unlink(missing_ok=True)  # an earlier report's figure this one has not
     pictures = {name: value for name, value in pictures.items() if value[1] is not None}
     fidelity_sections: list = []
     if against is not None:
@@ -157,29 +166,22 @@ def write_report(
             for p in points
         ]
     )
-    empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all() and c != "error"]
-    sections = [("Points", summary.drop(columns=empty))]
+    empty = [c for c in summary.columns if summary[c].replace("", float("nan")).isna().all()]
+    summary = summary.drop(columns=empty)
+    summary.attrs["missing"] = {"error": "none", "check": "not checked", "passed": "no truth file"} | {
+        column: "failed: see error" for column in ("backend", "device", "simulated", "seconds", "edges_per_second")
+    }
+    sections = [("Points", summary)]
     sections += [section for part in parts for section in part.head_sections]
+    links = {}
     if not simulated.empty:
-        sections.append(
-            (
-                "What if (predicted seconds of the kernel launches, with the 80% interval: low_seconds - high_seconds)",
-                simulated[
-                    [
-                        "label",
-                        "machine",
-                        "predicted_seconds",
-                        "low_seconds",
-                        "high_seconds",
-                        "own_seconds",
-                        "own_device",
-                        "trust",
-                        "note",
-                        "guessed",
-                    ]
-                ],
-            )
+        heading = (
+            "What if: predicted seconds of the kernel launches on each machine "
+            "(the 80% interval in brackets; simulated figures come from the cost model, not a clock)"
         )
+        sections.append((heading, what_if_table(simulated)))
+        sections.append((TRUST_HEADING, trust_table(simulated)))
+        links[heading] = TRUST_HEADING
     if not model.empty:
         from spartan_py.costmodel.validation import kernel_error_table
 
@@ -191,23 +193,34 @@ def write_report(
     intro = (
         f"{experiment.get('description') or ''} {len(points)} points ({len(ok)} ok). "
         f"Environment: Python {environment.get('python')}, commit {environment.get('commit')}, "
-        f"CuPy {environment.get('cupy')}. Simulated figures come from the cost model (sim/README.md), not a clock."
+        f"CuPy {environment.get('cupy') or 'not installed'}. "
+        "Simulated figures come from the cost model (sim/README.md), not a clock."
     )
     markdown = [f"# {title}\n", intro + "\n"]
     page = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
-        "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "vertical-align:top}th{text-align:left}.table-scroll{overflow-x:auto;max-width:100%}"
+        "img{max-width:100%;height:auto}h1,h2,p{overflow-wrap:anywhere}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
     ]
     for heading, frame in sections:
-        markdown.append(f"## {heading}\n\n{markdown_table(frame)}")
-        page.append(f"<h2>{html.escape(heading)}</h2>{html_table(frame)}")
+        see = links.get(heading)
+        markdown.append(f"## {heading}\n\n{markdown_table(frame, frame.attrs.get('missing'))}")
+        page.append(
+            f"<h2 id='{_anchor(heading)}'>{html.escape(heading)}</h2>{html_table(frame, frame.attrs.get('missing'))}"
+        )
+        if see:
+            said = "How far each machine's figures can be trusted:"
+            markdown.append(f"{said} [{see}](#{_anchor(see)}).\n")
+            page.append(f"<p>{said} <a href='#{_anchor(see)}'>{html.escape(see)}</a>.</p>")
     for name, (heading, png) in pictures.items():
         markdown.append(f"## {heading}\n\n![{heading}]({name})\n")
         encoded = base64.b64encode(png or b"").decode()
         page.append(
-            f"<h2>{html.escape(heading)}</h2><img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>"
+            f"<h2 id='{_anchor(heading)}'>{html.escape(heading)}</h2>"
+            f"<img alt='{html.escape(heading)}' src='data:image/png;base64,{encoded}'>"
         )
     page.append("</body></html>")
     html_path = atomic_write_text(out / "report.html", "\n".join(page))

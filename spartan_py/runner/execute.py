@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,9 @@ from spartan_py.costmodel.families import FAMILIES
 from spartan_py.errors import SpartanError
 from spartan_py.executors import Workers, run_all
 from spartan_py.runner.check_points import check_points
+from spartan_py.runner.run_folder import bind_run_folder, run_folder_lock
 from spartan_py.runner.schema import Experiment
 from spartan_py.runner.store import (
-    check_run_folder,
     environment,
     finished_point,
     point_path,
@@ -154,8 +154,18 @@ def run_experiment(
     on_point: Callable[[Point, dict, bool], None] | None = None,
     workers: Workers | None = None,
     retries: int = 3,
+    only: Collection[str] | None = None,
+    replace_changed: bool = False,
+    on_wait: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run every point not already finished in ``out`` (all of them with ``force``).
+
+    ``points`` are all the experiment's points (``config.json`` lists them all); ``only``:
+    the ids of those to run now (``--only``), None for all. The folder is bound to the
+    experiment (:func:`~spartan_py.runner.run_folder.bind_run_folder`: a folder holding
+    points the experiment no longer has is refused, or with ``replace_changed`` those are
+    dropped) and locked for the whole run (:func:`~spartan_py.runner.run_folder.run_folder_lock`:
+    a second run waits, ``on_wait(holder)`` told once, then skips what the first finished).
 
     Points run inline, or on ``workers`` (from :func:`spartan_py.executors.open_executor`:
     a process pool or a Dask cluster), their results streaming back here. Each point's
@@ -164,8 +174,14 @@ def run_experiment(
     ``on_point(point, record, skipped)`` is called after each point (the CLI's progress bar).
     """
     out = Path(out)
-    check_run_folder(out, experiment.name)
-    check_points(points)  # every input checked before any work: a bad one stops the run here (exit 2)
+    selected = [p for p in points if only is None or p.id in only]
+    check_points(selected)  # every input checked before any work: a bad one stops the run here (exit 2)
+    with run_folder_lock(out, on_wait):
+        bind_run_folder(out, experiment, points, replace_changed=replace_changed)
+        return _run_locked(experiment, points, selected, out, force, on_point, workers, retries)
+
+
+def _run_locked(experiment, points, selected, out, force, on_point, workers, retries) -> RunSummary:
     (out / "points").mkdir(parents=True, exist_ok=True)
     write_json(
         out / "config.json",
@@ -179,7 +195,7 @@ def run_experiment(
     )
     ran = skipped = failed = 0
     todo = []
-    for point in points:
+    for point in selected:
         stored = None if force else finished_point(out, point.id)
         if stored is not None and stored.get("status") == "ok":
             skipped += 1

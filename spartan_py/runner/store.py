@@ -224,15 +224,25 @@ def device_machine(point: dict) -> str | None:
 
 
 def write_tables(out: Path) -> list[Path]:
-    """(Re)build simulated.csv and each registered workload's tables from the point files
-    (a workload's table only when it has rows, unless it is one of its ``always_tables``)."""
+    """(Re)build simulated.csv and each registered workload's tables from the point files.
+
+    A table is written when it has rows; a workload's ``always_tables`` also when the run
+    has a point of its kind but none finished (then one ``reason`` column says so). A run
+    with no point of a kind writes none of its tables: never an empty file."""
     points = load_points(out)
-    tables = {"simulated.csv": (simulated_table(points), True)}
+    tables = {"simulated.csv": simulated_table(points)}
     for workload in workload_classes():
+        kinds = [p for p in points if workload_of_point(p) is workload]
         for name, frame in workload.tables(points).items():
-            tables[name] = (frame, name in workload.always_tables)
-    return [
-        atomic_write_text(out / name, frame.to_csv(index=False))
-        for name, (frame, always) in tables.items()
-        if always or not frame.empty
-    ]
+            if frame.empty and kinds and name in workload.always_tables:
+                frame = pd.DataFrame(
+                    {"reason": [f"no point of the run that writes {name} finished: see points/*.json"]}
+                )
+            tables[name] = frame
+    written = []
+    for name, frame in tables.items():
+        if frame.empty:
+            (out / name).unlink(missing_ok=True)  # a table of an earlier version of the run
+        else:
+            written.append(atomic_write_text(out / name, frame.to_csv(index=False)))
+    return written

@@ -129,6 +129,11 @@ class Workload:
         return None
 
     @classmethod
+    def answer(cls, summary: dict) -> str | None:
+        """A finished point's result in one line, for the end of ``spartan run`` (None: none)."""
+        return None
+
+    @classmethod
     def tables(cls, points: list[dict]) -> dict[str, pd.DataFrame]:
         """The run folder's tables of this kind, by file name, from the stored point records."""
         return {}

@@ -60,6 +60,20 @@ class GraphChallenge(Workload):
         return summary["edges"] * summary["rows"]
 
     @classmethod
+    def answer(cls, summary: dict) -> str | None:
+        """Edges per second (measured, or simulated on which machine), the categories found and
+        the check's verdict: against the truth file (passed/failed) or another engine."""
+        how = f"simulated on {summary['machine']}" if summary["simulated"] else f"measured, {summary['device']}"
+        parts = [f"{summary['edges_per_second']:.3g} edges/s ({how})", f"{summary['categories']} categories"]
+        if summary.get("passed") is not None:
+            parts.append("truth: " + ("passed" if summary["passed"] else "FAILED"))
+        check = summary.get("check")
+        if check:
+            verdict = "passed" if check["passed"] else "FAILED"
+            parts.append(f"checked against the {check['backend']} engine on {check['rows']} rows: {verdict}")
+        return "; ".join(parts)
+
+    @classmethod
     def tables(cls, points: list[dict]) -> dict[str, pd.DataFrame]:
         """``results.csv`` and ``challenge.csv``."""
         return {"results.csv": results_table(points), "challenge.csv": challenge_table(points)}
