@@ -10,14 +10,14 @@ from spartan_py.costmodel.machine import DEFAULT_MACHINE
 from spartan_py.engines import backend_choices
 from spartan_py.errors import InputError
 from spartan_py.files import json_ready
-from spartan_py.shard_rows import DEFAULT_BALANCE, SHARD_BALANCES
+from spartan_py.scale_out.rows import DEFAULT_BALANCE, SHARD_BALANCES
 from spartan_py.trace import trace_formats
 
 
 def _cmd_infer_sharded(args) -> int:
-    from spartan_py.executors import open_executor
     from spartan_py.graph_challenge.writers import write_truth
-    from spartan_py.shard import infer_sharded
+    from spartan_py.host.executors import open_executor
+    from spartan_py.scale_out.shard import infer_sharded
 
     if args.mode != "measured" or args.trace_out:
         raise InputError("--shards runs measured inference only (no --mode simulated, no --trace-out)")

@@ -89,7 +89,7 @@ class Sweep(_Frozen):
 
 class ExecutorConfig(_Frozen):
     """Where the points run; results do not depend on it (``spartan run --cluster/--workers``
-    override it). See :mod:`spartan_py.executors`."""
+    override it). See :mod:`spartan_py.host.executors`."""
 
     cluster: str | None = Field(
         None,
@@ -103,7 +103,7 @@ class ExecutorConfig(_Frozen):
     @field_validator("cluster")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        from spartan_py.executors import LOCAL_CLUSTERS
+        from spartan_py.host.executors import LOCAL_CLUSTERS
 
         if value is not None and value not in LOCAL_CLUSTERS and "://" not in value:
             raise ValueError(f"expected {', '.join(LOCAL_CLUSTERS)} or a scheduler address such as tcp://host:8786")

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.host_threads import run_split
+from spartan_py.host.threads import run_split
 from spartan_py.sparsity import cpu_kernels
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
 from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue

@@ -12,7 +12,7 @@ against :class:`concurrent.futures.Executor`; :func:`open_executor` picks one:
                               ``LocalCUDACluster`` if installed (each worker sees its own
                               GPU), else a ``LocalCluster`` of as many single-threaded
                               workers (the work picks its GPU: a shard ``i`` takes GPU ``i``
-                              modulo those it sees, see :mod:`spartan_py.shard`)
+                              modulo those it sees, see :mod:`spartan_py.scale_out.shard`)
 ``cluster="tcp://host:8786"`` an existing Dask scheduler
 
 Dask is the optional extra ``dask``; without it, only the first two exist.

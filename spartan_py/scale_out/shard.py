@@ -2,7 +2,7 @@
 Dask cluster), merged exactly: the result equals one run over all rows.
 
 Rows are independent through every layer, so each shard (a set of rows,
-:func:`~spartan_py.shard_rows.shard_rows`) runs the whole network on its own; categories are
+:func:`~spartan_py.scale_out.rows.shard_rows`) runs the whole network on its own; categories are
 the shards' categories mapped back to global row numbers, and per-layer counts (live rows,
 non-zeros) are sums. Rows are dealt by predicted work by default: a row's survival, and so its
 share of the deep layers, depends strongly on the non-zeros of its input, so blocks of rows can
@@ -18,8 +18,8 @@ dask-cuda each worker sees only its own GPU.
 
 Example::
 
-    from spartan_py.executors import open_executor
-    from spartan_py.shard import infer_sharded
+    from spartan_py.host.executors import open_executor
+    from spartan_py.scale_out.shard import infer_sharded
     with open_executor("local", workers=2) as workers:
         result = infer_sharded("generated:1024", "generated:4000", workers=workers, shards=2,
                                backend="cpu", layers=24)
@@ -42,9 +42,9 @@ import scipy.sparse as sp
 
 from spartan_py.api import cached_inputs, cached_network, edge_rate, network_neurons, run_summary
 from spartan_py.errors import InputError
-from spartan_py.executors import Workers, gpu_count, run_all
 from spartan_py.graph_challenge.generate import generated_family
-from spartan_py.shard_rows import DEFAULT_BALANCE, shard_rows
+from spartan_py.host.executors import Workers, gpu_count, run_all
+from spartan_py.scale_out.rows import DEFAULT_BALANCE, shard_rows
 
 
 def _neurons(network: str, layers: int | None) -> int:
@@ -271,7 +271,7 @@ class ShardedResult:
     #: this process's time merging the network for every shard (0 where done before or not shared)
     prepare_seconds: float = 0.0
     shared_preparation: bool = False
-    #: how the rows were split (:data:`~spartan_py.shard_rows.SHARD_BALANCES`)
+    #: how the rows were split (:data:`~spartan_py.scale_out.rows.SHARD_BALANCES`)
     balance: str = DEFAULT_BALANCE
 
     @property
@@ -328,7 +328,7 @@ def infer_sharded(
     ``share_preparation``: merge the network once here for shards on this host
     (:func:`shared_preparation`) where the backend allows it; else each worker (each GPU, inline)
     merges its own. ``balance``: how the rows are split
-    (:func:`~spartan_py.shard_rows.shard_rows`: ``work``, by predicted work, or ``count``,
+    (:func:`~spartan_py.scale_out.rows.shard_rows`: ``work``, by predicted work, or ``count``,
     contiguous blocks)."""
     from spartan_py.graph_challenge.formats import read_truth
 
