@@ -192,17 +192,17 @@ def test_sharded_inference_equals_one_run(cluster, workers, balance):
 def test_sharded_auto_picks_the_backend_a_single_run_picks(monkeypatch):
     """``backend="auto"`` chooses per network in every shard, as ``infer`` does (the merged
     kernel on RadiX-Net networks where a GPU is present), not merely GPU or CPU."""
-    import spartan_py.engines as engines
+    import spartan_py.scale_out.shard as shard
     from spartan_py.scale_out.shard import release_engines, run_shard
 
     chosen = []
-    real = engines.choose_backend
+    real = shard.choose_backend
 
     def spy(name, network):
         chosen.append((name, real(name, network)))
         return chosen[-1][1]
 
-    monkeypatch.setattr(engines, "choose_backend", spy)
+    monkeypatch.setattr(shard, "choose_backend", spy)
     release_engines()  # no engine kept from another test
     part = run_shard(
         "generated:1024:5",
