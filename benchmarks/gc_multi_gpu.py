@@ -14,7 +14,7 @@ one-GPU run exactly (categories, live rows and non-zeros per layer), and the tru
 given. The result file is written after each case, so an interrupted run keeps what it did.
 
 ``--balance work,count`` runs each GPU count with the rows dealt by predicted work (the default,
-:func:`spartan_py.shard_rows.shard_rows`) and in contiguous blocks, each against the same one-GPU run.
+:func:`spartan_py.scale_out.rows.shard_rows`) and in contiguous blocks, each against the same one-GPU run.
 
 ``--by-turns`` runs on one GPU: each count's shards one after another in this process, on one
 engine (each shard what one GPU of that many would run; no Dask, so wall times are the
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import DEFAULT_DATA, RESULTS, log, write_result
-from spartan_py.executors import gpu_count, open_executor
-from spartan_py.shard import infer_sharded, release_engines
-from spartan_py.shard_rows import DEFAULT_BALANCE
+from spartan_py.host.executors import gpu_count, open_executor
+from spartan_py.scale_out.rows import DEFAULT_BALANCE
+from spartan_py.scale_out.shard import infer_sharded, release_engines
 
 
 def cases(args) -> list[dict]:

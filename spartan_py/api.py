@@ -12,8 +12,10 @@ import pandas as pd
 import scipy.sparse as sp
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
+from spartan_py.costmodel.simulate import guessed_families, resolve_machine, simulate_trace
 from spartan_py.engines import Engine, make_engine, twin_backend
 from spartan_py.errors import InputError
+from spartan_py.graph_challenge.check_inputs import check_inputs_file, check_network_files, check_truth_file
 from spartan_py.graph_challenge.formats import read_truth
 from spartan_py.graph_challenge.generate import (
     GENERATED_FAMILIES,
@@ -24,6 +26,7 @@ from spartan_py.graph_challenge.generate import (
 from spartan_py.graph_challenge.network import (
     Network,
     check_row_count,
+    layer_paths,
     load_inputs,
     load_network,
     network_width,
@@ -81,7 +84,6 @@ class InferenceResult:
         family-wide fallback or the defaults; empty for a measured run)."""
         if self.predicted_trace is None:
             return {}
-        from spartan_py.costmodel.simulate import guessed_families
 
         return guessed_families(self.predicted_trace)
 
@@ -145,8 +147,6 @@ def check_request(
     (at least 1, within the inputs), the layer files contiguous, and with ``read_files`` every
     file read whole and checked (:mod:`~spartan_py.graph_challenge.check_inputs`).
     Returns ``(neurons, layers)``; raises :class:`InputError` naming the file and field."""
-    from spartan_py.graph_challenge.check_inputs import check_inputs_file, check_network_files, check_truth_file
-    from spartan_py.graph_challenge.network import layer_paths
 
     if layers is not None and layers < 1:
         raise InputError(f"layers {layers}: expected at least 1 layer (--layers, or layers: in an experiment)")
@@ -250,7 +250,6 @@ def infer(
         raise InputError(f"mode must be 'measured' or 'simulated', not {mode!r}")
     if mode == "simulated":
         twin = twin_backend(backend)
-        from spartan_py.costmodel.simulate import resolve_machine
 
         machine = machine or DEFAULT_MACHINE
         sim_machine, sim_variant = resolve_machine(machine)
@@ -269,8 +268,6 @@ def infer(
     output = engine.run(inputs, run_id=run_id)
     predicted_trace = None
     if mode == "simulated":
-        from spartan_py.costmodel.simulate import simulate_trace
-
         output.seconds, predicted_trace = simulate_trace(output.trace, sim_machine, sim_variant)
         output.device = predicted_trace["device"].iloc[0] if len(predicted_trace) else f"simulated:{machine}"
     categories = output.live_rows.astype(np.int64) + 1

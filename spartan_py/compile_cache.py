@@ -13,7 +13,22 @@ it in the cache.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from spartan_py.engines.base import live_rows_matrix
+from spartan_py.engines.cpu.engine import CpuEngine
+from spartan_py.engines.merged.twin import MergedTwinEngine
+from spartan_py.engines.rows.twin import RowsTwinEngine
+from spartan_py.engines.shared.layer_plan import plan_layer
+from spartan_py.graph_challenge.formats import read_triples_matrix
+from spartan_py.graph_challenge.generate import generate_inputs, generate_network
+from spartan_py.graph_challenge.network import Network
+from spartan_py.graph_challenge.writers import write_triples, write_truth
+from spartan_py.sparsity.monitor import SparsityMonitor
 
 GROUPS: dict[str, Callable[[], None]] = {}
 """Group name -> the function that compiles it."""
@@ -28,8 +43,6 @@ def _group(function: Callable[[], None]) -> Callable[[], None]:
 def _cpu() -> None:
     """The cpu engine's kernels on merged columns (its path on RadiX-Net networks), and column
     merging on a generated network (worked out per lane)."""
-    from spartan_py.engines.cpu.engine import CpuEngine
-    from spartan_py.graph_challenge.generate import generate_network
 
     CpuEngine(generate_network(1024, layers=8, seed=0), merged=True)  # its constructor runs each kernel once
 
@@ -38,12 +51,6 @@ def _cpu() -> None:
 def _generated() -> None:
     """The bank-conflict-free layer plans, the generator of input rows and the rows kernel's
     CPU twin (``gpu-twin``), with the final rows every engine returns."""
-    import numpy as np
-
-    from spartan_py.engines.base import live_rows_matrix
-    from spartan_py.engines.rows.twin import RowsTwinEngine
-    from spartan_py.engines.shared.layer_plan import plan_layer
-    from spartan_py.graph_challenge.generate import generate_inputs, generate_network
 
     # the plans' colouring first: the cpu group needs it too, after some 7 s of column
     # merging, and by then reads it from the cache instead of compiling it again
@@ -58,18 +65,6 @@ def _rest() -> None:
     """Every other kernel: the merged kernel's twin, the cpu engine's row path, column merging
     on a network read from files, the Spartan epilogues and the TSV scanner and writer (the
     test suite's; the quickstart needs none)."""
-    import tempfile
-
-    import numpy as np
-    import scipy.sparse as sp
-
-    from spartan_py.engines.cpu.engine import CpuEngine
-    from spartan_py.engines.merged.twin import MergedTwinEngine
-    from spartan_py.graph_challenge.formats import read_triples_matrix
-    from spartan_py.graph_challenge.generate import generate_inputs, generate_network
-    from spartan_py.graph_challenge.network import Network
-    from spartan_py.graph_challenge.writers import write_triples, write_truth
-    from spartan_py.sparsity.monitor import SparsityMonitor
 
     network = generate_network(1024, layers=3, seed=0)
     inputs = generate_inputs(64, 1024, seed=0)

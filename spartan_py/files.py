@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from spartan_py.errors import StorageError
 
@@ -55,9 +58,6 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def json_ready(value):
     """``value`` with every NaN or infinite float as None (JSON's null: bare ``NaN`` is not
     JSON), NumPy scalars as Python numbers, tuples as lists; dicts and lists walked."""
-    import math
-
-    import numpy as np
 
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}

@@ -43,6 +43,7 @@ def time_cpu(work, *, repeats: int = 5, warmup: int = 1) -> dict:
 @functools.cache
 def _hold_kernel(device_id: int):
     """kernels/hold_stream.cu compiled once per device."""
+    # optional dependency (extra gpu)
     import cupy
 
     return cupy.RawKernel(kernel_source("hold_stream.cu"), "hold_stream")
@@ -59,6 +60,7 @@ def hold_stream(seconds: float = 0.005, stream=None) -> None:
     """
     if seconds <= 0:
         raise InputError(f"hold_stream needs a positive time in seconds, got {seconds}")
+    # optional dependency (extra gpu)
     import cupy
 
     if stream is None:
@@ -76,6 +78,7 @@ class GpuTimer:
     before each repeat so that no operand stays in L2 (H100 L2: 50 MiB)."""
 
     def __init__(self, flush_bytes: int = FLUSH_BYTES, *, min_warmup_ms: float = 0.0):
+        # optional dependency (extra gpu)
         import cupy
 
         self.cupy = cupy
@@ -119,6 +122,7 @@ def time_interleaved(
     ``flush_bytes`` > 0 rewrites that much scratch memory before each timed batch (outside
     the events), so that no case finds the previous one's operands in L2.
     """
+    # optional dependency (extra gpu)
     import cupy
 
     scratch = cupy.empty(flush_bytes // 4, dtype=cupy.int32) if flush_bytes > 0 else None
@@ -152,6 +156,7 @@ def difference_by_turns_us(
     (:func:`time_interleaved`, one call each a round, L2 flushed before each): a stretch of slow
     clocks or a host stall lands in both of a round's times, where two medians taken one after
     the other would charge it to one. Warm-up runs ``work`` until ``warmup_ms`` have passed."""
+    # optional dependency (extra gpu)
     import cupy
 
     started = time.perf_counter()
@@ -201,6 +206,7 @@ def paired_difference(values: list[float], baseline: list[float]) -> dict:
 def copy_bandwidth(nbytes: int = 2**28, repeats: int = 10) -> float:
     """Measured device-to-device copy rate of the current GPU, read + write bytes per second:
     ``repeats`` back-to-back copies of ``nbytes`` between CUDA events, after three warm-ups."""
+    # optional dependency (extra gpu)
     import cupy
 
     source = cupy.empty(nbytes, dtype=cupy.uint8)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib.util
 import io
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from spartan_py.errors import InputError
+from spartan_py.files import atomic_write_bytes
 
 TRACE_SCHEMA_VERSION = 3
 #: Fields added after version 2, with the value an older file reads as.
@@ -122,7 +124,6 @@ PARQUET_EXTRA = "parquet"
 
 def parquet_available() -> bool:
     """Whether Parquet traces can be written and read here (pyarrow is installed)."""
-    import importlib.util
 
     return importlib.util.find_spec("pyarrow") is not None
 
@@ -146,7 +147,6 @@ def check_trace_path(path: str | Path) -> None:
 
 def write_trace(path: str | Path, records: list[TraceRecord] | pd.DataFrame) -> Path:
     """Write a trace as CSV (``.csv``, or gzipped ``.csv.gz``) or Parquet (``.parquet``), atomically."""
-    from spartan_py.files import atomic_write_bytes
 
     frame = records if isinstance(records, pd.DataFrame) else to_frame(records)
     path = Path(path)

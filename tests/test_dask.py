@@ -12,10 +12,10 @@ import pytest
 import scipy.sparse as sp
 
 from spartan_py.errors import InputError, OptionalDependencyError
-from spartan_py.executors import open_executor
+from spartan_py.host.executors import open_executor
 from spartan_py.runner import load_experiment, run_experiment
-from spartan_py.shard import infer_sharded
-from spartan_py.shard_rows import shard_bounds, shard_rows
+from spartan_py.scale_out.rows import shard_bounds, shard_rows
+from spartan_py.scale_out.shard import infer_sharded
 
 SWEEP = """\
 name: scale
@@ -192,17 +192,17 @@ def test_sharded_inference_equals_one_run(cluster, workers, balance):
 def test_sharded_auto_picks_the_backend_a_single_run_picks(monkeypatch):
     """``backend="auto"`` chooses per network in every shard, as ``infer`` does (the merged
     kernel on RadiX-Net networks where a GPU is present), not merely GPU or CPU."""
-    import spartan_py.engines as engines
-    from spartan_py.shard import release_engines, run_shard
+    import spartan_py.scale_out.shard as shard
+    from spartan_py.scale_out.shard import release_engines, run_shard
 
     chosen = []
-    real = engines.choose_backend
+    real = shard.choose_backend
 
     def spy(name, network):
         chosen.append((name, real(name, network)))
         return chosen[-1][1]
 
-    monkeypatch.setattr(engines, "choose_backend", spy)
+    monkeypatch.setattr(shard, "choose_backend", spy)
     release_engines()  # no engine kept from another test
     part = run_shard(
         "generated:1024:5",
@@ -249,7 +249,7 @@ def _die_once(marker: str, value: int) -> int:
 
 
 def test_a_broken_process_pool_is_renewed_and_its_work_resubmitted(tmp_path):
-    from spartan_py.executors import run_all
+    from spartan_py.host.executors import run_all
 
     marker = str(tmp_path / "died")
     with open_executor(None, 2) as workers:
@@ -264,7 +264,7 @@ def test_a_broken_process_pool_is_renewed_and_its_work_resubmitted(tmp_path):
 
 
 def test_work_that_keeps_killing_its_worker_is_reported_not_retried_forever():
-    from spartan_py.executors import run_all
+    from spartan_py.host.executors import run_all
 
     with open_executor(None, 2) as workers:
         found = list(run_all(workers, os._exit, {"boom": (3,)}, retries=1))
@@ -278,7 +278,7 @@ def test_shards_share_one_merged_network_that_workers_map(tmp_path):
     equals one run whether the preparation is shared or each worker merges its own."""
     from spartan_py.api import infer, resolve_inputs, resolve_network
     from spartan_py.engines.shared.column_merge import merge_network
-    from spartan_py.shard import release_prepared, shared_preparation
+    from spartan_py.scale_out.shard import release_prepared, shared_preparation
 
     network, inputs = "generated:1024:5", "generated:600:6"
     path = shared_preparation(network, 6, "gpu-merged-twin")
@@ -329,7 +329,7 @@ def test_a_merged_network_file_is_checked(tmp_path):
 
 def test_no_room_for_the_shared_file_means_each_worker_merges_its_own(monkeypatch):
     """A container's small /dev/shm, a full temporary folder: the run goes on as before sharing."""
-    import spartan_py.shard as shard
+    import spartan_py.scale_out.shard as shard
     from spartan_py.api import infer, resolve_inputs, resolve_network
 
     class Full:

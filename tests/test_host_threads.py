@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from spartan_py.host_threads import host_threads, ordered_map, run_split, split_range
+from spartan_py.host.threads import host_threads, ordered_map, run_split, split_range
 
 
 @pytest.mark.parametrize(("count", "parts"), [(0, 4), (1, 4), (7, 3), (10, 10), (5, 1), (3, 8)])

@@ -10,6 +10,22 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "spartan_py"
 MAX_LINES = 450
+#: Imports inside functions left in spartan_py/ (outside NOT_YET_COUNTED), each with its reason in
+#: a comment: an optional dependency (CuPy, PyTorch, Dask, scikit-learn, pyarrow) or an import
+#: circle a move cannot remove. The count may fall, never grow.
+FUNCTION_LEVEL_IMPORTS = 63
+#: Modules being changed on other branches while the imports were hoisted (issue 72); the lead
+#: empties this after merging them, hoisting or commenting their function-level imports.
+NOT_YET_COUNTED = (
+    "runner/store.py",
+    "runner/execute.py",
+    "report/",
+    "cli/experiments.py",
+    "cli/maps.py",
+    "trained_maps/",
+    "workloads/conv/",
+    "costmodel/spartan_hardware.py",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -19,7 +35,8 @@ def _module_name(path: Path) -> str:
 
 def _module_imports(path: Path) -> set[str]:
     """Modules of spartan_py that ``path`` imports at module level, ``if TYPE_CHECKING:``
-    blocks included (imports inside functions are deferred on purpose and left out)."""
+    blocks included (imports inside functions are left out: each says why it is deferred,
+    :func:`test_function_level_imports_say_why`)."""
     found = set()
 
     def visit(statements):
@@ -64,6 +81,57 @@ def test_no_import_circle():
     for name in sorted(graph):
         if name not in state:
             walk(name)
+
+
+def _function_level_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements inside a function (or a lambda), at any depth."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    return [
+        node
+        for function in ast.walk(tree)
+        if isinstance(function, functions)
+        for node in ast.walk(function)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+
+
+def _imports_without_a_reason(source: str) -> tuple[int, list[int]]:
+    """How many function-level imports ``source`` holds (nested functions' counted once), and
+    the lines of those with no comment: on their first line, on a comment line directly above,
+    or above the run of imports directly before them (one comment for a block)."""
+    lines = source.splitlines()
+    nodes = {node.lineno: node for node in _function_level_imports(ast.parse(source))}
+    ends = {node.end_lineno: node.lineno for node in nodes.values()}
+    reasoned: set[int] = set()
+    for line in sorted(nodes):
+        above = lines[line - 2].lstrip()
+        if "#" in lines[line - 1] or above.startswith("#") or ends.get(line - 1) in reasoned:
+            reasoned.add(line)
+    return len(nodes), sorted(set(nodes) - reasoned)
+
+
+def test_the_reason_detector_finds_a_bare_import():
+    source = (
+        "def f():\n    import cupy\n\n    # optional dependency (extra gpu)\n    import cupyx\n"
+        "    from cupyx import (\n        scipy,\n    )\n    import x  # why\n\n    import y\n"
+    )
+    assert _imports_without_a_reason(source) == (5, [2, 11])
+
+
+def test_function_level_imports_say_why():
+    """Imports sit at module top unless a comment says why not; the count of those left may
+    only fall (:data:`FUNCTION_LEVEL_IMPORTS`)."""
+    count, bare = 0, []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).as_posix().startswith(NOT_YET_COUNTED):
+            continue
+        found, lines = _imports_without_a_reason(path.read_text())
+        count += found
+        bare += [f"{path.relative_to(ROOT)}:{line}" for line in lines]
+    assert not bare, f"function-level imports without a reason (hoist them, or say why in a comment): {bare}"
+    assert count <= FUNCTION_LEVEL_IMPORTS, (
+        f"{count} function-level imports, more than {FUNCTION_LEVEL_IMPORTS}: hoist the new ones to module top"
+    )
 
 
 def test_no_module_over_the_cap():

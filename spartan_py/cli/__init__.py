@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spartan_py import __version__
 from spartan_py.cli import experiments, infer, machines, maps, model
 from spartan_py.errors import InputError, SpartanError
 
@@ -17,8 +18,6 @@ COMMAND_GROUPS = (infer, machines, experiments, model, maps)
 
 
 def _version() -> str:
-    from spartan_py import __version__
-
     return __version__
 
 

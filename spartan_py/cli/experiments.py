@@ -61,7 +61,7 @@ def _cmd_run(args) -> int:
         if record["status"] == "failed" and not skipped:
             bar.write(f"point {point.id} ({point.label}) failed: {record['error']}", file=sys.stderr)
 
-    from spartan_py.executors import open_executor
+    from spartan_py.host.executors import open_executor
 
     cluster = args.cluster if args.cluster is not None else experiment.executor.cluster
 

@@ -5,20 +5,22 @@ from __future__ import annotations
 import json
 import time
 
+from spartan_py.api import check_request, infer, network_neurons, resolve_inputs, resolve_network
 from spartan_py.cli._common import backend_name, duration, duration_range, log
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
-from spartan_py.engines import backend_choices
+from spartan_py.costmodel.simulate import simulated_run_facts
+from spartan_py.engines import backend_choices, check_backend, twin_backend
 from spartan_py.errors import InputError
 from spartan_py.files import json_ready
-from spartan_py.shard_rows import DEFAULT_BALANCE, SHARD_BALANCES
-from spartan_py.trace import trace_formats
+from spartan_py.graph_challenge.formats import read_truth
+from spartan_py.graph_challenge.writers import write_truth
+from spartan_py.host.executors import open_executor
+from spartan_py.scale_out.rows import DEFAULT_BALANCE, SHARD_BALANCES
+from spartan_py.scale_out.shard import infer_sharded
+from spartan_py.trace import check_trace_path, trace_formats, write_trace
 
 
 def _cmd_infer_sharded(args) -> int:
-    from spartan_py.executors import open_executor
-    from spartan_py.graph_challenge.writers import write_truth
-    from spartan_py.shard import infer_sharded
-
     if args.mode != "measured" or args.trace_out:
         raise InputError("--shards runs measured inference only (no --mode simulated, no --trace-out)")
     with open_executor(args.cluster, args.workers or args.shards) as workers:
@@ -51,9 +53,6 @@ def _cmd_infer_sharded(args) -> int:
 
 def _check_request(args) -> None:
     """Refuse a backend that cannot run the network before anything is loaded (exit 2)."""
-    from spartan_py.api import check_request, network_neurons
-    from spartan_py.engines import check_backend, twin_backend
-    from spartan_py.trace import check_trace_path
 
     if args.machine is not None and args.mode != "simulated":
         raise InputError(
@@ -72,13 +71,9 @@ def _check_request(args) -> None:
 
 
 def _cmd_infer(args) -> int:
-    from spartan_py.api import infer, resolve_inputs, resolve_network
-
     _check_request(args)
     if args.shards > 1 or args.cluster:
         return _cmd_infer_sharded(args)
-    from spartan_py.graph_challenge.formats import read_truth
-    from spartan_py.graph_challenge.writers import write_truth
 
     started = time.perf_counter()
     log(args, f"loading network {args.network} ...")
@@ -98,13 +93,9 @@ def _cmd_infer(args) -> int:
     if args.categories_out:
         write_truth(args.categories_out, result.categories)
     if args.trace_out:
-        from spartan_py.trace import write_trace
-
         write_trace(args.trace_out, result.predicted_trace if result.predicted_trace is not None else result.trace)
     summary = result.summary()
     if result.predicted_trace is not None:
-        from spartan_py.costmodel.simulate import simulated_run_facts
-
         summary.update(simulated_run_facts(result.predicted_trace, args.machine))
     if args.json:
         print(json.dumps(json_ready(summary)))

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 from spartan_py.cli._common import duration, duration_range
+from spartan_py.costmodel import load_machine, load_variants, machine_names
+from spartan_py.costmodel.releases import entries, trust_lines
+from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
 from spartan_py.files import json_ready
+from spartan_py.trace import check_trace_path, write_trace
 
 
 def _cmd_machines(args) -> int:
-    from spartan_py.costmodel import load_machine, load_variants, machine_names
-    from spartan_py.costmodel.releases import entries, trust_lines
-
     rows: list[dict] = []
     for name in machine_names():
         machine = load_machine(name)
@@ -120,9 +121,8 @@ def _print_replay(entry: dict) -> None:
 
 
 def _cmd_simulate(args) -> int:
-    from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
+    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
     from spartan_py.runner.store import run_environment
-    from spartan_py.trace import check_trace_path, write_trace
 
     if args.out:
         check_trace_path(args.out)

@@ -21,7 +21,38 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from spartan_py.cli._model_arguments import add_subcommands
+from spartan_py.costmodel import load_machine
+from spartan_py.costmodel.fidelity import HOLDOUT_POINTS, run_traces
+from spartan_py.costmodel.fidelity_tables import fidelity_tables
+from spartan_py.costmodel.fits import update_fit
+from spartan_py.costmodel.intervals import error_spreads
+from spartan_py.costmodel.machine import machine_path, write_machine
+from spartan_py.costmodel.maintain import (
+    calibrate_runs,
+    compare_machines,
+    cross_validate,
+    keep_trace,
+    measured_records,
+    shown,
+    with_algorithms,
+    with_validation,
+)
+from spartan_py.costmodel.release import (
+    blank_run,
+    blind_for,
+    compare_release,
+    launch_records,
+    release_predictions,
+    validation_entry,
+)
+from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
+from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
+from spartan_py.result_files import read_result, write_result
+from spartan_py.trace import read_trace, write_trace
 
 # the cost model's modules are imported inside each command, as in the other groups: they pull
 # pandas and SciPy, which `spartan --help` and every other command should not wait for
@@ -32,14 +63,13 @@ MODEL_PATHS = ("spartan_py/costmodel", "sim")
 
 
 def _commit() -> str:
+    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
     from spartan_py.runner.store import package_commit
 
     return package_commit(dirty=True) or "unknown"
 
 
 def _write(args, name: str, device: str, payload: dict, *, packed: bool = False) -> Path:
-    from spartan_py.result_files import write_result
-
     command = shlex.join(["spartan", *sys.argv[1:]])
     path = write_result(name, device, payload, args.out, commit=_commit(), command=command, packed=packed)
     print(path)
@@ -48,20 +78,11 @@ def _write(args, name: str, device: str, payload: dict, *, packed: bool = False)
 
 def _store(machine: str, **changes) -> None:
     """Store ``changes`` in the generated half of ``machine`` (a name in ``sim/`` or a datasheet's path)."""
-    from spartan_py.costmodel.fits import update_fit
-    from spartan_py.costmodel.machine import machine_path
 
     print(update_fit(machine_path(machine), **changes))
 
 
 def _cmd_calibrate(args) -> int:
-    import pandas as pd
-
-    from spartan_py.costmodel import load_machine
-    from spartan_py.costmodel.fidelity import HOLDOUT_POINTS
-    from spartan_py.costmodel.maintain import calibrate_runs, keep_trace, measured_records, shown, with_algorithms
-    from spartan_py.costmodel.release import validation_entry
-
     runs = [(args.run, "validate-h100.trace.csv.gz"), *((p, f"{p.name}-h100.trace.csv.gz") for p in args.also)]
     traces, kept = [], []
     for path, name in runs:
@@ -91,18 +112,12 @@ def _cmd_calibrate(args) -> int:
 def _release(machine, entry, where: str) -> None:
     """Store ``machine``'s generated half (``where``: its name or datasheet's path) with ``entry``
     as its validation of that scope."""
-    from spartan_py.costmodel.machine import machine_path, write_machine
-    from spartan_py.costmodel.maintain import with_validation
 
     released = with_validation(machine, entry, lambda result: Path(result).is_file())
     print(write_machine(released, machine_path(where)))
 
 
 def _cmd_cross_validate(args) -> int:
-    from spartan_py.costmodel import load_machine
-    from spartan_py.costmodel.intervals import error_spreads
-    from spartan_py.costmodel.maintain import cross_validate, measured_records, shown, with_algorithms
-
     runs = [(str(path), with_algorithms(measured_records(path), args.algorithms)) for path in [args.run, *args.also]]
 
     def progress(done: int, total: int) -> None:
@@ -121,10 +136,6 @@ def _cmd_cross_validate(args) -> int:
 
 
 def _cmd_predict(args) -> int:
-    from spartan_py.costmodel import load_machine
-    from spartan_py.costmodel.maintain import measured_records
-    from spartan_py.costmodel.release import launch_records, release_predictions
-
     failed: dict[str, str] = {}
     if args.measured:
         records = measured_records(args.records)
@@ -144,12 +155,7 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from spartan_py.costmodel import load_machine
-    from spartan_py.costmodel.fidelity import HOLDOUT_POINTS
-    from spartan_py.costmodel.maintain import compare_machines, keep_trace, measured_records, shown
-    from spartan_py.costmodel.release import blind_for, compare_release
-    from spartan_py.errors import InputError
-    from spartan_py.result_files import read_result
+    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
     from spartan_py.runner.store import run_environment
 
     measured = measured_records(args.run)
@@ -186,12 +192,6 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    from spartan_py.costmodel import load_machine
-    from spartan_py.costmodel.maintain import shown
-    from spartan_py.costmodel.release import validation_entry
-    from spartan_py.errors import InputError
-    from spartan_py.result_files import read_result
-
     result = read_result(args.result)
     where = args.machine or result.get("machine")
     if where is None:
@@ -205,8 +205,6 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_blank(args) -> int:
-    from spartan_py.costmodel.release import blank_run
-
     traces = blank_run(args.run, args.into)
     if args.delete:
         shutil.rmtree(args.run)
@@ -219,7 +217,7 @@ def _git(*words: str) -> str:
 
 
 def _cmd_draw(args) -> int:
-    from spartan_py.errors import InputError
+    # deferred: scipy.ndimage (the conv workload's layers) adds ~70 ms to `spartan --help`
     from spartan_py.workloads.drawn_set import PURPOSES, draw_set
 
     commit = args.commit
@@ -247,10 +245,7 @@ def _cmd_draw(args) -> int:
 
 
 def _cmd_spreads(args) -> int:
-    from spartan_py.costmodel.fidelity import run_traces
-    from spartan_py.costmodel.maintain import shown
-    from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
-    from spartan_py.errors import InputError
+    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
     from spartan_py.runner.store import run_environment
 
     traces = [run_traces(run) for run in args.runs]
@@ -285,8 +280,6 @@ def _cmd_spreads(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    from spartan_py.costmodel.fidelity_tables import fidelity_tables
-
     print(fidelity_tables(args.summary), end="")
     return 0
 
@@ -295,12 +288,10 @@ def _cmd_challenge(args) -> int:
     """The Graph Challenge networks' runs replayed on the current model: each point's own trace
     predicted on the machines it lists (no fitting on them); the stock-library columns kept
     from ``--stock`` (an earlier challenge.csv)."""
-    import pandas as pd
 
-    from spartan_py.costmodel.maintain import shown
+    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
     from spartan_py.runner.execute import replay_on_machines
     from spartan_py.runner.store import load_points
-    from spartan_py.trace import read_trace, write_trace
     from spartan_py.workloads.graph_challenge.tables import challenge_table
 
     points = load_points(args.run)
@@ -335,7 +326,6 @@ def _cmd_challenge(args) -> int:
 
 def register(commands, common) -> None:
     """Add ``model`` and its subcommands to the ``spartan`` command's subparsers."""
-    from spartan_py.cli._model_arguments import add_subcommands
 
     model = commands.add_parser(
         "model",

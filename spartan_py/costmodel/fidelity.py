@@ -19,10 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from spartan_py.costmodel.calibrate import calibrate
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.intervals import run_intervals
 from spartan_py.costmodel.machine import Machine, carry_over
 from spartan_py.costmodel.model import predict, run_totals
+from spartan_py.costmodel.repeatability import family_bar_pct
 from spartan_py.costmodel.validation import kernel_error_table
 from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_names
 from spartan_py.errors import InputError
@@ -89,7 +91,6 @@ def with_bars(table: pd.DataFrame, machine: Machine) -> pd.DataFrame:
     ``machine`` (``run_to_run_pct``: median, percent; NaN where not measured) and the bar its
     per-launch median error is judged by (``bar_pct``,
     :func:`~spartan_py.costmodel.repeatability.family_bar_pct`)."""
-    from spartan_py.costmodel.repeatability import family_bar_pct
 
     spreads = {family: spread.median_pct for family, spread in machine.run_to_run_spread.items()}
     table = table.assign(run_to_run_pct=table["family"].map(spreads).astype(float))
@@ -244,7 +245,6 @@ def compare(
     ``speedups`` (measured and predicted, first over second) and ``reverse_families`` (fit
     on the second machine, carried over to predict the first).
     """
-    from spartan_py.costmodel.calibrate import calibrate
 
     on_first = predict(first, first_machine)
     held = on_first[on_first["point"].str.contains(holdout)]

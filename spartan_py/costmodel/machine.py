@@ -160,7 +160,7 @@ class Machine(Datasheet, GeneratedParts):
     def validation_summary(self) -> str:
         """Every validation entry in full, its kind first (blind release, held-out release or
         development round: :mod:`spartan_py.costmodel.releases`), or ``not validated (...)`` in words."""
-        from spartan_py.costmodel.releases import record_text
+        from spartan_py.costmodel.releases import record_text  # import circle: releases imports machine
 
         return record_text(self)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from spartan_py.costmodel.machine import Machine, load_machine, load_variants, machine_names
 from spartan_py.costmodel.releases import KIND_ORDER, entries, entry_text
+from spartan_py.files import atomic_write_text
 
 TABLE_PATH = Path("docs") / "snippets" / "trust-table.md"
 """Where the committed table lives, relative to the repository (outside the docs' nav)."""
@@ -55,7 +56,6 @@ def trust_table() -> str:
 
 def main() -> None:
     """Rewrite the committed table (run from the repository's root)."""
-    from spartan_py.files import atomic_write_text
 
     atomic_write_text(TABLE_PATH, trust_table())
 

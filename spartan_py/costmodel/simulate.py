@@ -9,8 +9,9 @@ import pandas as pd
 from spartan_py.costmodel.families import FAMILIES, TIMED_FAMILIES
 from spartan_py.costmodel.intervals import run_interval
 from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_variants
-from spartan_py.costmodel.model import GUESSED_KINDS, predict
+from spartan_py.costmodel.model import GUESSED_KINDS, predict, run_totals
 from spartan_py.costmodel.releases import trust_lines
+from spartan_py.costmodel.validation import kernel_error_table
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, read_trace, to_frame
 
@@ -255,9 +256,6 @@ def replay_summary(
         machine.assumes.differences(environment) if same_gpu and environment and machine.assumes else []
     )
     if entry["compared"]:
-        from spartan_py.costmodel.model import run_totals
-        from spartan_py.costmodel.validation import kernel_error_table
-
         entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
         errors = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
         launches = timed.groupby("run", sort=False).size()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from spartan_py.engines.base import Engine, EngineOutput
+from spartan_py.engines.shared.column_merge import worth_merging
 from spartan_py.errors import BackendUnavailableError, InputError
 from spartan_py.graph_challenge.network import Network
 
@@ -124,7 +125,6 @@ def gpu_backend_for(network: Network) -> str:
     at most half as many distinct weight columns as outputs (RadiX-Net networks have 1/16;
     :func:`~spartan_py.engines.shared.column_merge.worth_merging`, the ``cpu`` engine's
     rule too), else ``gpu`` where it runs the network's width, else ``cpu``."""
-    from spartan_py.engines.shared.column_merge import worth_merging
 
     if worth_merging(network):
         return "gpu-merged"

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.graph_challenge.network import Network
-from spartan_py.host_threads import csr_by_parts
+from spartan_py.host.threads import csr_by_parts
 from spartan_py.trace import TraceRecord
 
 

@@ -31,6 +31,7 @@ LIMIT_CHECK_LAYERS = 16
 
 @functools.cache
 def _epilogue():
+    # optional dependency (extra gpu)
     import cupy
 
     return cupy.ElementwiseKernel(
@@ -202,6 +203,7 @@ class CusparseSpmmEngine(_CupyBaseline):
     kernel_name = "gpu.cusparse_spmm"
 
     def _prepare(self, matrix):
+        # optional dependency (extra gpu)
         import cupyx.scipy.sparse as csp
 
         return csp.csr_matrix(sp.csr_matrix(matrix.T, dtype=np.float32))  # W^T, so Y^T <- W^T @ Y^T
@@ -236,11 +238,13 @@ class CusparseSpgemmEngine(_CupyBaseline):
     kernel_name = "gpu.cusparse_spgemm"
 
     def _prepare(self, matrix):
+        # optional dependency (extra gpu)
         import cupyx.scipy.sparse as csp
 
         return csp.csr_matrix(sp.csr_matrix(matrix, dtype=np.float32))
 
     def _start(self, inputs):
+        # optional dependency (extra gpu)
         import cupyx.scipy.sparse as csp
 
         return _SparseState(csp.csr_matrix(inputs))

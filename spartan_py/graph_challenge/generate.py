@@ -37,7 +37,7 @@ import scipy.sparse as sp
 
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import OFFICIAL_BIAS, OFFICIAL_CLAMP, Network
-from spartan_py.host_threads import csr_by_parts
+from spartan_py.host.threads import csr_by_parts
 
 BLOCKS = 16
 WEIGHT = 1.0 / 16.0

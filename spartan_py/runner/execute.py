@@ -12,7 +12,7 @@ import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
 from spartan_py.errors import SpartanError
-from spartan_py.executors import Workers, run_all
+from spartan_py.host.executors import Workers, run_all
 from spartan_py.runner.check_points import check_points
 from spartan_py.runner.run_folder import bind_run_folder, run_folder_lock
 from spartan_py.runner.schema import Experiment
@@ -167,7 +167,7 @@ def run_experiment(
     dropped) and locked for the whole run (:func:`~spartan_py.runner.run_folder.run_folder_lock`:
     a second run waits, ``on_wait(holder)`` told once, then skips what the first finished).
 
-    Points run inline, or on ``workers`` (from :func:`spartan_py.executors.open_executor`:
+    Points run inline, or on ``workers`` (from :func:`spartan_py.host.executors.open_executor`:
     a process pool or a Dask cluster), their results streaming back here. Each point's
     files are written atomically, here, when it finishes; a failing point is stored with its
     error and the run goes on; a point whose worker died is resubmitted (``retries`` times).

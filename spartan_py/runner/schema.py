@@ -27,8 +27,11 @@ from pydantic import (
     model_validator,
 )
 
-from spartan_py.engines import AUTO_BACKEND, backend_choices
+from spartan_py.costmodel.simulate import resolve_machine
+from spartan_py.engines import AUTO_BACKEND, backend_choices, backends_taking
 from spartan_py.engines.options import OPTION_NAMES, EngineOptions
+from spartan_py.errors import InputError
+from spartan_py.host.executors import LOCAL_CLUSTERS
 from spartan_py.workloads import (
     Workload,
     WorkloadSection,
@@ -89,7 +92,7 @@ class Sweep(_Frozen):
 
 class ExecutorConfig(_Frozen):
     """Where the points run; results do not depend on it (``spartan run --cluster/--workers``
-    override it). See :mod:`spartan_py.executors`."""
+    override it). See :mod:`spartan_py.host.executors`."""
 
     cluster: str | None = Field(
         None,
@@ -103,8 +106,6 @@ class ExecutorConfig(_Frozen):
     @field_validator("cluster")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        from spartan_py.executors import LOCAL_CLUSTERS
-
         if value is not None and value not in LOCAL_CLUSTERS and "://" not in value:
             raise ValueError(f"expected {', '.join(LOCAL_CLUSTERS)} or a scheduler address such as tcp://host:8786")
         return value
@@ -113,7 +114,6 @@ class ExecutorConfig(_Frozen):
 def _name_the_backends(schema: dict) -> None:
     """JSON schema hook: each engine option's help names the backends that take it, worked out
     from the engine classes when the schema is asked for (never written by hand)."""
-    from spartan_py.engines import backends_taking
 
     for name in OPTION_NAMES:
         entry = schema.get("properties", {}).get(name)
@@ -163,9 +163,6 @@ class Experiment(ConvOptions, _ExperimentEngine):
     @field_validator("machines")
     @classmethod
     def _machines_known(cls, values: list[str]) -> list[str]:
-        from spartan_py.costmodel.simulate import resolve_machine
-        from spartan_py.errors import InputError
-
         for value in values:
             try:
                 resolve_machine(value)

@@ -16,6 +16,7 @@ def is_gpu_array(array) -> bool:
 def array_module(array):
     """``cupy`` for a CuPy array, ``numpy`` otherwise."""
     if is_gpu_array(array):
+        # optional dependency (extra gpu)
         import cupy
 
         return cupy

@@ -19,6 +19,7 @@ import numpy as np
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
+from spartan_py.sparsity.cusparse_bell import spmm_blocked_ell
 from spartan_py.sparsity.tiles import TileShape
 
 #: Block side used by the policy's Blocked-ELL candidate unless told otherwise.
@@ -128,8 +129,6 @@ def blocked_ell_matmul(ell: BlockedEll, w, *, out=None):
     elif out.shape != (rows, n) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise InputError(f"out must be C-contiguous float32 {(rows, n)}, got {out.dtype} {out.shape}")
     if is_gpu_array(ell.values):
-        from spartan_py.sparsity.cusparse_bell import spmm_blocked_ell
-
         spmm_blocked_ell(ell, w, out)
         return out
     block, width = ell.block, ell.width

@@ -22,9 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+import scipy.sparse as scipy_sparse
+
 from spartan_py.costmodel.families import COMPACT, CSR_CONVERT, CSR_GEMM_FP32, LIST_TILES, dense_gemm, tile_gemm
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, is_gpu_array
+from spartan_py.sparsity.compaction import compact_rows, expand_rows
 from spartan_py.sparsity.gpu_kernels import (
     F32_BLOCK_K,
     f32_block_threads,
@@ -245,8 +248,6 @@ def _run_tile_sparse(policy: PolicyView, a, w, profile: LayerProfile | None, out
 
 
 def _run_row_compact(policy: PolicyView, a, w, profile: LayerProfile | None, out):
-    from spartan_py.sparsity.compaction import compact_rows, expand_rows
-
     xp = array_module(a)
     rows = compact_rows(a, profile.row_nnz, live=profile.live_rows) if profile is not None else compact_rows(a)
     if rows.live:
@@ -259,9 +260,10 @@ def _run_row_compact(policy: PolicyView, a, w, profile: LayerProfile | None, out
 def _run_csr(policy: PolicyView, a, w, profile: LayerProfile | None, out):
     xp = array_module(a)
     if is_gpu_array(a):
+        # optional dependency (extra gpu)
         import cupyx.scipy.sparse as sparse
     else:
-        import scipy.sparse as sparse
+        sparse = scipy_sparse
     c = sparse.csr_matrix(a) @ w
     c = xp.ascontiguousarray(c, dtype=xp.float32)
     if out is not None:

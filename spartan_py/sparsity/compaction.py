@@ -27,6 +27,7 @@ import numpy as np
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array
+from spartan_py.sparsity.gpu_kernels import LIVE_ROWS_PER_BLOCK, tile_kernels
 from spartan_py.sparsity.tiles import TileList, TileShape, tile_counts
 
 
@@ -69,9 +70,8 @@ def compact_rows(a, row_nnz=None, *, live: int | None = None) -> CompactRows:
         if live is not None and live != ids.size:
             raise InputError(f"live = {live}, but {ids.size} rows have a non-zero")
         return CompactRows(ids, a[ids], m)
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import LIVE_ROWS_PER_BLOCK, tile_kernels
 
     kernels = tile_kernels(cupy.cuda.Device().id)
     counts = cupy.ascontiguousarray(counts, dtype=cupy.int32)
@@ -113,9 +113,8 @@ def expand_rows(compact: CompactRows, *, out=None):
     if not is_gpu_array(out):
         out[compact.ids] = compact.values
         return out
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
 
     if compact.live and shape[1]:
         # the gather's twin; CuPy's indexed assignment ran at about a third of the bandwidth,
@@ -145,9 +144,8 @@ def tile_list(tile_nnz, shape: tuple[int, int], tile) -> TileList:
         flat = np.flatnonzero(flags)
         coords = np.stack([flat // tiles_n, flat % tiles_n], axis=1).astype(np.int32).reshape(-1, 2)
         return TileList((int(shape[0]), int(shape[1])), tile, row_ptr, np.ascontiguousarray(coords[:, 1]), coords)
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
 
     total = tiles_m * tiles_n
     row_ptr = cupy.empty(tiles_m + 1, dtype=cupy.int32)
@@ -180,9 +178,8 @@ def compact_tiles(a, tile, tile_nnz=None, *, pack: bool = True) -> CompactTiles:
             block = a[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols]
             data[p, : block.shape[0], : block.shape[1]] = block
         return CompactTiles(tiles, data)
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
 
     data = cupy.empty((tiles.count, tile.rows, tile.cols), dtype=cupy.float32)
     if tiles.count:
@@ -204,9 +201,8 @@ def expand_tiles(compact: CompactTiles):
             block = out[i * tile.rows : (i + 1) * tile.rows, j * tile.cols : (j + 1) * tile.cols]
             block[...] = compact.data[p, : block.shape[0], : block.shape[1]]
         return out
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
 
     if tiles.count:
         args = (out, tiles.coords, compact.data, np.int32(m), np.int32(n), np.int32(tile.rows), np.int32(tile.cols))

@@ -1,7 +1,7 @@
 """Numba kernels of the CPU path: the layer epilogue with and without a fused monitor.
 
 Each runs over a part of the rows (or of the tile rows), the parts spread over the cores by
-:func:`~spartan_py.host_threads.run_split`.
+:func:`~spartan_py.host.threads.run_split`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import replace
 
 from spartan_py.costmodel.families import dense_gemm_precision
 from spartan_py.costmodel.library_gemm import CublasAlgo
@@ -52,6 +53,7 @@ class _HeuristicResult(ctypes.Structure):
 def _library() -> ctypes.CDLL | None:
     """cuBLASLt as loaded by CuPy's cuBLAS (the same copy the GEMMs use), else by name."""
     try:
+        # optional dependency (extra gpu)
         import cupy
 
         cupy.cuda.device.get_cublas_handle()  # loads libcublas, which loads libcublasLt
@@ -92,6 +94,7 @@ def heuristic_algo(m: int, n: int, k: int, precision: str, transposed_a: bool = 
     lib = _library()
     if lib is None or precision not in _COMPUTE or min(m, n, k) <= 0:
         return None
+    # optional dependency (extra gpu)
     import cupy
 
     return _asked(lib, cupy.cuda.Device().id, (m, n, k), precision, transposed_a)
@@ -171,7 +174,6 @@ def with_algorithms(records: list, transposed_a: bool = False) -> list:
     """``records`` with each cuBLAS GEMM's (``gpu.dense_gemm.*``) algorithm in its ``variant``
     (:func:`heuristic_algo` on the current GPU); records of other kernels, records that already
     name a variant and GEMMs whose algorithm cannot be asked are returned as they are."""
-    from dataclasses import replace
 
     out = []
     for record in records:

@@ -30,6 +30,7 @@ _c_void_p, _i64 = ctypes.c_void_p, ctypes.c_int64
 def _library() -> ctypes.CDLL:
     """The cuSPARSE shared library CuPy loaded (made to load it by creating a handle)."""
     try:
+        # optional dependency (extra gpu)
         from cupy_backends.cuda.libs import cusparse as cupy_cusparse
 
         cupy_cusparse.destroy(cupy_cusparse.create())
@@ -67,6 +68,7 @@ def spmm_blocked_ell(ell: Any, w: Any, out: Any) -> None:
     C-contiguous ``[cols x n]`` of the values' dtype; ``out``: C-contiguous float32
     ``[rows x n]``. Accumulates in float32 whatever the values' dtype.
     """
+    # optional dependency (extra gpu)
     import cupy as cp
 
     lib = _library()

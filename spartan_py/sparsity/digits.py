@@ -44,6 +44,7 @@ class Digits:
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Digits:
     """scikit-learn's handwritten digits, shuffled with ``seed`` and split."""
     try:
+        # optional dependency (extra digits)
         from sklearn.datasets import load_digits as sklearn_digits
     except ImportError:
         raise OptionalDependencyError(

@@ -50,6 +50,7 @@ def epilogue_grid(m: int, n: int) -> tuple[int, int]:
 @functools.cache
 def tile_kernels(device_id: int) -> dict:
     """{name: RawKernel} for the epilogue, counting and compaction kernels."""
+    # optional dependency (extra gpu)
     import cupy
 
     names = {f"epilogue_{mode}": f"epilogue<{code}>" for mode, code in EPILOGUE_MODES.items()}
@@ -72,6 +73,7 @@ def tile_kernels(device_id: int) -> dict:
 @functools.cache
 def col2im_kernel(device_id: int):
     """The RawKernel ``col2im_gather`` (``kernels/col2im.cu``) on device ``device_id``."""
+    # optional dependency (extra gpu)
     import cupy
 
     return cupy.RawKernel(kernel_source("col2im.cu"), "col2im_gather")
@@ -80,6 +82,7 @@ def col2im_kernel(device_id: int):
 def launch_epilogue(mode: str, m: int, n: int, args: tuple) -> None:
     """Queue the epilogue kernel of ``mode`` (a key of :data:`EPILOGUE_MODES`) over an
     ``[m x n]`` matrix on the current device and stream; ``args`` are the kernel's."""
+    # optional dependency (extra gpu)
     import cupy
 
     kernel = tile_kernels(cupy.cuda.Device().id)[f"epilogue_{mode}"]
@@ -103,6 +106,7 @@ F32_TRANSPOSED_KINDS = ("fp32", "fp32-balanced")
 def gemm_kernels(device_id: int) -> dict:
     """{(kind, BM, BN, BK): RawKernel} for the tile-sparse GEMM; kind is one of
     :data:`F32_KERNELS`' keys, one of :data:`F32_TRANSPOSED_KINDS` with ``-at``, or ``tf32``."""
+    # optional dependency (extra gpu)
     import cupy
 
     names: dict[tuple, str] = {
@@ -159,6 +163,7 @@ def f32_shared_bytes(rows: int, cols: int) -> int:
 @functools.cache
 def resident_grid(device_id: int, key: tuple) -> int:
     """Blocks of the GEMM kernel ``key`` that fit on the whole GPU at once (occupancy x SMs)."""
+    # optional dependency (extra gpu)
     import cupy
 
     kernel = gemm_kernels(device_id)[key]

@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.host_threads import run_split
+from spartan_py.host.threads import run_split
 from spartan_py.sparsity import cpu_kernels
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
-from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue
+from spartan_py.sparsity.gpu_kernels import epilogue_grid, launch_epilogue, tile_kernels
 from spartan_py.sparsity.tiles import TileShape, tile_counts
 
 MONITOR_MODES = ("off", "software", "fused", "sampled")
@@ -157,10 +157,11 @@ def count_scalars(tile_nnz, row_counts, *, wait: bool = True):
     if not is_gpu_array(tile_nnz):
         rows = row_counts if row_counts.ndim == 1 else row_counts.sum(axis=1)
         return int(tile_nnz.sum()), int((tile_nnz > 0).sum()), int((rows > 0).sum())
+    # optional dependency (extra gpu)
     import cupy
-    import cupyx
 
-    from spartan_py.sparsity.gpu_kernels import tile_kernels
+    # optional dependency (extra gpu)
+    import cupyx
 
     out = cupy.zeros(3, dtype=cupy.uint64)
     chunks = 1 if row_counts.ndim == 1 else row_counts.shape[1]
@@ -315,6 +316,7 @@ def _run_fused(z, bias, clamp, y, tile: TileShape):
 def _gpu_counts(mode: str, z, bias, clamp, y, tile: TileShape):
     """(tile counts, row counts, the one int32 buffer holding both) of the epilogue kernel of
     ``mode`` (one buffer, so that the software monitor copies it to the host in one go)."""
+    # optional dependency (extra gpu)
     import cupy
 
     m, n = z.shape
@@ -349,7 +351,10 @@ def software_pass(y, tile: TileShape, timed: bool):
         tile_nnz = tile_counts(y, tile)
         row_nnz = np.count_nonzero(y, axis=1).astype(np.int32)
         return tile_nnz.copy(), row_nnz.copy(), time.perf_counter() - start
+    # optional dependency (extra gpu)
     import cupy
+
+    # optional dependency (extra gpu)
     import cupyx
 
     events = (cupy.cuda.Event(), cupy.cuda.Event()) if timed else None
@@ -373,6 +378,7 @@ def _timed(work, like, *, lazy: bool = False):
         start = time.perf_counter()
         work()
         return time.perf_counter() - start
+    # optional dependency (extra gpu)
     import cupy
 
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spartan_py.costmodel.machine import DEFAULT_MACHINE
+from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.errors import InputError
 from spartan_py.sparsity.candidates import KERNEL_CHOICES, candidate, candidate_records, executed_part
 from spartan_py.sparsity.gpu_kernels import (
@@ -110,8 +112,6 @@ class KernelPolicy:
         tile=None,
         margin: float = 0.15,
     ):
-        from spartan_py.costmodel.simulate import resolve_machine
-
         if precision not in PRECISIONS:
             raise InputError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         unknown = [k for k in kernels if k not in KERNEL_CHOICES]
@@ -156,7 +156,6 @@ class KernelPolicy:
         err, no sparse kernel is predicted to beat cuBLAS at equal work (at tile density 1, the
         tile GEMM ran 1.1-1.4x cuBLAS's time on VGG-16's wide input gradients, H100, where the
         model had put it below)."""
-        from spartan_py.costmodel.model import predict
 
         counts = dict(nnz=nnz, tiles_active=tiles_active, live_rows=live_rows)
         out = {}

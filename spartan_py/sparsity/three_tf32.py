@@ -39,6 +39,7 @@ PRODUCT_TERMS = (("lo", "hi"), ("hi", "lo"), ("hi", "hi"))
 
 @functools.cache
 def _split_kernel():
+    # optional dependency (extra gpu)
     import cupy
 
     # the rounding of round_to_tf32 (to nearest, ties away from zero) in one pass

@@ -41,9 +41,24 @@ import numpy as np
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.arrays import array_module, as_matrix, is_gpu_array, same_device
-from spartan_py.sparsity.compaction import CompactTiles
+from spartan_py.sparsity.compaction import CompactTiles, tile_list
+from spartan_py.sparsity.gpu_kernels import (
+    COUNTS_MAX_K_TILES,
+    COUNTS_MAX_ROW_BLOCKS,
+    F32_BLOCK_K,
+    F32_SHAPES,
+    TF32_BLOCK_K,
+    TF32_SHAPES,
+    balance_flags,
+    f32_block_threads,
+    gemm_kernels,
+    grid_barrier_words,
+    resident_grid,
+    tf32_block_threads,
+    tf32_shared_bytes,
+)
 from spartan_py.sparsity.three_tf32 import round_to_tf32, summed_product, three_tf32_product
-from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape
+from spartan_py.sparsity.tiles import TileCounts, TileList, TileShape, tile_counts
 
 PRECISIONS = ("fp32", "tf32", "fp32x3")
 SCHEDULES = ("balanced", "tiles")
@@ -119,7 +134,6 @@ def lists_own_tiles(precision: str, schedule: str, tiles_m: int, k_tiles: int) -
     lists the non-zero tiles from a :class:`~spartan_py.sparsity.tiles.TileCounts` in its own
     launch, for ``tiles_m`` row blocks of ``k_tiles`` tiles: FP32 within the kernels' lists
     in shared memory (else a tile list is built first, a launch of its own)."""
-    from spartan_py.sparsity.gpu_kernels import COUNTS_MAX_K_TILES, COUNTS_MAX_ROW_BLOCKS
 
     if precision != "fp32":
         return False
@@ -157,8 +171,6 @@ def tile_sparse_matmul(
         raise InputError(f"tiles must be a TileList, TileCounts, CompactTiles or None, not {type(tiles).__name__}")
     shape = tuple(a.shape[::-1] if transposed_a else a.shape)
     if tiles is None:
-        from spartan_py.sparsity.tiles import tile_counts
-
         tile = default_gemm_tile(precision)
         tiles = TileCounts(shape, tile, tile_counts(a.T if transposed_a else a, tile))
     if tuple(tiles.shape) != shape:
@@ -182,8 +194,6 @@ def tile_sparse_matmul(
 
 
 def _listed(counts: TileCounts) -> TileList:
-    from spartan_py.sparsity.compaction import tile_list
-
     return tile_list(counts.nnz, counts.shape, counts.tile)
 
 
@@ -231,19 +241,8 @@ def _gpu_tile_matmul(
     """The CUDA tile GEMM; ``block`` = (BM, BN, BK) forces an FP32 instance, ``min_steps`` the
     balanced schedule's fewest steps per block (benchmarks); ``schedule`` None: the default;
     ``transposed_a``: ``a`` is A's transpose (FP32 only)."""
+    # optional dependency (extra gpu)
     import cupy
-
-    from spartan_py.sparsity.gpu_kernels import (
-        F32_BLOCK_K,
-        F32_SHAPES,
-        TF32_BLOCK_K,
-        TF32_SHAPES,
-        f32_block_threads,
-        gemm_kernels,
-        resident_grid,
-        tf32_block_threads,
-        tf32_shared_bytes,
-    )
 
     m, k = a.shape[::-1] if transposed_a else a.shape
     n = w.shape[1]
@@ -321,7 +320,6 @@ def _launch_balanced(
     partial sum per block (from CuPy's pool, which orders reuse by stream), the stream's
     flags, and for the kernel listing from counts (``k_tiles`` a row block) its padded
     list, row counts and barrier."""
-    from spartan_py.sparsity.gpu_kernels import balance_flags, f32_block_threads, grid_barrier_words, resident_grid
 
     kind, bm, bn, _ = key
     blocks = resident_grid(device, key)
@@ -369,7 +367,10 @@ def dense_matmul(a, w, *, precision: str = "fp32", out=None, transposed_a: bool 
 def _cublas_gemm(a, w, out, precision: str, transposed_a: bool, accumulate: bool = False):
     """``out (+)= A @ W`` by ``cublasGemmEx`` at ``precision`` (``fp32`` or ``tf32``); ``out``
     None: a new matrix (``accumulate`` then has nothing to add to)."""
+    # optional dependency (extra gpu)
     import cupy
+
+    # optional dependency (extra gpu)
     from cupy.cuda import cublas
 
     m, k = a.shape[::-1] if transposed_a else a.shape

@@ -1,4 +1,4 @@
-"""The CPU engine: Numba kernels on every core (:mod:`spartan_py.host_threads`) with live-row compaction."""
+"""The CPU engine: Numba kernels on every core (:mod:`spartan_py.host.threads`) with live-row compaction."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.cpu import kernels
 from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network, worth_merging
 from spartan_py.graph_challenge.network import Network
-from spartan_py.host_threads import host_threads, run_split
+from spartan_py.host.threads import host_threads, run_split
 from spartan_py.trace import TraceRecord, pass_through
 
 #: Default bound on the activation buffer of one batch of rows.

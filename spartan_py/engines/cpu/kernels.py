@@ -97,7 +97,7 @@ def layer_from_csr(
     lane_nnz,
     useful,
 ):
-    """First layer, tiles ``first:stop`` (:func:`~spartan_py.host_threads.run_split` spreads the
+    """First layer, tiles ``first:stop`` (:func:`~spartan_py.host.threads.run_split` spreads the
     tiles over the cores): lane ``b`` of tile ``t`` reads CSR input row ``lane_rows[t, b]``
     (``degree.size`` columns wide).
 

@@ -62,6 +62,7 @@ def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bo
     the ``bits`` instances run first launches of binary inputs. Only the instances an engine
     launches are built: all twelve took 39 s of a cold start (CuPy's kernel cache empty; one
     H200 host)."""
+    # optional dependency (extra gpu)
     import cupy
 
     names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows, bits in instances}
@@ -83,6 +84,7 @@ def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bo
 def _chain_kernels(device_id: int):
     """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a team, warps a
     team): gc_chain<C, G, P>} (a lane of a pair computes half the columns of a lone warp's)."""
+    # optional dependency (extra gpu)
     import cupy
 
     names = {

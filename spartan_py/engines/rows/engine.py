@@ -35,11 +35,14 @@ from spartan_py.engines.shared.layer_plan import LayerPlan
 from spartan_py.errors import BackendUnavailableError, DeviceMemoryError
 from spartan_py.graph_challenge.network import Network
 from spartan_py.resources import kernel_source
+from spartan_py.sparsity.monitor import software_pass
+from spartan_py.sparsity.tiles import TileShape
 
 
 @functools.cache
 def _layer_kernels(device_id: int, threads: int):
     """Compile kernels/gc_layer.cu once per device and block size; {(R, CPT): RawKernel}."""
+    # optional dependency (extra gpu)
     import cupy
 
     names = {shape: f"gc_layer<{shape[0]}, {shape[1]}>" for shape in kernel_shapes(threads)}
@@ -244,8 +247,6 @@ class RowsEngine(RowsKernelTrace, GpuEngineBase):
     def _monitor_pass(self, batch: DeviceBatch, dst: Buffers, layer: int) -> None:
         """The software monitor after a launch: read the live-row count, count the layer's
         output per 32-column tile in a separate pass, copy the counts to the host."""
-        from spartan_py.sparsity.monitor import software_pass
-        from spartan_py.sparsity.tiles import TileShape
 
         n = self.network.neurons
         alive = int(batch.counts[layer].get())

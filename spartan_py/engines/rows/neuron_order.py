@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from spartan_py.engines.shared.bank_schedule import BANKS, edge_colouring
 from spartan_py.engines.shared.ell import ell_from_csc
-from spartan_py.host_threads import ordered_map
+from spartan_py.host.threads import ordered_map
 
 #: Swap attempts of the warp search per neuron of a layer.
 SEARCH_SWAPS_PER_NEURON = 64
@@ -220,7 +220,7 @@ def neuron_orders(layers: Iterable[sp.spmatrix], workers: int | None = None) -> 
     32: first ``order[p]``, the input neuron at position ``p`` of the first layer's input, then,
     for each layer, its output neuron there (the last layer's: the identity). Each layer's
     banks and warps depend on that layer and the next only, so they are worked out on
-    ``workers`` threads (:func:`~spartan_py.host_threads.ordered_map`), layers read a few
+    ``workers`` threads (:func:`~spartan_py.host.threads.ordered_map`), layers read a few
     ahead, so that a lazily built network is never held whole; the orders are the same as
     one thread's."""
     staged = ordered_map(lambda layer: (layer, rainbow_banks(layer)), layers, workers=workers)

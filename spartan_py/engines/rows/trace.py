@@ -13,7 +13,7 @@ from spartan_py.engines.rows.plan import PIXEL_TABLE_SHARED_LIMIT, TWIN_GRID_BLO
 from spartan_py.engines.shared.input_counts import NO_COLUMN, pixel_outputs
 from spartan_py.engines.shared.kernel_trace import LaunchCost, LayerKernelTrace, executed_macs, weight_loads
 from spartan_py.engines.shared.layer_plan import LayerPlan, plan_layer
-from spartan_py.host_threads import ordered_map
+from spartan_py.host.threads import ordered_map
 from spartan_py.trace import TraceRecord
 
 
@@ -43,7 +43,7 @@ class RowsKernelTrace(LayerKernelTrace):
         their neurons renumbered so that every warp reads each bank equally often
         (:func:`~spartan_py.engines.rows.neuron_order.neuron_orders`; the same results in
         fewer steps), else in natural order. Layers are planned on every host thread
-        (:func:`~spartan_py.host_threads.ordered_map`; one thread's plans)."""
+        (:func:`~spartan_py.host.threads.ordered_map`; one thread's plans)."""
         weights = self.network.weights
         self._first_layer = None
         if not renumber or not len(weights):

@@ -33,7 +33,7 @@ from spartan_py.engines.shared.launches import gc_monitor_mode
 from spartan_py.engines.shared.twin_base import TwinEngine
 from spartan_py.errors import BackendUnavailableError
 from spartan_py.graph_challenge.network import Network
-from spartan_py.host_threads import run_split
+from spartan_py.host.threads import run_split
 
 LANES = 64  # rows computed together (across SIMD lanes); does not change any result
 

@@ -14,6 +14,7 @@ from spartan_py.errors import BackendUnavailableError
 def import_cupy():
     """CuPy, whichever wheel provides it; BackendUnavailableError when absent or GPU-less."""
     try:
+        # optional dependency (extra gpu)
         import cupy
     except ImportError as exc:
         raise BackendUnavailableError(
@@ -82,6 +83,7 @@ def upload_pinned(cp, arrays: list[tuple[np.ndarray, Any]]) -> tuple[list, float
     pageable memory the driver stages it through its own buffers at the host's memcpy rate
     (5-11 GB/s on the H100 host, by size). Where the host cannot pin that much, the array is
     copied from pageable memory instead."""
+    # optional dependency (extra gpu)
     import cupyx
 
     staged = []
@@ -104,6 +106,7 @@ def upload_pinned(cp, arrays: list[tuple[np.ndarray, Any]]) -> tuple[list, float
 def download_rows(cp, ids, values, alive: int, n: int) -> tuple[np.ndarray, np.ndarray, float]:
     """The first ``alive`` ids and n-wide value rows into pinned host memory, sorted by id,
     with the seconds of the copies alone (CUDA events): both queued, one wait."""
+    # optional dependency (extra gpu)
     import cupyx
 
     host_ids = cupyx.empty_pinned((alive,), dtype=np.int32)

@@ -102,6 +102,7 @@ class LayerStore:
 
     @staticmethod
     def _pinned(size: int) -> np.ndarray:
+        # optional dependency (extra gpu)
         import cupyx
 
         return cupyx.empty_pinned((max(size, 1),), dtype=np.uint8)

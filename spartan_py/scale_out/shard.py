@@ -2,7 +2,7 @@
 Dask cluster), merged exactly: the result equals one run over all rows.
 
 Rows are independent through every layer, so each shard (a set of rows,
-:func:`~spartan_py.shard_rows.shard_rows`) runs the whole network on its own; categories are
+:func:`~spartan_py.scale_out.rows.shard_rows`) runs the whole network on its own; categories are
 the shards' categories mapped back to global row numbers, and per-layer counts (live rows,
 non-zeros) are sums. Rows are dealt by predicted work by default: a row's survival, and so its
 share of the deep layers, depends strongly on the non-zeros of its input, so blocks of rows can
@@ -18,8 +18,8 @@ dask-cuda each worker sees only its own GPU.
 
 Example::
 
-    from spartan_py.executors import open_executor
-    from spartan_py.shard import infer_sharded
+    from spartan_py.host.executors import open_executor
+    from spartan_py.scale_out.shard import infer_sharded
     with open_executor("local", workers=2) as workers:
         result = infer_sharded("generated:1024", "generated:4000", workers=workers, shards=2,
                                backend="cpu", layers=24)
@@ -29,7 +29,9 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import gc
 import os
 import statistics
 import tempfile
@@ -41,10 +43,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.api import cached_inputs, cached_network, edge_rate, network_neurons, run_summary
+from spartan_py.engines import choose_backend, engine_class, make_engine, resolve_backend
+from spartan_py.engines.shared.column_merge import merge_network
+from spartan_py.engines.shared.merged_store import merged_bytes, read_merged, write_merged
 from spartan_py.errors import InputError
-from spartan_py.executors import Workers, gpu_count, run_all
+from spartan_py.graph_challenge.formats import read_truth
 from spartan_py.graph_challenge.generate import generated_family
-from spartan_py.shard_rows import DEFAULT_BALANCE, shard_rows
+from spartan_py.host.executors import Workers, gpu_count, run_all
+from spartan_py.scale_out.rows import DEFAULT_BALANCE, shard_rows
 
 
 def _neurons(network: str, layers: int | None) -> int:
@@ -58,8 +64,6 @@ def _neurons(network: str, layers: int | None) -> int:
 def _engine(network: str, layers: int | None, backend: str, device: int | None, options: tuple, prepared: str | None):
     """A prepared engine, kept by the worker for the next shard of the same run; ``prepared``:
     the file of the network merged once for every shard (:func:`shared_preparation`)."""
-    from spartan_py.engines import make_engine
-    from spartan_py.engines.shared.merged_store import read_merged
 
     merged = {} if prepared is None else {"merged": read_merged(prepared)}
     return make_engine(backend, cached_network(network, layers), **dict(options), **merged)
@@ -75,9 +79,6 @@ def shared_preparation(network: str, layers: int | None, backend: str) -> str | 
     exit: under ``/dev/shm`` where it has room (so that it stays in memory; a container's is often
     small), else in the temporary folder. None where the backend does not take a merged network,
     or where neither folder has room for it (each worker then merges its own)."""
-    from spartan_py.engines import choose_backend, engine_class
-    from spartan_py.engines.shared.column_merge import merge_network
-    from spartan_py.engines.shared.merged_store import merged_bytes, write_merged
 
     net = cached_network(network, layers)
     if not engine_class(choose_backend(backend, net)).takes_merged_network:
@@ -126,7 +127,6 @@ def release_engines() -> None:
     """Drop the engines this process keeps for later shards and give back the GPU memory
     they held on its GPU (run it on every worker between networks:
     ``client.run(release_engines)``)."""
-    import gc
 
     _engine.cache_clear()
     gc.collect()  # an engine's arrays may sit in reference cycles
@@ -155,7 +155,6 @@ def run_shard(
     (:meth:`Engine.time <spartan_py.engines.base.Engine.time>`: a GPU engine keeps the shard on
     the device and replays it, timed with CUDA events).
     ``prepared``: the network merged once for every shard (:func:`shared_preparation`)."""
-    from spartan_py.engines import choose_backend
 
     started = time.perf_counter()
     net = cached_network(network, layers)
@@ -191,15 +190,13 @@ def run_shard(
 def _gpu_device(backend: str, index: int):
     """(context, GPU index or None): the GPU this shard runs on, modulo the GPUs its worker
     sees (a local Dask worker's number, else the shard's ``index``); a no-op context off the GPU."""
-    import contextlib
-
-    from spartan_py.engines import engine_class, resolve_backend
 
     if not engine_class(resolve_backend(backend)).uses_gpu:
         return contextlib.nullcontext(), None
     count = gpu_count()
     if count <= 1:
         return contextlib.nullcontext(), 0
+    # optional dependency (extra gpu)
     import cupy
 
     slot = _worker_slot(index)
@@ -210,6 +207,7 @@ def _release_cached_blocks(gpu: int | None) -> None:
     """Give back the free blocks CuPy's pool keeps on this GPU (from an earlier shard of
     another size), so that :func:`_gpu_footprint` measures this shard."""
     if gpu is not None:
+        # optional dependency (extra gpu)
         import cupy
 
         cupy.get_default_memory_pool().free_all_blocks()
@@ -221,6 +219,7 @@ def _gpu_footprint(gpu: int | None) -> tuple[str | None, int | None]:
     engine's weights plus the most its runs needed at once (CUDA's context not counted)."""
     if gpu is None:
         return None, None
+    # optional dependency (extra gpu)
     import cupy
 
     return f"{gpu} ({cupy.cuda.Device(gpu).pci_bus_id})", int(cupy.get_default_memory_pool().total_bytes())
@@ -230,6 +229,7 @@ def _worker_slot(index: int) -> int:
     """A local Dask worker's number (LocalCluster names them 0, 1, ...), so that a worker
     keeps one GPU and its prepared engine across shards; elsewhere the shard's index."""
     try:
+        # optional dependency (extra dask)
         from distributed import get_worker
 
         return int(get_worker().name)
@@ -271,7 +271,7 @@ class ShardedResult:
     #: this process's time merging the network for every shard (0 where done before or not shared)
     prepare_seconds: float = 0.0
     shared_preparation: bool = False
-    #: how the rows were split (:data:`~spartan_py.shard_rows.SHARD_BALANCES`)
+    #: how the rows were split (:data:`~spartan_py.scale_out.rows.SHARD_BALANCES`)
     balance: str = DEFAULT_BALANCE
 
     @property
@@ -328,9 +328,8 @@ def infer_sharded(
     ``share_preparation``: merge the network once here for shards on this host
     (:func:`shared_preparation`) where the backend allows it; else each worker (each GPU, inline)
     merges its own. ``balance``: how the rows are split
-    (:func:`~spartan_py.shard_rows.shard_rows`: ``work``, by predicted work, or ``count``,
+    (:func:`~spartan_py.scale_out.rows.shard_rows`: ``work``, by predicted work, or ``count``,
     contiguous blocks)."""
-    from spartan_py.graph_challenge.formats import read_truth
 
     if not isinstance(network, str) or not isinstance(inputs, str):
         raise InputError(

@@ -12,7 +12,7 @@ against :class:`concurrent.futures.Executor`; :func:`open_executor` picks one:
                               ``LocalCUDACluster`` if installed (each worker sees its own
                               GPU), else a ``LocalCluster`` of as many single-threaded
                               workers (the work picks its GPU: a shard ``i`` takes GPU ``i``
-                              modulo those it sees, see :mod:`spartan_py.shard`)
+                              modulo those it sees, see :mod:`spartan_py.scale_out.shard`)
 ``cluster="tcp://host:8786"`` an existing Dask scheduler
 
 Dask is the optional extra ``dask``; without it, only the first two exist.
@@ -35,6 +35,7 @@ LOCAL_CLUSTERS = ("local", "local-cuda")
 
 def _distributed():
     try:
+        # optional dependency (extra dask)
         import distributed
     except ImportError as exc:
         raise OptionalDependencyError(
@@ -47,6 +48,7 @@ def _distributed():
 def gpu_count() -> int:
     """GPUs CuPy sees here (0 without CuPy or a driver)."""
     try:
+        # optional dependency (extra gpu)
         import cupy
 
         return int(cupy.cuda.runtime.getDeviceCount())
@@ -82,7 +84,10 @@ def lost_worker_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean the worker died (the piece of work should be retried elsewhere)."""
     errors: list[type[BaseException]] = [BrokenProcessPool]
     try:
+        # optional dependency (extra dask)
         from distributed import KilledWorker
+
+        # optional dependency (extra dask)
         from distributed.comm.core import CommClosedError
 
         errors += [KilledWorker, CommClosedError]
@@ -161,6 +166,7 @@ def _local_cluster(distributed, cluster: str, workers: int):
     if gpus == 0:
         raise InputError("cluster local-cuda needs at least one GPU visible to CuPy")
     try:
+        # optional dependency (extra dask)
         from dask_cuda import LocalCUDACluster
     except ImportError:
         return _process_cluster(distributed, gpus), f"a local Dask cluster of {gpus} workers for {gpus} GPUs"

@@ -1,5 +1,5 @@
 """How a sharded run splits its input rows: every row in one shard, sizes within one
-(:func:`shard_rows`; :mod:`spartan_py.shard` runs the shards)."""
+(:func:`shard_rows`; :mod:`spartan_py.scale_out.shard` runs the shards)."""
 
 from __future__ import annotations
 
