@@ -6,13 +6,20 @@ import re
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from spartan_py.cli._common import log
 from spartan_py.errors import InputError
+from spartan_py.host.executors import open_executor
+from spartan_py.runner import load_experiment, run_experiment
+from spartan_py.runner.check_points import check_points
+from spartan_py.runner.execute import unavailable_here
+from spartan_py.runner.run_folder import REPLACE_FLAG, bind_run_folder
+from spartan_py.runner.store import guessed_predictions
+from spartan_py.workloads import workload_of_point
 
 
 def _cmd_run(args) -> int:
-    from spartan_py.runner import load_experiment, run_experiment
-
     experiment, every_point = load_experiment(args.file)
     points = every_point
     if args.only:
@@ -23,14 +30,10 @@ def _cmd_run(args) -> int:
         points = [point for point in points if pattern.search(point.label)]
         if not points:
             raise InputError(f"--only {args.only!r}: no point of {args.file} has a matching label (see --check)")
-    from spartan_py.runner.check_points import check_points
-
     # the files read whole, rows, tiles, saved maps: before --check says "valid", before any
     # executor starts (run_experiment checks again, from what this kept)
     check_points(points)
     if args.check:
-        from spartan_py.runner.execute import unavailable_here
-
         blocked = {point.id: unavailable_here(point) for point in points}
         cannot = sum(reason is not None for reason in blocked.values())
         plural = "s" if len(points) != 1 else ""
@@ -41,14 +44,10 @@ def _cmd_run(args) -> int:
             print(f"  {point.id}  {point.label}" + (f"  * {reason}" if reason else ""))
         return 0
     out = Path(args.out) if args.out else Path("runs") / experiment.name
-    from spartan_py.runner.run_folder import bind_run_folder
-
     # a changed experiment refused before any executor starts (the run checks again, locked)
     if not args.replace_changed:
         bind_run_folder(out, experiment, every_point)
     log(args, f"{experiment.name}: {len(points)} points -> {out}")
-    from tqdm import tqdm
-
     bar = tqdm(total=len(points), unit="point", disable=args.quiet, file=sys.stderr)
 
     answers: list[str] = []
@@ -60,8 +59,6 @@ def _cmd_run(args) -> int:
         bar.update(1)
         if record["status"] == "failed" and not skipped:
             bar.write(f"point {point.id} ({point.label}) failed: {record['error']}", file=sys.stderr)
-
-    from spartan_py.host.executors import open_executor
 
     cluster = args.cluster if args.cluster is not None else experiment.executor.cluster
 
@@ -86,8 +83,6 @@ def _cmd_run(args) -> int:
         f"{out}: {summary.ran} points run, {summary.skipped} already done, {summary.failed} failed; "
         f"tables (*.csv) and points/ written"
     )
-    from spartan_py.runner.store import guessed_predictions
-
     guessed = guessed_predictions(out)
     if guessed:
         print(
@@ -95,6 +90,7 @@ def _cmd_run(args) -> int:
             "a family-wide fallback or the defaults (its column guessed)"
         )
     if args.report:
+        # deferred: spartan_py.report (matplotlib.pyplot) adds ~1.5 s to `spartan --help` (python -X importtime)
         from spartan_py.report import write_report
 
         html_path, md_path = write_report(out)
@@ -107,8 +103,6 @@ def _cmd_run(args) -> int:
 
 def _answer(record: dict) -> str:
     """A finished point's answer in one line (its workload's :meth:`answer`), "" for none."""
-    from spartan_py.workloads import workload_of_point
-
     if record["status"] != "ok":
         return f"{record['label']}: failed ({record['error'][:200]})"
     answer = workload_of_point(record).answer(record["summary"])
@@ -116,6 +110,7 @@ def _answer(record: dict) -> str:
 
 
 def _cmd_report(args) -> int:
+    # deferred: spartan_py.report (matplotlib.pyplot) adds ~1.5 s to `spartan --help` (python -X importtime)
     from spartan_py.report import write_report
 
     html_path, md_path = write_report(args.dir, against=args.against, predictions=args.predictions)
@@ -125,8 +120,6 @@ def _cmd_report(args) -> int:
 
 def register(commands, common) -> None:
     """Add ``run`` and ``report`` to the ``spartan`` command's subparsers."""
-    from spartan_py.runner.run_folder import REPLACE_FLAG
-
     experiment = commands.add_parser(
         "run", parents=[common], help="run an experiment file (YAML): every point of its sweep"
     )

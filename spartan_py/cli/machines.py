@@ -10,6 +10,7 @@ from spartan_py.costmodel import load_machine, load_variants, machine_names
 from spartan_py.costmodel.releases import entries, trust_lines
 from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
 from spartan_py.files import json_ready
+from spartan_py.runner.store import run_environment
 from spartan_py.trace import check_trace_path, write_trace
 
 
@@ -121,9 +122,6 @@ def _print_replay(entry: dict) -> None:
 
 
 def _cmd_simulate(args) -> int:
-    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
-    from spartan_py.runner.store import run_environment
-
     if args.out:
         check_trace_path(args.out)
     trace = read_replayable_trace(args.trace)

@@ -3,12 +3,21 @@ sparsity at every granularity, and the figures of it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from pydantic import ValidationError
+
+from spartan_py.costmodel.spartan_hardware import DensePrices, SpartanAssumptions
+from spartan_py.errors import InputError
+from spartan_py.files import atomic_write_text, json_ready
+from spartan_py.trained_maps.figures import bound_figures, load_summary
+from spartan_py.trained_maps.job import JobSettings, run_job
+from spartan_py.trained_maps.models import NETWORKS
+from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
 
 
 def _cmd_capture(args) -> int:
-    from spartan_py.trained_maps.job import JobSettings, run_job
-
     settings = JobSettings(
         data=Path(args.data),
         out=Path(args.out),
@@ -38,24 +47,12 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_figures(args) -> int:
-    from spartan_py.trained_maps.figures import bound_figures, load_summary
-
     for path in bound_figures(load_summary(args.summary), args.out):
         print(path)
     return 0
 
 
 def _cmd_whatif(args) -> int:
-    import json
-
-    from pydantic import ValidationError
-
-    from spartan_py.costmodel.spartan_hardware import DensePrices, SpartanAssumptions
-    from spartan_py.errors import InputError
-    from spartan_py.files import atomic_write_text, json_ready
-    from spartan_py.trained_maps.figures import load_summary
-    from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
-
     grains = [g.strip() for g in args.grain.split(",") if g.strip()]
     try:
         base = SpartanAssumptions(
@@ -122,8 +119,6 @@ def _add_whatif(sub, common) -> None:
 
 def register(commands, common) -> None:
     """Add ``spartan maps capture``, ``figures`` and ``whatif``."""
-    from spartan_py.trained_maps.models import NETWORKS
-
     maps = commands.add_parser("maps", parents=[common], help="real activation maps of trained networks (PyTorch)")
     sub = maps.add_subparsers(dest="maps_command", required=True)
     cap = sub.add_parser(

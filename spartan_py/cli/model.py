@@ -52,7 +52,11 @@ from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
 from spartan_py.result_files import read_result, write_result
+from spartan_py.runner.execute import replay_on_machines
+from spartan_py.runner.store import load_points, package_commit, run_environment
 from spartan_py.trace import read_trace, write_trace
+from spartan_py.workloads.drawn_set import PURPOSES, draw_set
+from spartan_py.workloads.graph_challenge.tables import challenge_table
 
 # the cost model's modules are imported inside each command, as in the other groups: they pull
 # pandas and SciPy, which `spartan --help` and every other command should not wait for
@@ -63,9 +67,6 @@ MODEL_PATHS = ("spartan_py/costmodel", "sim")
 
 
 def _commit() -> str:
-    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
-    from spartan_py.runner.store import package_commit
-
     return package_commit(dirty=True) or "unknown"
 
 
@@ -155,9 +156,6 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
-    from spartan_py.runner.store import run_environment
-
     measured = measured_records(args.run)
     device = str(measured["device"].iloc[0])
     predictions = read_result(args.predictions)
@@ -217,9 +215,6 @@ def _git(*words: str) -> str:
 
 
 def _cmd_draw(args) -> int:
-    # deferred: scipy.ndimage (the conv workload's layers) adds ~70 ms to `spartan --help`
-    from spartan_py.workloads.drawn_set import PURPOSES, draw_set
-
     commit = args.commit
     if commit is None:
         changed = _git("status", "--porcelain", "--", *MODEL_PATHS)
@@ -245,9 +240,6 @@ def _cmd_draw(args) -> int:
 
 
 def _cmd_spreads(args) -> int:
-    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
-    from spartan_py.runner.store import run_environment
-
     traces = [run_traces(run) for run in args.runs]
     devices = {str(d) for trace in traces for d in trace["device"].unique()}
     if len(devices) != 1:
@@ -288,12 +280,6 @@ def _cmd_challenge(args) -> int:
     """The Graph Challenge networks' runs replayed on the current model: each point's own trace
     predicted on the machines it lists (no fitting on them); the stock-library columns kept
     from ``--stock`` (an earlier challenge.csv)."""
-
-    # deferred: spartan_py.runner adds ~110 ms to `spartan --help` (python -X importtime)
-    from spartan_py.runner.execute import replay_on_machines
-    from spartan_py.runner.store import load_points
-    from spartan_py.workloads.graph_challenge.tables import challenge_table
-
     points = load_points(args.run)
     traces = []
     for point in points:

@@ -11,6 +11,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    EngFormatter,
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    ScalarFormatter,
+)
 
 from spartan_py.report.published_runs import published_rates  # noqa: E402
 
@@ -68,8 +76,6 @@ def live_rows_by_layer(results: pd.DataFrame) -> bytes | None:
 def _few_log_labels(*panels) -> None:
     """Label a log y axis at 1, 2 and 5 of each decade, as plain numbers (matplotlib's own
     choice leaves a range under two decades with one label, or crowds it with minor ones)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
     for axes in panels:
         axes.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5), numticks=12))
         axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
@@ -109,8 +115,6 @@ def edge_rate(results: pd.DataFrame, *, proxy_workload: bool) -> bytes | None:
         squeeze=False,
         layout="constrained",
     )
-    from matplotlib.ticker import EngFormatter, MaxNLocator
-
     colour = {"measured": "tab:blue", "simulated": "tab:orange", "published": "tab:grey"}
     for axes, (kind, rows) in zip(panels[:, 0], shown.items()):
         positions = np.arange(len(rows))[::-1]  # the first point on top
@@ -202,8 +206,6 @@ def tile_sweep(layers: pd.DataFrame) -> bytes | None:
     (useful / executed MACs) against square tile size, one line per density."""
     if layers.empty:
         return None
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
-
     frame = layers.assign(log_tile=np.log(layers["speedup_tile_sparse"]), log_chosen=np.log(layers["speedup_chosen"]))
     keys = ["timed_on", "tile", "map_density"]
     by_tile = frame.groupby(keys)[["log_tile", "log_chosen", "density"]].mean().reset_index()

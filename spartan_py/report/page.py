@@ -11,6 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
+from spartan_py.costmodel.fidelity import compare, run_traces
+from spartan_py.costmodel.machine import Machine, load_machine, machine_for_device
+from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.simulate import resolve_machine
+from spartan_py.costmodel.validation import kernel_error_table
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.report import figures
@@ -40,9 +45,6 @@ def _machine_for(point: dict) -> str:
 def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
     """Per launch, for points measured on a GPU: the prediction of the listed machine that
     describes that GPU (``device_names``), else of the first listed."""
-    from spartan_py.costmodel.model import predict
-    from spartan_py.costmodel.simulate import resolve_machine
-
     parts = []
     if traces.empty:  # no trace files (a copied run folder may leave them out)
         return pd.DataFrame()
@@ -62,8 +64,6 @@ def _measured_vs_model(traces: pd.DataFrame, points: list[dict]) -> pd.DataFrame
 def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list, dict]:
     """Sections and figures comparing this run with the same experiment measured on the GPU
     the model was fitted on (``against``), and with blind ``predictions`` made before it."""
-    from spartan_py.costmodel.fidelity import compare, run_traces
-    from spartan_py.costmodel.machine import Machine, load_machine, machine_for_device
 
     def machine_of(trace: pd.DataFrame) -> Machine:
         device = str(trace["device"].iloc[0])
@@ -183,8 +183,6 @@ def write_report(
         sections.append((TRUST_HEADING, trust_table(simulated)))
         links[heading] = TRUST_HEADING
     if not model.empty:
-        from spartan_py.costmodel.validation import kernel_error_table
-
         sections.append(("Cost model error on this run's measured launches", kernel_error_table(model)))
     sections += fidelity_sections
     sections += [section for part in parts for section in part.sections]

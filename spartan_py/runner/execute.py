@@ -11,6 +11,8 @@ from typing import Any
 import pandas as pd
 
 from spartan_py.costmodel.families import FAMILIES
+from spartan_py.costmodel.intervals import run_interval
+from spartan_py.costmodel.simulate import guessed_families, resolve_machine, simulate_trace
 from spartan_py.errors import SpartanError
 from spartan_py.host.executors import Workers, run_all
 from spartan_py.runner.check_points import check_points
@@ -43,9 +45,6 @@ def replay_on_machines(trace, machines: list[str]) -> dict:
     machine, ``{name: {"seconds": ...}}`` with its 80% interval and the families priced by a
     guess (``guessed``), or ``None`` with a note where the machine cannot run the kernel
     configuration."""
-    from spartan_py.costmodel.intervals import run_interval
-    from spartan_py.costmodel.simulate import guessed_families, resolve_machine, simulate_trace
-
     frame = trace if isinstance(trace, pd.DataFrame) else to_frame(trace)
     out: dict[str, dict[str, Any]] = {}
     for name in machines:

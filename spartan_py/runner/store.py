@@ -21,10 +21,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
+import numpy
 import pandas as pd
+import scipy
 
+from spartan_py.costmodel.machine import machine_for_device
+from spartan_py.costmodel.simulate import trust
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
+from spartan_py.runner.gpu_facts import gpu_facts
 from spartan_py.workloads import workload_classes, workload_of_point
 
 
@@ -62,10 +68,6 @@ def cpu_name() -> str:
 
 def environment() -> dict:
     """What the results were produced with: versions, the host's CPU, the commit."""
-    import numba
-    import numpy
-    import scipy
-
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -77,7 +79,7 @@ def environment() -> dict:
         "pandas": pd.__version__,
     }
     try:
-        import cupy
+        import cupy  # an optional dependency (CuPy): its version, or None
 
         info["cupy"] = cupy.__version__
     except ImportError:
@@ -85,8 +87,6 @@ def environment() -> dict:
     info["commit"] = os.environ.get("SPARTAN_COMMIT")  # a copy of the tree without its history says which
     if not info["commit"]:
         info["commit"] = package_commit()
-    from spartan_py.runner.gpu_facts import gpu_facts
-
     info |= gpu_facts()  # clocks and power limit: what tells GPUs of one name apart
     return info
 
@@ -161,9 +161,6 @@ def point_columns(point: dict) -> dict:
 
 
 def _trust(machine: str) -> str:
-    from spartan_py.costmodel.simulate import trust
-    from spartan_py.errors import InputError
-
     try:
         return trust(machine)
     except InputError as exc:  # a run folder from a checkout with other machine files
@@ -217,8 +214,6 @@ def guessed_predictions(out: Path) -> tuple[int, int] | None:
 
 def device_machine(point: dict) -> str | None:
     """The point's listed machine (``sim/`` name) that describes the GPU it ran on, or None."""
-    from spartan_py.costmodel.machine import machine_for_device
-
     names = point["config"]["machines"]
     return machine_for_device(point["summary"]["device"], names) if names else None
 

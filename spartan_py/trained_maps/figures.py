@@ -8,14 +8,13 @@ from pathlib import Path
 
 from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import GRAINS
+from spartan_py.trained_maps.job import SCHEMA
 
 _STYLE = {"chw": "-", "nhwc": "--"}
 
 
 def load_summary(path: str | Path) -> dict:
     """A job's JSON summary, checked for its schema."""
-    from spartan_py.trained_maps.job import SCHEMA
-
     try:
         summary = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -30,10 +29,12 @@ def bound_figures(summary: dict, out: str | Path) -> list[Path]:
     work over live work, summed over the post-ReLU convolutions) of each GEMM and of the whole
     step at every grain, both column orders, and the step's bound with the maps thinned to each
     sensitivity sparsity. Returns the paths written."""
+    # deferred: matplotlib.pyplot adds ~1.9 s to `spartan --help` (python -X importtime), which
+    # imports this module for `spartan maps figures`
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

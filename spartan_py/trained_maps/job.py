@@ -72,7 +72,7 @@ class JobSettings:
 
 def _to_array(tensor, backend: str):
     if backend == "cupy":
-        import cupy
+        import cupy  # an optional dependency (CuPy), GPU paths only
 
         return cupy.from_dlpack(tensor)
     return tensor.cpu().numpy()
@@ -87,7 +87,7 @@ def _backend(settings: JobSettings) -> str:
         return "numpy"
     torch, _ = import_torch()
     try:
-        import cupy
+        import cupy  # an optional dependency (CuPy), GPU paths only
 
         probe = torch.arange(4, device=settings.device)
         if int(cupy.from_dlpack(probe).sum()) != 6:
@@ -152,7 +152,7 @@ def analyse(runs: list[ConvMaps], settings: JobSettings, backend: str) -> dict[s
             record["gemms"]["input_grad"] = base["gemms"]["input_grad"]
             variants[f"{sparsity:g}"].append(record)
     if backend == "cupy":
-        import cupy
+        import cupy  # an optional dependency (CuPy), GPU paths only
 
         cupy.get_default_memory_pool().free_all_blocks()  # leave the GPU's memory to training
     return {

@@ -18,6 +18,7 @@ LAYERS_NETWORK: dict[str, str] = {"alexnet": "alexnet", "vgg16": "vgg16", "vgg16
 def import_torch() -> tuple[Any, Any]:
     """(torch, torchvision), or BackendUnavailableError naming the extra that brings them."""
     try:
+        # optional dependencies (the torch extra): spartan --help and import spartan_py work without them
         import torch
         import torchvision
     except ImportError as exc:

@@ -139,10 +139,12 @@ def whatif_table(rows: list[dict]) -> str:
 def whatif_figures(rows: list[dict], out: str | Path) -> list[Path]:
     """One PNG per network (``whatif-NETWORK.png`` in ``out``): predicted speed-up against
     grain, one line per point and maps, Spartan's published figure as a horizontal line."""
+    # deferred: matplotlib.pyplot adds ~1.9 s to `spartan --help` (python -X importtime), which
+    # imports this module for `spartan maps whatif`
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
