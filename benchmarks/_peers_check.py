@@ -9,8 +9,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks import _peers_build as pb
 from spartan_py.files import atomic_write_text
+from spartan_py.graph_challenge.check import compare_categories
 
 
 def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], timeout_s: float) -> dict:
@@ -91,3 +94,11 @@ def merge(out: Path, inputs: list[Path]) -> dict:
         merged["networks"].update(record.get("networks", {}))
     atomic_write_text(out, json.dumps(merged, indent=2) + "\n")
     return merged
+
+
+def category_verdict(network, inputs, found: np.ndarray, reference: np.ndarray) -> dict:
+    """``categories_equal`` (identical) and ``categories_passed`` (identical, or only rows
+    that float32 rounding can flip differ: the project's rule, spartan_py.graph_challenge.check),
+    with the check's one-line account."""
+    check = compare_categories(network, inputs, found, reference)
+    return {"categories_equal": check.equal, "categories_passed": check.passed, "categories_check": check.describe()}

@@ -161,12 +161,15 @@ def read_categories(path: Path) -> np.ndarray | None:
     return np.sort(np.array([int(v) for v in text], dtype=np.int64))
 
 
-def peer_entry(run: pb.PeerRun, mine: np.ndarray | None, written: Path | None) -> dict:
-    """A peer's result: times, what it printed and whether its categories equal ours."""
+def peer_entry(run: pb.PeerRun, mine: np.ndarray | None, written: Path | None, network=None, inputs=None) -> dict:
+    """A peer's result: times, what it printed and whether its categories equal ours (with
+    ``network`` and ``inputs``, differing rows judged by the project's rule)."""
     entry = asdict(run)
     found = read_categories(written) if written is not None else None
     entry["categories"] = None if found is None else int(found.size)
     entry["categories_equal"] = None if found is None or mine is None else bool(np.array_equal(found, mine))
+    if found is not None and mine is not None and network is not None and inputs is not None:
+        entry |= pc.category_verdict(network, inputs, found, mine)
     if run.returncode != 0 or run.inference_seconds is None:
         entry["error"] = f"exit {run.returncode}, no runtime printed: {run.tail[-500:]}"
     return entry
@@ -244,7 +247,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
         if categories is not None:
             if reference is None:
                 reference, entry["reference"] = categories, name
-            systems[name]["categories_equal"] = bool(np.array_equal(categories, reference))
+            systems[name] |= pc.category_verdict(network, inputs, categories, reference)
             if truth is not None:
                 systems[name]["passed_truth"] = bool(np.array_equal(categories, truth))
         log(f"{key} {name}: {systems[name]}")
@@ -288,12 +291,15 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
             run = pb.run_peer(
                 binaries[mode], mode, neurons, layers, [*extra, "--categories-out", str(out)], args.timeout_s
             )
-            runs.append(peer_entry(run, reference, out))
+            runs.append(peer_entry(run, reference, out, network, inputs))
             if "error" in runs[-1]:
                 break
         good = [r["inference_seconds"] for r in runs if "error" not in r]
         result = {"runs": runs, "inference_seconds": statistics.median(good) if good else None}
         result["categories_equal"] = all(r["categories_equal"] for r in runs) if good else None
+        result["categories_passed"] = (
+            all(r.get("categories_passed", r["categories_equal"]) for r in runs) if good else None
+        )
         result["wall_seconds"] = statistics.median(r["wall_seconds"] for r in runs)
         if mode in pb.SCHEDULING:
             result["schedule"] = setup

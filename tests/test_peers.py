@@ -174,7 +174,8 @@ def test_ours_alone_on_the_generated_1024x120(tmp_path):
     entry = peers.run_network(1024, 120, args, {}, None)
     systems = entry["systems"]
     assert entry["network"] == "generated" and set(systems) == {"gpu-merged", "gpu", "auto"}
-    assert all(s["categories_equal"] and s["inference_seconds"] > 0 for s in systems.values())
+    # the rows kernel may differ from the merged one on rows float32 rounding can flip (the project's rule)
+    assert all(s["categories_passed"] and s["inference_seconds"] > 0 for s in systems.values()), systems
 
 
 def test_lane_ordered_network_is_the_same_network_renumbered():
