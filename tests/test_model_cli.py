@@ -110,6 +110,7 @@ def test_timed_records_are_refused_for_a_release(tmp_path):
     assert spartan(words) == 2
 
 
+@pytest.mark.slow  # a refit per held-out point: 20-55 s on 2 cores
 def test_cross_validate_stores_the_error_spread(tmp_path, capsys):
     datasheet = _h100_copy(tmp_path)
     kept = write_trace(tmp_path / "tiny.trace.csv", _tiny_measured())
@@ -123,6 +124,7 @@ def test_cross_validate_stores_the_error_spread(tmp_path, capsys):
     assert load_machine(datasheet).calibration == load_machine("h100-sxm").calibration  # spreads only
 
 
+@pytest.mark.slow  # a refit per held-out point: 20-55 s on 2 cores
 def test_compare_cross_machines_with_a_reverse_fit(tmp_path, capsys):
     measured = _tiny_measured()
     blank = _run_folder(tmp_path / "blank", measured.assign(measured_us=np.nan))
