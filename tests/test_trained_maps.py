@@ -169,3 +169,19 @@ def test_captured_maps_run_a_whole_networks_training_step(tiny_fashion, tmp_path
         conv5 = archive[gradient_mask_key("alexnet/conv5")]
     row = rows.set_index(["layer", "gemm"]).loc[("alexnet/conv5", "input_grad")]
     assert row["density"] == pytest.approx(np.count_nonzero(conv5) / (row["M"] * row["K"]))
+
+
+def test_measured_tables_are_made_from_the_committed_capture():
+    """docs/snippets/maps-*.md equal their regeneration from benchmarks/results/maps-h100-20261207,
+    and the committed summary loads gzipped with its three networks' late points."""
+    from pathlib import Path
+
+    from spartan_py.report import maps_tables
+    from spartan_py.trained_maps.figures import load_summary
+
+    root = Path(__file__).resolve().parents[1]
+    for key, text in maps_tables.render(root).items():
+        assert (root / maps_tables.SNIPPETS[key]).read_text() == text, "run python -m spartan_py.report.maps_tables"
+    summary = load_summary(root / maps_tables.FOLDER / "summary.json.gz")
+    assert sorted(summary["networks"]) == ["alexnet", "resnet18", "vgg16"]
+    assert all("late" in record["points"] for record in summary["networks"].values())

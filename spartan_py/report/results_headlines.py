@@ -323,6 +323,61 @@ def training_table(frame: pd.DataFrame) -> list[str]:
     )
 
 
+MAPS_GRAINS = ("64x32", "16x8", "8x8", "4x4", "element")
+"""The grains a ``spartan maps`` headline shows, coarse to fine."""
+
+
+def _maps(data: dict) -> list[str]:
+    """Per network: late accuracy and its move over the last tenth, the late step's bound
+    (dense work over live work, every convolution, CHW columns) at each grain, and the
+    sensitivity rows' bounds at 16 x 8."""
+    rows = []
+    for network, record in data["networks"].items():
+        late = record["points"]["late"]
+        tenth = record.get("last_tenth") or {}
+        step = late["network"]["all"]["step"]["chw"]
+        sens = late.get("sensitivity", {})
+        rows.append(
+            (
+                network,
+                f"{late['step']} of {record.get('steps_planned', '-')}",
+                _g(late.get("test_accuracy")),
+                "-" if "change" not in tenth else f"{tenth['change']:+.3f}",
+                *(f"{step[g]:.2f}" for g in MAPS_GRAINS),
+                *(
+                    f"{sens[k]['network']['all']['step']['chw']['16x8']:.2f}" if k in sens else "-"
+                    for k in ("0.7", "0.9")
+                ),
+            )
+        )
+    head = f"{data['data']}; batch {data['settings']['batch']}, {data['settings']['images']} test images captured."
+    header = ("network", "late step", "test accuracy", "last tenth", *MAPS_GRAINS, "16x8 at 70%", "16x8 at 90%")
+    return [head, "Bounds of the late point's whole step (every convolution, CHW columns):", "", *_table(header, rows)]
+
+
+def _maps_whatif(data: dict) -> list[str]:
+    """Spartan-hardware speed-up per network and grain at the late point, captured maps."""
+    rows: dict[str, dict[str, dict]] = {}
+    for row in data["rows"]:
+        if row["point"] == "late" and row["maps"] == "captured":
+            rows.setdefault(row["network"], {})[row["grain"]] = row
+    grains = list(dict.fromkeys(g for by in rows.values() for g in by))
+    first = data["rows"][0]
+    head = (
+        f"{first['machine']}, {first['precision']}, batch {first['batch']}, late point, captured maps: "
+        "predicted speed-up (ideal in brackets) beside Spartan's figure."
+    )
+    table = [
+        (
+            network,
+            *(f"{by[g]['speedup']:.2f} ({by[g]['ideal_speedup']:.2f})" if g in by else "-" for g in grains),
+            _g(next(iter(by.values()))["spartan_published"]),
+        )
+        for network, by in rows.items()
+    ]
+    return [head, "", *_table(("network", *grains, "Spartan's figure"), table)]
+
+
 EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_gpu": _gc_gpu,
     "gc_cpu": _gc_cpu,
@@ -347,6 +402,8 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "cublas_algos": _cublas_algos,
     "graph-challenge-all": _challenge,
     "model": _challenge_model,
+    "spartan-maps": _maps,
+    "spartan-maps-whatif": _maps_whatif,
 }
 """Headline figures by the result file's ``benchmark`` field."""
 

@@ -41,7 +41,15 @@ SECTIONS = (
     ("The sparsity monitor", ("gc_monitor",)),
     (
         "Spartan machinery and the training step",
-        ("spartan-machinery", "training", "training_bound", "col2im", "tile-gemm"),
+        (
+            "spartan-machinery",
+            "training",
+            "training_bound",
+            "col2im",
+            "tile-gemm",
+            "spartan-maps",
+            "spartan-maps-whatif",
+        ),
     ),
     (
         "Cost model: fits, validation, spread",
@@ -139,6 +147,28 @@ def _training_entry(root: Path, environment: Path) -> Entry:
     )
 
 
+def _maps_kind(path: Path, data: dict) -> str | None:
+    """``spartan-maps`` (a capture's summary), ``spartan-maps-whatif`` or None."""
+    if str(data.get("schema", "")).startswith("spartan-maps"):
+        return "spartan-maps"
+    return "spartan-maps-whatif" if path.name.startswith("whatif") and "rows" in data else None
+
+
+def _maps_entry(root: Path, path: Path, data: dict, kind: str) -> Entry:
+    """A ``spartan maps`` file, whose device, date, commit and command are its row in the
+    folder's README table (``| file | device | date | commit | command |``)."""
+    readme = path.parent / "README.md"
+    rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \| `([^`]+)` \|$", readme.read_text(), re.M)
+    found = {name: cells for name, *cells in rows}
+    if path.name not in found:
+        raise KeyError(f"{path} has no row in {readme}: name its device, date, commit and command there")
+    device, date, commit, command = (cell.strip() for cell in found[path.name])
+    relative = path.relative_to(root / RESULTS).as_posix()
+    return Entry(
+        _key(relative), (relative,), kind, device, date, commit, command, headlines({**data, "benchmark": kind})
+    )
+
+
 def entries(root: Path) -> list[Entry]:
     """Every result file under ``root/benchmarks/results`` as an entry, in path order."""
     found = []
@@ -147,6 +177,8 @@ def entries(root: Path) -> list[Entry]:
             data = _load(path)
             if isinstance(data, dict) and "benchmark" in data:
                 found.append(_json_entry(root, path, data))
+            elif isinstance(data, dict) and (kind := _maps_kind(path, data)) is not None:
+                found.append(_maps_entry(root, path, data, kind))
         elif path.name.startswith("environment") and path.suffix == ".json":
             found.append(_training_entry(root, path))
     return found

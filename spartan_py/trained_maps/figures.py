@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -14,9 +15,10 @@ _STYLE = {"chw": "-", "nhwc": "--"}
 
 
 def load_summary(path: str | Path) -> dict:
-    """A job's JSON summary, checked for its schema."""
+    """A job's JSON summary (plain or gzipped, ``.gz``), checked for its schema."""
     try:
-        summary = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
+        summary = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
     except (OSError, ValueError) as exc:
         raise InputError(f"not a readable JSON summary ({exc})", path=path) from None
     if not isinstance(summary, dict) or summary.get("schema") != SCHEMA:
