@@ -62,6 +62,23 @@ def test_a_missing_generated_half_is_named(tmp_path):
         load_machine(path)
 
 
+def test_a_new_machine_loads_unfitted_for_its_first_calibration(tmp_path):
+    """A datasheet with no generated half yet: refused as a machine to predict with, loaded with
+    no calibration for `spartan model calibrate`; its first fit names the datasheet's machine."""
+    path = _copy(tmp_path)
+    fit_path(path).unlink()
+    renamed = tmp_path / "new-gpu.yaml"
+    renamed.write_text(path.read_text())  # its `name:` still says h100-sxm
+    with pytest.raises(InputError, match="no generated half"):
+        load_machine(renamed)
+    machine = load_machine(renamed, unfitted_ok=True)
+    assert machine.name == "h100-sxm" and not machine.calibration
+    update_fit(renamed, validation=[])
+    assert read_fit(renamed).machine == "h100-sxm"
+    with pytest.raises(InputError, match="specs differ"):  # of this machine, but not yet fitted
+        load_machine(renamed)
+
+
 def test_a_datasheet_changed_after_its_fit_is_refused(tmp_path):
     path = _copy(tmp_path)
     path.write_text(path.read_text().replace("memory_bandwidth_gb_s: 3352", "memory_bandwidth_gb_s: 3000"))

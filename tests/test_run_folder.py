@@ -147,6 +147,13 @@ def test_another_experiment_in_the_folder_is_still_refused(tmp_path):
     experiment, points = load_experiment(path)
     with pytest.raises(InputError, match="holds a run of experiment 'bound'"):
         run_experiment(experiment, points, tmp_path / "run", replace_changed=True)
+    # a folder that is not a run folder at all: refused before the lock would make anything in it
+    stray = tmp_path / "stray"
+    (stray / "points").mkdir(parents=True)
+    (stray / "points" / "x.json").write_text("{}")
+    with pytest.raises(InputError, match="not a run folder"):
+        run_experiment(experiment, points, stray, replace_changed=True)
+    assert not (stray / ".lock").exists()
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ the dense step does, and ``spartan maps whatif`` prints, writes and draws it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +149,18 @@ def test_the_whatif_command_prints_writes_and_draws(tmp_path, capsys):
         measured_dense(csv, "tf32", 2)
     assert main(["maps", "whatif", path, "--grain", "3x3", "--out", str(out)]) == 2
     assert "grain '3x3'" in capsys.readouterr().err
+
+
+def test_a_summary_without_a_requested_grain_is_refused(tmp_path, capsys):
+    """A summary that lacks a grain asked for (e.g. captured before it existed): exit 2 naming it."""
+    path = Path(_summary(tmp_path))
+    summary = json.loads(path.read_text())
+    for record in summary["networks"].values():
+        for data in record["points"].values():
+            for layer in data["layers"]:
+                for entry in layer["gemms"].values():
+                    for by_grain in entry["orders"].values():
+                        by_grain.pop("8x8", None)
+    path.write_text(json.dumps(summary))
+    assert main(["maps", "whatif", str(path), "--grain", "8x8", "--out", str(tmp_path / "w")]) == 2
+    assert "no 8x8" in capsys.readouterr().err

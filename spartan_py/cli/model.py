@@ -94,7 +94,7 @@ def _cmd_calibrate(args) -> int:
     families = tuple(args.families.split(",")) if args.families else None
     fitted, payload = calibrate_runs(
         trace,
-        load_machine(args.machine),
+        load_machine(args.machine, unfitted_ok=True),
         traces=kept,
         holdout=args.holdout or HOLDOUT_POINTS,
         measured_commit=args.measured_commit,

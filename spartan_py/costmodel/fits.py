@@ -213,6 +213,12 @@ def write_fit(datasheet: Path, fit: MachineFit) -> Path:
 def update_fit(datasheet: Path, **changes) -> Path:
     """Write the generated half beside ``datasheet`` with ``changes`` (fields of
     :class:`MachineFit`, validated) over what it holds now (a new one when it has none)."""
-    current = read_fit(datasheet) or MachineFit(machine=datasheet.stem)
+    current = read_fit(datasheet) or MachineFit(machine=_datasheet_name(datasheet))
     updated = MachineFit.model_validate({**current.model_dump(), **changes})
     return write_fit(datasheet, updated)
+
+
+def _datasheet_name(datasheet: Path) -> str:
+    """The ``name`` a datasheet gives its machine (its file's stem when it names none)."""
+    data = yaml.safe_load(datasheet.read_text()) if datasheet.is_file() else None
+    return str(data.get("name", datasheet.stem)) if isinstance(data, dict) else datasheet.stem

@@ -225,10 +225,12 @@ def machine_path(name: str | Path) -> Path:
     return path
 
 
-def load_machine(name: str | Path) -> Machine:
+def load_machine(name: str | Path, *, unfitted_ok: bool = False) -> Machine:
     """A machine by name or path: its datasheet and the generated half beside it
     (``fits/<name>.yaml``) validated and checked as one (errors name the file, line and field);
-    one whose datasheet names ``calibration_from`` gets that machine's fit carried over."""
+    one whose datasheet names ``calibration_from`` gets that machine's fit carried over.
+    ``unfitted_ok``: a datasheet with no generated half yet loads with no calibration (what
+    ``spartan model calibrate`` starts a new machine from)."""
     path = machine_path(name)
     marked = load_yaml(path)
     generated = [key for key in _GENERATED if isinstance(marked.data, dict) and key in marked.data]
@@ -246,7 +248,8 @@ def load_machine(name: str | Path) -> Machine:
             f"the file describes {sheet.name!r}, not {name!r}; its `name` must match the file name", path=path
         )
     fit = read_fit(path)
-    _check_fit(sheet, fit, path)
+    if not (unfitted_ok and fit is None):
+        _check_fit(sheet, fit, path)
     own = fit.model_dump(include=set(_GENERATED), exclude_defaults=True) if fit is not None else {}
     machine = Machine.model_validate({**sheet.model_dump(exclude_defaults=True), **own})
     if machine.calibration_from is None:

@@ -239,9 +239,9 @@ def price_layers(
     return total
 
 
-def check_summary(summary: dict, path: str = "summary") -> None:
+def check_summary(summary: dict, path: str = "summary", grains: tuple[str, ...] = ()) -> None:
     """Raise :class:`InputError` unless ``summary`` is a ``spartan maps capture`` summary whose
-    layers carry the grains this module reads."""
+    layers carry the grains this module reads (``grains``: those asked for, each in every order)."""
     if not isinstance(summary, dict) or not str(summary.get("schema", "")).startswith("spartan-maps/"):
         raise InputError("not a spartan maps capture summary (schema spartan-maps/N expected)", path=path)
     for network, record in summary.get("networks", {}).items():
@@ -255,3 +255,11 @@ def check_summary(summary: dict, path: str = "summary") -> None:
                         raise InputError(
                             f"{network} {point} {layer['name']} {gemm}: orders {ORDERS} expected", path=path
                         )
+                    for order, by_grain in entry["orders"].items():
+                        lacking = [grain for grain in grains if grain not in by_grain]
+                        if lacking:
+                            raise InputError(
+                                f"{network} {point} {layer['name']} {gemm} {order}: no {', '.join(lacking)} "
+                                f"(the summary has {', '.join(by_grain)})",
+                                path=path,
+                            )

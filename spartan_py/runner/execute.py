@@ -19,6 +19,7 @@ from spartan_py.runner.check_points import check_points
 from spartan_py.runner.run_folder import bind_run_folder, run_folder_lock
 from spartan_py.runner.schema import Experiment
 from spartan_py.runner.store import (
+    check_run_folder,
     environment,
     finished_point,
     point_path,
@@ -175,6 +176,7 @@ def run_experiment(
     out = Path(out)
     selected = [p for p in points if only is None or p.id in only]
     check_points(selected)  # every input checked before any work: a bad one stops the run here (exit 2)
+    check_run_folder(out, experiment.name)  # another experiment's folder: refused before the lock makes it
     with run_folder_lock(out, on_wait):
         bind_run_folder(out, experiment, points, replace_changed=replace_changed)
         return _run_locked(experiment, points, selected, out, force, on_point, workers, retries)

@@ -76,7 +76,7 @@ def whatif_rows(
     Spartan's published figure for the network. ``base``: the assumptions but the grain;
     ``measured``: dense GEMM times by ``(layer label, gemm)`` (:func:`measured_dense`) used in
     place of the cost model's where given (``dense_measured`` counts them)."""
-    check_summary(summary, path)
+    check_summary(summary, path, tuple(grains))
     prices = DensePrices(machine)
     rows = []
     for network, record in summary.get("networks", {}).items():
