@@ -197,8 +197,12 @@ _HEADER = (
 
 def write_fit(datasheet: Path, fit: MachineFit) -> Path:
     """Write ``fit`` beside ``datasheet`` (atomically): the one way a machine's generated half
-    is written. Floats are written as Python's repr, so a reload gives the same values."""
-    found = fit.model_dump(mode="json", exclude_defaults=True)
+    is written. Floats are written as Python's repr, so a reload gives the same values. Every
+    value inside a part is written, defaults too, so that a later change of a default in the code
+    cannot move a stored fit; parts left at their (empty) default are left out."""
+    found = fit.model_dump(mode="json")
+    defaults = MachineFit.model_construct(machine=fit.machine).model_dump(mode="json")
+    found = {key: value for key, value in found.items() if key == "machine" or value != defaults.get(key)}
     ordered = {
         "machine": found.pop("machine"),
         **({"specs_fitted": found.pop("specs_fitted")} if "specs_fitted" in found else {}),
