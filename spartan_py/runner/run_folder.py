@@ -95,7 +95,9 @@ def bind_run_folder(out: Path, experiment, points: list, *, replace_changed: boo
             + (f"changed fields: {'; '.join(fields[:8])}. " if fields else "")
             + f"{count} not a point of the experiment now: {listed}{more}. "
             f"Their rows would sit beside the new points' in the tables and the report: rerun with "
-            f"{REPLACE_FLAG} to drop them and compute the changed points, or give a new --out"
+            f"{REPLACE_FLAG} to drop them and compute the changed points, or give a new --out. "
+            "A point is its whole configuration, `machines` and the data files' full paths included: "
+            "to price a finished run on another machine, `spartan simulate` the folder instead"
         )
     for pid in stale:
         point_path(out, pid).unlink(missing_ok=True)
