@@ -25,11 +25,8 @@ their own environment (``spartan_py.runner.store``).
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
-import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -42,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from spartan_py.engines.shared.cuda import device_name
-from spartan_py.files import atomic_write_text
+from spartan_py.result_files import write_result as write_record
 from spartan_py.runner.gpu_facts import gpu_facts
 from spartan_py.runner.store import cpu_name, package_commit
 from spartan_py.timing import (
@@ -231,31 +228,6 @@ def clocks() -> list[dict]:
     return gpu_facts()["gpus"]
 
 
-def _plain(value: Any) -> Any:
-    """JSON's stand-in for NumPy scalars and arrays (a pandas table's cells)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def result_record(name: str, device: str, payload: Mapping[str, Any], *, now: _dt.datetime | None = None) -> dict:
-    """``payload`` after the provenance every result file carries: benchmark, device, the
-    GPUs' clocks, date, commit, command line and Python version."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
-    return {
-        "benchmark": name,
-        "device": device,
-        "clocks": clocks(),
-        "date": now.isoformat(timespec="seconds"),
-        "commit": commit(),
-        "command": command_line(),
-        "python": platform.python_version(),
-        **payload,
-    }
-
-
 def write_result(
     name: str,
     device: str,
@@ -265,17 +237,13 @@ def write_result(
     table: pd.DataFrame | None = None,
     table_key: str = "points",
 ) -> Path:
-    """Write ``payload`` (and ``table``'s rows under ``table_key``) with its provenance to
+    """Write ``payload`` (and ``table``'s rows under ``table_key``) with its provenance (the
+    GPUs' clocks besides :func:`spartan_py.result_files.write_result`'s) to
     ``<out_dir>/<name>-<date>.json`` atomically; returns the path."""
-    now = _dt.datetime.now(_dt.timezone.utc)
-    payload = dict(payload)
+    payload = {"clocks": clocks(), **payload}
     if table is not None:
         payload[table_key] = table.to_dict("records")
-    out = out_dir or RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{now:%Y%m%d-%H%M%S}.json"
-    atomic_write_text(path, json.dumps(result_record(name, device, payload, now=now), indent=2, default=_plain) + "\n")
-    return path
+    return write_record(name, device, payload, out_dir or RESULTS, commit=commit(), command=command_line())
 
 
 def plot(table: pd.DataFrame, x: str, y: Sequence[str], path: Path, *, by: str | None = None, log_x: bool = False):

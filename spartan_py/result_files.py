@@ -7,13 +7,33 @@ import datetime as _dt
 import gzip
 import json
 import platform
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 
 
+def _plain(value: Any) -> Any:
+    """JSON's stand-in for NumPy scalars and arrays (a pandas table's cells)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_result(
-    name: str, device: str, payload: dict, out_dir: Path, *, commit: str, command: str, packed: bool = False
+    name: str,
+    device: str,
+    payload: Mapping[str, Any],
+    out_dir: Path,
+    *,
+    commit: str,
+    command: str,
+    packed: bool = False,
 ) -> Path:
     """Write ``payload`` with its provenance to ``<out_dir>/<name>-<date>.json`` (``.json.gz``
     with ``packed``: every launch's price is kept compressed) atomically; returns the path."""
@@ -29,7 +49,7 @@ def write_result(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}-{now:%Y%m%d-%H%M%S}.json"
-    text = json.dumps(record, indent=2) + "\n"
+    text = json.dumps(record, indent=2, default=_plain) + "\n"
     if packed:
         return atomic_write_bytes(path.with_suffix(".json.gz"), gzip.compress(text.encode(), mtime=0))
     return atomic_write_text(path, text)
