@@ -16,6 +16,8 @@ stream from pinned host memory (:class:`~spartan_py.engines.shared.weight_store.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -38,6 +40,7 @@ from spartan_py.engines.merged.plan import (
     monitor_masks,
 )
 from spartan_py.engines.merged.trace import MergedKernelTrace
+from spartan_py.engines.merged.variants import kernel_defines, launch_schedule
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
 from spartan_py.engines.shared.gpu_base import DeviceBatch, GpuEngineBase
@@ -72,6 +75,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         compact_every: str | int = "doubling",
         weight_budget_bytes: int | None = None,
         merged: MergedNetwork | None = None,
+        fused_head: bool = False,
+        launch_layers: Sequence[int] | None = None,
+        kernel_options: Sequence[str] = (),
     ):
         """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits, the
         later launches' by :func:`~spartan_py.engines.merged.plan.later_launch_shape`, split);
@@ -80,7 +86,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         kernel); ``chain_warps``: warps a team has there (None: by launch length);
         ``input_counts``: binary inputs enter the first layer as counts
         of lit inputs per merged column where the layer allows it
-        (:mod:`~spartan_py.engines.shared.input_counts`), else as bits."""
+        (:mod:`~spartan_py.engines.shared.input_counts`), else as bits. ``fused_head``,
+        ``launch_layers`` and ``kernel_options``: the variants of
+        :mod:`~spartan_py.engines.merged.variants` (the schedule's first launch over the cheap
+        layers after it, layers per launch outright, compile-time options by name)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         self.monitor = gc_monitor_mode(monitor)
@@ -91,7 +100,14 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self.chain_warps = checked_chain_warps(chain_warps)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
-        self.chunks = chunk_schedule(network.layers, compact_every)
+        self.chunks = launch_schedule(
+            chunk_schedule(network.layers, compact_every),
+            self.merged.layers,
+            fused_head=fused_head,
+            launch_layers=launch_layers,
+        )
+        self.kernel_options = tuple(kernel_options)
+        first_defines, self._chain_defines = kernel_defines(self.kernel_options, network.neurons)
         self.chain_shape_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -103,7 +119,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self.plan_launch_shapes(rows_per_tile, self._block_shared_limit)
         device_id = cp.cuda.Device().id
         first_instances = tuple(sorted({(self.first_launch_tile(bits)[0], bits) for bits in (False, True)}))
-        kernels, self._scatter, self._expand = merged_kernels(device_id, MERGED_THREADS, first_instances)
+        kernels, self._scatter, self._expand = merged_kernels(
+            device_id, MERGED_THREADS, first_instances, defines=first_defines
+        )
         later_starts = [s for s in self.stage_words_by_start if s and s not in self.chain_shape_by_start]
         #: the later block-tile launches (built only when a later launch does not run the chain
         #: kernel): one of all the live rows, or a split launch's head and tail
@@ -186,7 +204,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         kernel runs (compiled only when there is one)."""
         if not self.chain_shape_by_start:
             return {}
-        kernels = chain_kernels(self.cp.cuda.Device().id)
+        kernels = chain_kernels(self.cp.cuda.Device().id, self._chain_defines)
         launches, start = {}, 0
         for chunk, length in enumerate(self.chunks):
             if start in self.chain_shape_by_start:

@@ -12,13 +12,20 @@ from spartan_py.resources import kernel_source
 
 
 @functools.cache
-def merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bool], ...], later: bool = False):
+def merged_kernels(
+    device_id: int,
+    threads: int,
+    instances: tuple[tuple[int, bool], ...],
+    later: bool = False,
+    defines: tuple[str, ...] = (),
+):
     """Compile kernels/gc_merged.cu once per device, block size, module (first launches, or
     ``later`` block-tile launches: :func:`~spartan_py.engines.merged.plan.merged_module_options`)
     and set of instances: ({(R, bits): gc_merged<R, bits>} of ``instances``, scatter, expand);
     the ``bits`` instances run first launches of binary inputs. Only the instances an engine
     launches are built: all twelve took 39 s of a cold start (CuPy's kernel cache empty; one
-    H200 host)."""
+    H200 host). ``defines``: further nvcc options (a variant's:
+    :func:`~spartan_py.engines.merged.variants.kernel_defines`)."""
     # optional dependency (extra gpu)
     import cupy
 
@@ -30,6 +37,7 @@ def merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, boo
             *merged_module_options(threads, later),
             f"-DGM_COUNT_MAX={COUNT_MAX_STEPS}",
             "-DGM_NO_EXPLICIT_INSTANCES",
+            *defines,
         ),
         name_expressions=list(names.values()),
     )
@@ -38,9 +46,10 @@ def merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, boo
 
 
 @functools.cache
-def chain_kernels(device_id: int):
+def chain_kernels(device_id: int, defines: tuple[str, ...] = ()):
     """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a team, warps a
-    team): gc_chain<C, G, P>} (a lane of a pair computes half the columns of a lone warp's)."""
+    team): gc_chain<C, G, P>} (a lane of a pair computes half the columns of a lone warp's);
+    ``defines``: further nvcc options, as :func:`merged_kernels`'."""
     # optional dependency (extra gpu)
     import cupy
 
@@ -57,6 +66,7 @@ def chain_kernels(device_id: int):
             f"-DCH_THREADS={chain_block_threads(1)}",
             f"-DCH_PAIR_THREADS={chain_block_threads(2)}",
             "-DCH_NO_EXPLICIT_INSTANCES",
+            *defines,
         ),
         name_expressions=list(names.values()),
     )
