@@ -281,6 +281,29 @@ def probe_refusals(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def finish(
+    records: dict[str, dict],
+    times: Mapping[str, Sequence[float]],
+    launches: Mapping[str, list[float]],
+    device: str,
+    args: argparse.Namespace,
+) -> Path:
+    """Summarise, write ``gc_merged_variants-<date>.json`` under ``args.out`` (with the device,
+    date, commit and command), print the summary; returns the file's path."""
+    bars = summarise(records, times, launches)
+    payload = {
+        "workload": WORKLOAD,
+        "rounds": args.rounds,
+        "bars": bars,
+        "engines": list(records.values()),
+        "times_seconds": {name: list(values) for name, values in times.items()},
+    }
+    path = write_result("gc_merged_variants", device, payload, args.out)
+    print("\n".join(summary_lines(records, bars)), flush=True)
+    log(f"wrote {path}")
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Probe, check, time by turns and write ``gc_merged_variants-<date>.json``; print the summary."""
     args = parse_args(argv)
@@ -309,17 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = {name: (lambda pair=pair: pair[0].run_device(pair[1])) for name, pair in ready.items()}
     times = take_turns(cases, rounds=args.rounds)
     launches = {name: side.launch_times(*pair) for name, pair in ready.items()}
-    bars = summarise(records, times, launches)
-    payload = {
-        "workload": WORKLOAD,
-        "rounds": args.rounds,
-        "bars": bars,
-        "engines": list(records.values()),
-        "times_seconds": times,
-    }
-    path = write_result("gc_merged_variants", side.device, payload, args.out)
-    print("\n".join(summary_lines(records, bars)), flush=True)
-    log(f"wrote {path}")
+    finish(records, times, launches, side.device, args)
     return 0
 
 
