@@ -40,23 +40,23 @@ import numpy as np
 from benchmarks.harness import DEFAULT_DATA, RESULTS, ROOT, Sweep, difference, log, take_turns, write_result
 
 #: label -> MergedEngine keywords (the monitor is the sweep's); "default" is the baseline.
+ASYNC = "chain-async-prologue"
+EXPAND = "chain-expand-final"
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "fused-head": {"fused_head": True},
-    "chain-async": {"kernel_options": ("chain-async-prologue",)},
-    "fused-head+chain-async": {"fused_head": True, "kernel_options": ("chain-async-prologue",)},
-    "fused-head+chain-async+pixels": {
+    "chain-async": {"kernel_options": (ASYNC,)},  # on the default schedule
+    "fused-head+chain-async": {"fused_head": True, "kernel_options": (ASYNC,)},
+    "fused-head+chain-async+expand": {"fused_head": True, "kernel_options": (ASYNC, EXPAND)},
+    "fused-head+chain-async+expand+pixels": {"fused_head": True, "kernel_options": (ASYNC, EXPAND, "pixels-shared")},
+    "fused-head+chain-async+expand+pixels+scatter": {
         "fused_head": True,
-        "kernel_options": ("chain-async-prologue", "pixels-shared"),
-    },
-    "fused-head+chain-async+pixels+scatter": {
-        "fused_head": True,
-        "kernel_options": ("chain-async-prologue", "pixels-shared", "scatter-at-once"),
+        "kernel_options": (ASYNC, EXPAND, "pixels-shared", "scatter-at-once"),
     },
     # the fused head, then fewer and longer tail launches (rows barely die after layer 14)
-    "fused-head+chain-async+long-tail": {
+    "fused-head+chain-async+expand+long-tail": {
         "launch_layers": (6, 4, 14, 32, 32, 32),
-        "kernel_options": ("chain-async-prologue",),
+        "kernel_options": (ASYNC, EXPAND),
     },
 }
 BASELINE = "default"

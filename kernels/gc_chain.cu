@@ -72,6 +72,20 @@ __device__ __forceinline__ void ch_copy_wait() { asm volatile("cp.async.wait_all
 #ifndef CH_ASYNC_PROLOGUE
 #define CH_ASYNC_PROLOGUE 0
 #endif
+// CH_EXPAND_FINAL (a variant, as CH_ASYNC_PROLOGUE): the kernel takes one more argument,
+// `expanded` (null, or the n-wide output of the network's last launch), and writes each row it
+// writes out there too, as gm_expand_rows (kernels/gc_merged.cu) would after it: the same
+// values, with no launch of their own.
+#ifndef CH_EXPAND_FINAL
+#define CH_EXPAND_FINAL 0
+#endif
+#if CH_EXPAND_FINAL
+#define CH_EXPAND_PARAMETER , float* __restrict__ expanded
+#define CH_EXPAND_TYPE , float*
+#else
+#define CH_EXPAND_PARAMETER
+#define CH_EXPAND_TYPE
+#endif
 
 __device__ __forceinline__ void ch_ready_init(unsigned long long* bar, int count) {
     asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(count)
@@ -164,7 +178,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
          const unsigned long long* __restrict__ group_ptrs, int* __restrict__ counts,
          unsigned long long* __restrict__ nnz_counts, int layer, int layer_count, unsigned char* __restrict__ tile_nnz,
          int* __restrict__ row_nnz, int* __restrict__ row_layers, const unsigned long long* __restrict__ mask_ptrs,
-         const int* __restrict__ mask_levels, int n, int stride, float bias, float clamp) {
+         const int* __restrict__ mask_levels, int n, int stride, float bias, float clamp CH_EXPAND_PARAMETER) {
     extern __shared__ int4 smem4[];
     int* const smem = reinterpret_cast<int*>(smem4);
     __shared__ int s_offset[CH_MAX_LAYERS + 1];  // word offset of each layer in the stage
@@ -382,6 +396,18 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             if (lit[g] <= 0) continue;  // (uniform across the warp)
             const size_t dst = (size_t)base + rank++;
             for (int c = lane; c < width; c += 32) y_out[dst * stride + c] = in[g * S + c];
+#if CH_EXPAND_FINAL
+            if (expanded) {  // the row n wide: y[j] = z[groups[j]], four columns a lane and step
+                const int4* const groups4 = reinterpret_cast<const int4*>(groups);
+                float4* const wide = reinterpret_cast<float4*>(expanded + dst * n);
+                const float* const z = in + g * S;
+#pragma unroll 4
+                for (int c = lane; c < n / 4; c += 32) {
+                    const int4 q = __ldg(groups4 + c);
+                    wide[c] = make_float4(z[q.x], z[q.y], z[q.z], z[q.w]);
+                }
+            }
+#endif
             if (lane == 0) {
                 ids_out[dst] = ids_in[first + g];
                 if (row_nnz) row_nnz[dst] = lit[g];
@@ -434,7 +460,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     template __global__ void gc_chain<C, G, P>(const float*, const int*, float*, int*, const unsigned long long*, const int*, const int*, const float*, \
                                             const int*, const unsigned long long*, const unsigned long long*, int*,      \
                                             unsigned long long*, int, int, unsigned char*, int*, int*,                  \
-                                            const unsigned long long*, const int*, int, int, float, float);
+                                            const unsigned long long*, const int*, int, int, float, float CH_EXPAND_TYPE);
 CH_INSTANCE(1, 1, 1)
 CH_INSTANCE(2, 1, 1)
 CH_INSTANCE(1, 2, 1)

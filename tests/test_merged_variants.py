@@ -134,13 +134,13 @@ def test_the_benchmark_records_failures_and_times_only_what_passed(tmp_path, mon
         engines[f"{variant}/{monitor}"] = engine
         return engine, None
 
-    labels = ["default", "fused-head", "chain-async", "fused-head+chain-async", "fused-head+chain-async+pixels"]
+    labels = ["default", "fused-head", "chain-async", "fused-head+chain-async", "fused-head+chain-async+expand+pixels"]
     chosen = bench.points(labels)
-    refused = {"fused-head+chain-async+pixels": "probe ran past 240 s"}
+    refused = {"fused-head+chain-async+expand+pixels": "probe ran past 240 s"}
     records, ready = bench.check_all(chosen, build, lambda e, b: e.outputs, truth, cpu, refused)
     assert records["fused-head+chain-async/fused"]["status"] == "failed"
     assert "nvcc: error" in records["fused-head+chain-async/fused"]["error"]
-    assert records["fused-head+chain-async+pixels/off"]["status"] == "refused"
+    assert records["fused-head+chain-async+expand+pixels/off"]["status"] == "refused"
     assert records["chain-async/off"]["status"] == "wrong" and not records["chain-async/off"]["same_values_as_default"]
     assert records["chain-async/fused"]["status"] == "passed"
     assert set(ready) == {"default/fused", "default/off", "fused-head/fused", "fused-head/off", "chain-async/fused"}
@@ -215,6 +215,8 @@ def test_every_kernel_option_compiles_for_sm_80_and_sm_90(tmp_path):
         {"fused_head": True},
         {"kernel_options": ("chain-async-prologue",)},
         {"fused_head": True, "kernel_options": ("chain-async-prologue", "pixels-shared")},
+        {"kernel_options": ("chain-expand-final",)},
+        {"kernel_options": ("chain-expand-final",), "chain_rows": 0},  # the last launch on block tiles
         {"fused_head": True, "kernel_options": tuple(KERNEL_OPTIONS)},
         {"launch_layers": (6, 4, 20), "kernel_options": ("chain-async-prologue",)},
         {"fused_head": True, "kernel_options": tuple(KERNEL_OPTIONS), "monitor": False},

@@ -190,6 +190,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
         self._chain_launches = self._plan_chain_launches()
+        #: whether the chain kernel takes the expanded output (``chain-expand-final``), and
+        #: whether the last launch, run by it, writes the final rows n wide (no expansion after)
+        self._chain_expands = "chain-expand-final" in self.kernel_options
+        self._expanded_by_chain = self._chain_expands and len(self.chunks) - 1 in self._chain_launches
         # the first launch's arguments for the counts path (pixel table, counts a row), null
         # and 0 when it takes bits
         self._counts_args = (
@@ -310,18 +314,19 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()
-        self._expand(
-            (self.sm_count * 8,),
-            (256,),
-            (
-                final.values,
-                np.int32(self.stride),
-                self._last_groups,
-                np.int32(network.neurons),
-                batch.counts[network.layers :],
-                batch.expanded,
-            ),
-        )
+        if not self._expanded_by_chain:
+            self._expand(
+                (self.sm_count * 8,),
+                (256,),
+                (
+                    final.values,
+                    np.int32(self.stride),
+                    self._last_groups,
+                    np.int32(network.neurons),
+                    batch.counts[network.layers :],
+                    batch.expanded,
+                ),
+            )
         if events is not None:
             events[-1].record()
 
@@ -364,6 +369,8 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             np.float32(network.bias),
             np.float32(network.clamp),
         )
+        if self._chain_expands:  # the n-wide output in the last launch, else null
+            args += (batch.expanded if chunk == len(self.chunks) - 1 else NULL_POINTER,)
         kernel((self.sm_count,), (threads,), args, shared_mem=shared)
 
     def _event_count(self) -> int:

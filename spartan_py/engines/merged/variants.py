@@ -32,6 +32,9 @@ KERNEL_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # each chain launch's layer parameters read at once and every layer behind a barrier of its
     # own: a team starts a layer as soon as that layer's stage has landed
     "chain-async-prologue": ((), ("-DCH_ASYNC_PROLOGUE=1",)),
+    # the last launch, when the chain kernel runs it, writes its rows n wide itself: no launch
+    # of the expansion (gm_expand_rows) after it
+    "chain-expand-final": ((), ("-DCH_EXPAND_FINAL=1",)),
     # the counts path's pixel table in shared memory (networks of up to 1024 neurons)
     "pixels-shared": (("-DGM_PIXELS_SHARED=1",), ()),
     # a warp loads the input entries of all its rows of a first-launch tile before scattering any
