@@ -237,3 +237,30 @@ def test_each_variant_matches_the_twin_exactly(options):
     assert np.array_equal(gpu.live_rows, twin.live_rows) and gpu.live_rows.size
     assert gpu.live_rows_by_layer == twin.live_rows_by_layer and gpu.nonzeros_by_layer == twin.nonzeros_by_layer
     assert (gpu.values != twin.values).nnz == 0
+
+
+def test_probes_turn_down_what_crashed_hung_or_was_wrong(monkeypatch):
+    """One child process a set of kernel options; a variant sharing a set shares its verdict."""
+    verdicts = {
+        "chain-async": "some log line\n" + json.dumps({"variant": "chain-async", "ok": True}),
+        "fused-head+chain-async+expand": json.dumps({"variant": "x", "ok": False, "categories": 3}),
+        "fused-head+chain-async+expand+pixels": None,  # hangs
+        "fused-head+chain-async+expand+pixels+scatter": "",  # crashes
+    }
+    seen = []
+
+    def run(command, **kwargs):
+        label = command[command.index("--probe") + 1]
+        seen.append(label)
+        if verdicts[label] is None:
+            raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+        return subprocess.CompletedProcess(command, 0 if verdicts[label] else -11, verdicts[label], "illegal address")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    args = bench.parse_args([])
+    refused = bench.probe_refusals(args)
+    assert sorted(seen) == sorted(verdicts)  # long-tail shares the expand variant's options: no probe of its own
+    assert set(refused) == set(bench.VARIANTS) - {"default", "fused-head", "chain-async", "fused-head+chain-async"}
+    assert "ran past 240 s" in refused["fused-head+chain-async+expand+pixels"]
+    assert "exited -11: illegal address" in refused["fused-head+chain-async+expand+pixels+scatter"]
+    assert "'ok': False" in refused["fused-head+chain-async+expand+long-tail"]
