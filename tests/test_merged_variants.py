@@ -264,3 +264,38 @@ def test_probes_turn_down_what_crashed_hung_or_was_wrong(monkeypatch):
     assert "ran past 240 s" in refused["fused-head+chain-async+expand+pixels"]
     assert "exited -11: illegal address" in refused["fused-head+chain-async+expand+pixels+scatter"]
     assert "'ok': False" in refused["fused-head+chain-async+expand+long-tail"]
+
+
+def test_the_benchmark_runs_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch, capsys):
+    """main() with the GPU side replaced: every variant checked, timed by turns and written."""
+    import benchmarks._merged_variants_gpu as gpu_side
+
+    class FakeSide:
+        truth = np.array([1, 5, 8])
+        cpu = None
+        device = "Fake GPU"
+
+        def __init__(self, data, *, cpu):
+            self.cpu_asked = cpu
+
+        def build(self, options, monitor):
+            seconds = 290e-6 if options.get("fused_head") else 380e-6
+            return FakeEngine(outputs(), seconds + (6e-6 if monitor == "fused" else 0.0)), None
+
+        @staticmethod
+        def read(engine, batch):
+            return engine.outputs
+
+        @staticmethod
+        def launch_times(engine, batch):
+            return [1e-6]
+
+    monkeypatch.setattr(gpu_side, "GpuSide", FakeSide)
+    monkeypatch.setattr(sys, "argv", ["benchmarks/gc_merged_variants.py"])
+    assert bench.main(["--no-probe", "--no-cpu", "--rounds", "3", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("gc_merged_variants-*.json")
+    data = json.loads(path.read_text())
+    assert len(data["engines"]) == 2 * len(bench.VARIANTS)
+    assert all(r["status"] == "passed" and r["rounds"] == 3 for r in data["engines"])
+    assert data["bars"]["meets_time_bar"] is True and data["bars"]["meets_monitor_bar"] is False  # 6 of 296 us
+    assert "fastest fused" in capsys.readouterr().out
