@@ -192,11 +192,11 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     // each layer's table of weights, 64-byte aligned so that an entry's shared address is the
     // table's OR its scaled nibble (one instruction a step fewer than an add after the mask)
     __shared__ __align__(64) float s_table[CH_MAX_LAYERS][16];
-    __shared__ int s_part[P > 1 ? CH_MAX_TEAMS : 1][2][P][G];
+    __shared__ int s_part[P > 1 ? CH_MAX_TEAMS : 1][2][P][G];  // (P > 1) each warp's part of a row's count, by layer parity
 #if CH_ASYNC_PROLOGUE
     __shared__ unsigned long long s_stage_ptr[CH_MAX_LAYERS], s_size_ptr[CH_MAX_LAYERS];
     __shared__ unsigned long long s_ready[CH_MAX_LAYERS];  // layer j's stage, sizes and table have landed
-#endif  // (P > 1) each warp's part of a row's count, by layer parity
+#endif
     const int teams = (blockDim.x >> 5) / P;
     const int lane = threadIdx.x & 31;
     const int team = (threadIdx.x >> 5) / P;
