@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import DEFAULT_DATA, RESULTS, ROOT, Sweep, difference, log, take_turns, write_result
+from spartan_py.files import atomic_write_text
+from spartan_py.files import json_ready as plain
 
 #: label -> MergedEngine keywords (the monitor is the sweep's); "default" is the baseline.
 ASYNC = "chain-async-prologue"
@@ -85,6 +88,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU engine's check of the values")
     parser.add_argument("--no-probe", action="store_true", help="run kernel-option variants in this process directly")
     parser.add_argument("--probe-timeout", type=float, default=240.0, help="seconds a probe may take")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=450.0,
+        help="seconds after which what was checked so far is written and the run stops",
+    )
     parser.add_argument("--probe", metavar="LABEL", help=argparse.SUPPRESS)  # a child: run LABEL once, print JSON
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.variants.split(",") if name.strip()]
@@ -153,17 +162,19 @@ def check_all(
     truth: np.ndarray | None,
     cpu: Any,
     refused: Mapping[str, str],
+    records: dict[str, dict] | None = None,
 ) -> tuple[dict[str, dict], dict[str, tuple[Any, Any]]]:
     """Build, warm up and check every point of ``chosen`` (``build(variant, monitor)`` ->
     (engine, batch); ``read(engine, batch)`` -> outputs); ``refused``: variants a probe
-    turned down, with why. Returns ({key: record}, {key: (engine, batch)} of those that
-    passed). A failure is recorded, never raised."""
-    records: dict[str, dict] = {}
+    turned down, with why; ``records``: a dict to fill as the checks go (a watchdog reads it).
+    Returns ({key: record}, {key: (engine, batch)} of those that passed). A failure is
+    recorded, never raised."""
+    records = {} if records is None else records
     ready: dict[str, tuple[Any, Any]] = {}
     baseline: dict[str, dict] = {}
     for point in chosen:
         name = key(point)
-        record: dict[str, Any] = {**point, "options": json_ready(VARIANTS[point["variant"]])}
+        record: dict[str, Any] = {**point, "options": plain(VARIANTS[point["variant"]])}
         records[name] = record
         if point["variant"] in refused:
             record.update(status="refused", error=refused[point["variant"]])
@@ -189,11 +200,6 @@ def check_all(
             ready[name] = (engine, batch)
         log(f"{name}: {record['status']} ({record.get('categories')} categories)")
     return records, ready
-
-
-def json_ready(options: Mapping[str, Any]) -> dict:
-    """``options`` with tuples as lists (a result file's JSON)."""
-    return {name: list(value) if isinstance(value, tuple) else value for name, value in options.items()}
 
 
 def summarise(
@@ -304,6 +310,24 @@ def finish(
     return path
 
 
+def watchdog(seconds: float, out: Path, state: dict) -> threading.Timer:
+    """After ``seconds``, write ``state`` (the phase and the records so far) to
+    ``out/gc_merged_variants-unfinished.json`` and end the process (exit status 3): a hung
+    kernel must not cost the checks already made."""
+
+    def fire() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(plain({"stopped_after_seconds": seconds, **state}), indent=1, default=str)
+        atomic_write_text(out / "gc_merged_variants-unfinished.json", text)
+        log(f"stopped after {seconds:.0f} s in phase {state.get('phase')}")
+        os._exit(3)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Probe, check, time by turns and write ``gc_merged_variants-<date>.json``; print the summary."""
     args = parse_args(argv)
@@ -315,11 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = {"variant": args.probe, **GpuSide(args.data, cpu=False).probe(VARIANTS[args.probe])}
         print(json.dumps(verdict), flush=True)
         return 0
+    state: dict[str, Any] = {"phase": "probes and set-up", "records": {}}
+    timer = watchdog(args.deadline, args.out, state)
     with ThreadPoolExecutor(max_workers=1) as pool:
         refusals = pool.submit(probe_refusals, args) if not args.no_probe else None
         side = GpuSide(args.data, cpu=not args.no_cpu)
         refused = refusals.result() if refusals is not None else {}
     chosen = points(args.variants)
+    state.update(phase="checks", refused=refused)
     records, ready = check_all(
         chosen,
         lambda variant, monitor: side.build(VARIANTS[variant], monitor),
@@ -327,12 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         side.truth,
         side.cpu,
         refused,
+        state["records"],
     )
+    state["phase"] = "timing"
     log(f"timing {len(ready)} engines by turns, {args.rounds} rounds")
     cases = {name: (lambda pair=pair: pair[0].run_device(pair[1])) for name, pair in ready.items()}
     times = take_turns(cases, rounds=args.rounds)
     launches = {name: side.launch_times(*pair) for name, pair in ready.items()}
     finish(records, times, launches, side.device, args)
+    timer.cancel()
     return 0
 
 

@@ -299,3 +299,20 @@ def test_the_benchmark_runs_end_to_end_on_a_fake_gpu(tmp_path, monkeypatch, caps
     assert all(r["status"] == "passed" and r["rounds"] == 3 for r in data["engines"])
     assert data["bars"]["meets_time_bar"] is True and data["bars"]["meets_monitor_bar"] is False  # 6 of 296 us
     assert "fastest fused" in capsys.readouterr().out
+
+
+def test_the_watchdog_writes_what_was_checked_and_stops(tmp_path, monkeypatch):
+    import time
+
+    stopped = []
+    monkeypatch.setattr(bench.os, "_exit", stopped.append)
+    state = {"phase": "checks", "records": {"default/fused": {"status": "passed", "options": {}}}}
+    bench.watchdog(0.05, tmp_path, state)
+    for _ in range(100):
+        if stopped:
+            break
+        time.sleep(0.05)
+    assert stopped == [3]
+    data = json.loads((tmp_path / "gc_merged_variants-unfinished.json").read_text())
+    assert data["phase"] == "checks" and data["records"]["default/fused"]["status"] == "passed"
+    assert bench.watchdog(60, tmp_path, state).cancel() is None  # a finished run cancels it
