@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -312,15 +313,15 @@ def finish(
 
 def watchdog(seconds: float, out: Path, state: dict) -> threading.Timer:
     """After ``seconds``, write ``state`` (the phase and the records so far) to
-    ``out/gc_merged_variants-unfinished.json`` and end the process (exit status 3): a hung
-    kernel must not cost the checks already made."""
+    ``out/gc_merged_variants-unfinished.json`` and end the process (SIGTERM: the main thread
+    may be waiting on a hung kernel): a hung kernel must not cost the checks already made."""
 
     def fire() -> None:
         out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(plain({"stopped_after_seconds": seconds, **state}), indent=1, default=str)
         atomic_write_text(out / "gc_merged_variants-unfinished.json", text)
         log(f"stopped after {seconds:.0f} s in phase {state.get('phase')}")
-        os._exit(3)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True

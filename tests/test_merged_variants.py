@@ -305,14 +305,14 @@ def test_the_watchdog_writes_what_was_checked_and_stops(tmp_path, monkeypatch):
     import time
 
     stopped = []
-    monkeypatch.setattr(bench.os, "_exit", stopped.append)
+    monkeypatch.setattr(bench.os, "kill", lambda pid, sig: stopped.append(sig))
     state = {"phase": "checks", "records": {"default/fused": {"status": "passed", "options": {}}}}
     bench.watchdog(0.05, tmp_path, state)
     for _ in range(100):
         if stopped:
             break
         time.sleep(0.05)
-    assert stopped == [3]
+    assert stopped == [bench.signal.SIGTERM]
     data = json.loads((tmp_path / "gc_merged_variants-unfinished.json").read_text())
     assert data["phase"] == "checks" and data["records"]["default/fused"]["status"] == "passed"
     assert bench.watchdog(60, tmp_path, state).cancel() is None  # a finished run cancels it
