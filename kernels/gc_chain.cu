@@ -64,6 +64,53 @@ __device__ __forceinline__ void ch_copy_async(int* __restrict__ dst, const int* 
 
 __device__ __forceinline__ void ch_copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// CH_ASYNC_PROLOGUE (a variant, off by default until measured: benchmarks/gc_merged_variants.py):
+// the launch's layer parameters and pointers read by warp 0 at once (one round trip, not two a
+// layer one after another), and each layer's stage copied behind an mbarrier of its own, so
+// that a team starts layer j as soon as layer j has arrived instead of after every layer's
+// copy and two block barriers. Same sums in the same order: the outputs are the same bits.
+#ifndef CH_ASYNC_PROLOGUE
+#define CH_ASYNC_PROLOGUE 0
+#endif
+// CH_EXPAND_FINAL (a variant, as CH_ASYNC_PROLOGUE): the kernel takes one more argument,
+// `expanded` (null, or the n-wide output of the network's last launch), and writes each row it
+// writes out there too, as gm_expand_rows (kernels/gc_merged.cu) would after it: the same
+// values, with no launch of their own.
+#ifndef CH_EXPAND_FINAL
+#define CH_EXPAND_FINAL 0
+#endif
+#if CH_EXPAND_FINAL
+#define CH_EXPAND_PARAMETER , float* __restrict__ expanded
+#define CH_EXPAND_TYPE , float*
+#else
+#define CH_EXPAND_PARAMETER
+#define CH_EXPAND_TYPE
+#endif
+
+__device__ __forceinline__ void ch_ready_init(unsigned long long* bar, int count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(count)
+                 : "memory");
+}
+
+// the barrier completes its phase once every thread's cp.async issued before this call have landed
+__device__ __forceinline__ void ch_ready_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar)))
+                 : "memory");
+}
+
+// wait for the barrier's first phase (each launch uses its barriers once)
+__device__ __forceinline__ void ch_ready_wait(unsigned long long* bar) {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    unsigned done = 0;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(address)
+            : "memory");
+    } while (!done);
+}
+
 // Four steps of the sums of G rows x C columns: step q's input of column c is byte q of
 // word[c], its weight entry (CODED) nibble q of code[c] >> shift, else w_uniform. The byte
 // comes out with one permute, and the nibble, scaled to a byte offset, is OR-ed into `table`
@@ -131,7 +178,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
          const unsigned long long* __restrict__ group_ptrs, int* __restrict__ counts,
          unsigned long long* __restrict__ nnz_counts, int layer, int layer_count, unsigned char* __restrict__ tile_nnz,
          int* __restrict__ row_nnz, int* __restrict__ row_layers, const unsigned long long* __restrict__ mask_ptrs,
-         const int* __restrict__ mask_levels, int n, int stride, float bias, float clamp) {
+         const int* __restrict__ mask_levels, int n, int stride, float bias, float clamp CH_EXPAND_PARAMETER) {
     extern __shared__ int4 smem4[];
     int* const smem = reinterpret_cast<int*>(smem4);
     __shared__ int s_offset[CH_MAX_LAYERS + 1];  // word offset of each layer in the stage
@@ -146,6 +193,10 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     // table's OR its scaled nibble (one instruction a step fewer than an add after the mask)
     __shared__ __align__(64) float s_table[CH_MAX_LAYERS][16];
     __shared__ int s_part[P > 1 ? CH_MAX_TEAMS : 1][2][P][G];  // (P > 1) each warp's part of a row's count, by layer parity
+#if CH_ASYNC_PROLOGUE
+    __shared__ unsigned long long s_stage_ptr[CH_MAX_LAYERS], s_size_ptr[CH_MAX_LAYERS];
+    __shared__ unsigned long long s_ready[CH_MAX_LAYERS];  // layer j's stage, sizes and table have landed
+#endif
     const int teams = (blockDim.x >> 5) / P;
     const int lane = threadIdx.x & 31;
     const int team = (threadIdx.x >> 5) / P;
@@ -154,6 +205,54 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     const int group_count = (rows + G - 1) / G;
     if (blockIdx.x >= group_count) return;  // (uniform across the block) nothing to do here
 
+#if CH_ASYNC_PROLOGUE
+    if (threadIdx.x < 32) {  // warp 0: every layer's parameters at once (layer_count <= 32), offsets by a scan
+        const int j = threadIdx.x;
+        const bool mine = j < layer_count;
+        const int l = layer + (mine ? j : 0);
+        const int k4 = k4s[l], k8 = k8s[l], width = widths[l];
+        const float w = w_uniforms[l];
+        const unsigned long long stage_ptr = chain_ptrs[l], size_ptr = size_ptrs[l];
+        int words = mine ? (k4 + k8 + 1) * width + 16 : 0;  // + the column sizes
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int before = __shfl_up_sync(0xffffffffu, words, d);
+            if (j >= d) words += before;
+        }
+        if (j == 0) s_offset[0] = 0;
+        if (mine) {
+            s_offset[j + 1] = words;
+            s_k4[j] = k4;
+            s_k8[j] = k8;
+            s_width[j] = width;
+            s_w[j] = w;
+            s_stage_ptr[j] = stage_ptr;
+            s_size_ptr[j] = size_ptr;
+            s_live[j] = 0;
+            s_nnz[j] = 0ull;
+            s_groups[j] = 0;
+            ch_ready_init(&s_ready[j], blockDim.x);
+        }
+    }
+    __syncthreads();
+    const int total_words = s_offset[layer_count];
+    int* const stage = smem;        // total_words
+    const int S = stride + CH_PAD;  // row stride of a team's buffers
+    float* const buffers = reinterpret_cast<float*>(stage + total_words) + team * 2 * G * S;
+    for (int j = 0; j < layer_count; ++j) {  // a layer's stage, its column sizes and its table, then its barrier
+        const int sizes_at = s_offset[j + 1] - s_width[j];
+        const int* const src = reinterpret_cast<const int*>(s_stage_ptr[j]);
+        ch_copy_async(stage + s_offset[j], src, sizes_at - s_offset[j]);
+        ch_copy_async(stage + sizes_at, reinterpret_cast<const int*>(s_size_ptr[j]), s_width[j]);
+        if (threadIdx.x < 16) {  // the table: the stage's last 16 words, into its aligned array
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&s_table[j][threadIdx.x]));
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src + (sizes_at - s_offset[j]) - 16 + threadIdx.x)
+                         : "memory");
+        }
+        ch_ready_arrive(&s_ready[j]);
+    }
+    int ready = 0;  // layers this thread has seen arrive
+#else
     if (threadIdx.x == 0) {
         int offset = 0;
         for (int j = 0; j < layer_count; ++j) {
@@ -190,6 +289,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
         s_table[e >> 4][e & 15] = reinterpret_cast<const float*>(stage + s_offset[(e >> 4) + 1] - s_width[e >> 4] - 16)[e & 15];
     __syncthreads();
 
+#endif
     const int last = layer + layer_count - 1;
     const int width_in = widths[layer - 1];
     // the monitor's masks (see the header): with one level and at most 32 tiles (the common
@@ -219,6 +319,12 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
         bool done = false;   // whether the group ran the launch's last layer
         int live = 0;
         for (int j = 0; j < layer_count; ++j) {
+#if CH_ASYNC_PROLOGUE
+            if (j >= ready) {
+                ch_ready_wait(&s_ready[j]);
+                ready = j + 1;
+            }
+#endif
             const int width = s_width[j];
             const int k4 = s_k4[j];
             const float w = s_w[j];
@@ -290,6 +396,18 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             if (lit[g] <= 0) continue;  // (uniform across the warp)
             const size_t dst = (size_t)base + rank++;
             for (int c = lane; c < width; c += 32) y_out[dst * stride + c] = in[g * S + c];
+#if CH_EXPAND_FINAL
+            if (expanded) {  // the row n wide: y[j] = z[groups[j]], four columns a lane and step
+                const int4* const groups4 = reinterpret_cast<const int4*>(groups);
+                float4* const wide = reinterpret_cast<float4*>(expanded + dst * n);
+                const float* const z = in + g * S;
+#pragma unroll 4
+                for (int c = lane; c < n / 4; c += 32) {
+                    const int4 q = __ldg(groups4 + c);
+                    wide[c] = make_float4(z[q.x], z[q.y], z[q.z], z[q.w]);
+                }
+            }
+#endif
             if (lane == 0) {
                 ids_out[dst] = ids_in[first + g];
                 if (row_nnz) row_nnz[dst] = lit[g];
@@ -325,6 +443,9 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
             }
         }
     }
+#if CH_ASYNC_PROLOGUE
+    ch_copy_wait();  // layers no team reached may still be landing
+#endif
     __syncthreads();
     if (threadIdx.x < layer_count) {  // the block's per-layer counts, one atomic each
         const int j = threadIdx.x;
@@ -339,7 +460,7 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     template __global__ void gc_chain<C, G, P>(const float*, const int*, float*, int*, const unsigned long long*, const int*, const int*, const float*, \
                                             const int*, const unsigned long long*, const unsigned long long*, int*,      \
                                             unsigned long long*, int, int, unsigned char*, int*, int*,                  \
-                                            const unsigned long long*, const int*, int, int, float, float);
+                                            const unsigned long long*, const int*, int, int, float, float CH_EXPAND_TYPE);
 CH_INSTANCE(1, 1, 1)
 CH_INSTANCE(2, 1, 1)
 CH_INSTANCE(1, 2, 1)

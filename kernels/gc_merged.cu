@@ -85,6 +85,27 @@
 #define GM_SHARE_ROWS 0
 #define GM_FIRST_LAUNCHES 1
 #endif
+// First-launch variants (off by default until measured: benchmarks/gc_merged_variants.py); both
+// leave every operand and sum as it is, so the outputs are the same bits.
+// GM_PIXELS_SHARED: the counts path's pixel table (pixel_columns, n words) read into shared
+// memory once per block, so that a lit input's merged columns are a shared load instead of a
+// second dependent round trip to L2 after its index's (built only for networks of up to
+// GM_PIXELS_MAX neurons: spartan_py/engines/merged/variants.py).
+// GM_SCATTER_AT_ONCE: a warp loads the input entries of all its rows of the tile (R / 8 rows in
+// blocks of 256 threads) before it scatters any, instead of one row after another: one round
+// trip a tile instead of one a row.
+#ifndef GM_PIXELS_SHARED
+#define GM_PIXELS_SHARED 0
+#endif
+#ifndef GM_PIXELS_MAX
+#define GM_PIXELS_MAX 1024
+#endif
+#ifndef GM_SCATTER_AT_ONCE
+#define GM_SCATTER_AT_ONCE 0
+#endif
+#ifndef GM_SCATTER_LOADS
+#define GM_SCATTER_LOADS 4  // GM_SCATTER_AT_ONCE: loads a row and lane in flight (32 of them cover a row's entries)
+#endif
 #ifdef GM_INDEX16
 typedef unsigned short GmIndex;
 #else
@@ -401,6 +422,16 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
     __shared__ int s_base;
     __shared__ int s_any;
     __shared__ float s_chain[GM_COUNT_MAX + 1];  // counts path: the sum of c lit inputs
+#if GM_PIXELS_SHARED && GM_FIRST_LAUNCHES
+    // counts path: pixel_columns (read after the first tile's barrier); the host builds this
+    // variant only for networks of at most GM_PIXELS_MAX neurons
+    __shared__ unsigned s_pixels[GM_PIXELS_MAX];
+    if (counts_input)
+        for (int e = threadIdx.x; e < min(n, GM_PIXELS_MAX); e += GM_THREADS) s_pixels[e] = __ldg(pixel_columns + e);
+#define GM_PIXEL(i) s_pixels[i]
+#else
+#define GM_PIXEL(i) __ldg(pixel_columns + (i))
+#endif
     if (counts_input && threadIdx.x <= ks[0]) {  // (read after the first tile's barrier)
         float acc = 0.0f;
         for (int c = 0; c < threadIdx.x; ++c) acc = fmaf(w_uniforms[0], input_value, acc);
@@ -449,6 +480,53 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                 for (int e = threadIdx.x; e < R * (n + GM_PAD) / 4; e += GM_THREADS) tile4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
             __syncthreads();
+#if GM_SCATTER_AT_ONCE
+            if constexpr (R >= 8) {  // a warp's RW rows at once, four loads a row in flight a lane
+                constexpr int WARPS = GM_THREADS / 32;
+                constexpr int RW = (R + WARPS - 1) / WARPS;
+                // a row's range is read from s_ptr where needed (registers: the launch bound's 64)
+#define GM_ROW_BEGIN(q) (warp + (q) * WARPS < valid_rows ? s_ptr[warp + (q) * WARPS] : 0)
+#define GM_ROW_COUNT(q) (warp + (q) * WARPS < valid_rows ? s_ptr[warp + (q) * WARPS + 1] - s_ptr[warp + (q) * WARPS] : 0)
+                int longest = 0;
+#pragma unroll
+                for (int q = 0; q < RW; ++q) longest = max(longest, GM_ROW_COUNT(q));
+                constexpr int J = GM_SCATTER_LOADS;
+                for (int off = 0; off < longest; off += J * 32) {  // (uniform across the warp)
+                    int idx[RW][J];
+                    float val[RW][J];
+#pragma unroll
+                    for (int q = 0; q < RW; ++q)
+#pragma unroll
+                        for (int j = 0; j < J; ++j) {
+                            const int at = off + j * 32 + lane;
+                            const bool ok = at < GM_ROW_COUNT(q);
+                            idx[q][j] = ok ? __ldg(csr_idx + GM_ROW_BEGIN(q) + at) : 0;
+                            val[q][j] = GM_TILE_BITS || !ok ? input_value : __ldg(csr_val + GM_ROW_BEGIN(q) + at);
+                        }
+                    if (counts_input) {  // each pixel's merged columns, in place of the pixel
+#pragma unroll
+                        for (int q = 0; q < RW; ++q)
+#pragma unroll
+                            for (int j = 0; j < J; ++j)
+                                if (off + j * 32 + lane < GM_ROW_COUNT(q)) idx[q][j] = (int)GM_PIXEL(idx[q][j]);
+                    }
+#pragma unroll
+                    for (int q = 0; q < RW; ++q) {
+                        const int r = warp + q * WARPS;
+#pragma unroll
+                        for (int j = 0; j < J; ++j) {
+                            if (off + j * 32 + lane < GM_ROW_COUNT(q)) {
+                                if (counts_input) gm_count_pixel(input_bits + r * input_words, (unsigned)idx[q][j]);
+                                else if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[q][j] >> 5), 1u << (idx[q][j] & 31));
+                                else input_tile[r * (n + GM_PAD) + idx[q][j]] = val[q][j];
+                            }
+                        }
+                    }
+                }
+#undef GM_ROW_BEGIN
+#undef GM_ROW_COUNT
+            } else
+#endif
             if constexpr (R >= 8) {  // a warp per row, four loads in flight a lane (~100 pixels: one round trip)
                 for (int r = warp; r < valid_rows; r += GM_THREADS / 32) {
                     const int end = s_ptr[r + 1];
@@ -463,7 +541,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                         }
                         if (counts_input) {  // each pixel's merged columns, in place of the pixel
 #pragma unroll
-                            for (int j = 0; j < 4; ++j) idx[j] = (int)__ldg(pixel_columns + idx[j]);
+                            for (int j = 0; j < 4; ++j) idx[j] = (int)GM_PIXEL(idx[j]);
                         }
 #pragma unroll
                         for (int j = 0; j < 4; ++j) {
@@ -493,7 +571,8 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
                         const int e = e0 + j * GM_THREADS;
                         if (e < end) {
                             while (s_ptr[r + 1] <= e) ++r;
-                            if (counts_input) gm_count_pixel(input_bits + r * input_words, __ldg(pixel_columns + idx[j]));
+                            if (counts_input)
+                                gm_count_pixel(input_bits + r * input_words, GM_PIXEL(idx[j]));
                             else if (GM_TILE_BITS) atomicOr(input_bits + r * GM_BIT_WORDS + (idx[j] >> 5), 1u << (idx[j] & 31));
                             else input_tile[r * (n + GM_PAD) + idx[j]] = val[j];
                         }
@@ -641,6 +720,7 @@ gc_merged(const int* __restrict__ csr_ptr, const int* __restrict__ csr_idx, cons
 
 #undef GM_TILE_BITS
 #undef GM_BIT_WORDS
+#undef GM_PIXEL
 
 // The input rows expanded to dense (rows x n, zeroed beforehand), for networks too wide for
 // an n-wide tile in shared memory. A warp per row.

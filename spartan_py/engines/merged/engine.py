@@ -16,16 +16,13 @@ stream from pinned host memory (:class:`~spartan_py.engines.shared.weight_store.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from spartan_py.costmodel.families import COPY_D2H, COPY_H2D, EXPAND, GC_MERGED, SCATTER_ROWS, SYNC
 from spartan_py.engines.merged.chain import (
-    CHAIN_GROUP_ROWS,
-    CHAIN_MAX_COLUMNS,
-    CHAIN_TEAM_WARPS,
     chain_block_threads,
     chain_code_steps,
     chain_shared_bytes,
@@ -34,76 +31,23 @@ from spartan_py.engines.merged.chain import (
     checked_chain_rows,
     checked_chain_warps,
 )
+from spartan_py.engines.merged.modules import chain_kernels, merged_kernels
 from spartan_py.engines.merged.plan import (
     MERGED_THREADS,
     later_index_dtype,
     later_module_shares_rows,
     merged_block_bytes,
-    merged_module_options,
     monitor_masks,
 )
 from spartan_py.engines.merged.trace import MergedKernelTrace
+from spartan_py.engines.merged.variants import kernel_defines, launch_schedule
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.cuda import NULL_POINTER, device_name, import_cupy
 from spartan_py.engines.shared.gpu_base import DeviceBatch, GpuEngineBase
-from spartan_py.engines.shared.input_counts import COUNT_MAX_STEPS
 from spartan_py.engines.shared.launches import chunk_schedule, gc_monitor_mode, launch_monitored
 from spartan_py.engines.shared.weight_store import LayerStore
 from spartan_py.errors import InputError
 from spartan_py.graph_challenge.network import Network
-from spartan_py.resources import kernel_source
-
-
-@functools.cache
-def _merged_kernels(device_id: int, threads: int, instances: tuple[tuple[int, bool], ...], later: bool = False):
-    """Compile kernels/gc_merged.cu once per device, block size, module (first launches, or
-    ``later`` block-tile launches: :func:`~spartan_py.engines.merged.plan.merged_module_options`)
-    and set of instances: ({(R, bits): gc_merged<R, bits>} of ``instances``, scatter, expand);
-    the ``bits`` instances run first launches of binary inputs. Only the instances an engine
-    launches are built: all twelve took 39 s of a cold start (CuPy's kernel cache empty; one
-    H200 host)."""
-    # optional dependency (extra gpu)
-    import cupy
-
-    names = {(rows, bits): f"gc_merged<{rows}, {str(bits).lower()}>" for rows, bits in instances}
-    module = cupy.RawModule(
-        code=kernel_source("gc_merged.cu"),
-        options=(
-            "-std=c++17",
-            *merged_module_options(threads, later),
-            f"-DGM_COUNT_MAX={COUNT_MAX_STEPS}",
-            "-DGM_NO_EXPLICIT_INSTANCES",
-        ),
-        name_expressions=list(names.values()),
-    )
-    kernels = {key: module.get_function(name) for key, name in names.items()}
-    return kernels, module.get_function("gm_scatter_rows"), module.get_function("gm_expand_rows")
-
-
-@functools.cache
-def _chain_kernels(device_id: int):
-    """Compile kernels/gc_chain.cu once per device: {(columns a lane, rows a team, warps a
-    team): gc_chain<C, G, P>} (a lane of a pair computes half the columns of a lone warp's)."""
-    # optional dependency (extra gpu)
-    import cupy
-
-    names = {
-        (columns, rows, warps): f"gc_chain<{columns}, {rows}, {warps}>"
-        for warps in CHAIN_TEAM_WARPS
-        for columns in range(1, CHAIN_MAX_COLUMNS // warps + 1)
-        for rows in CHAIN_GROUP_ROWS
-    }
-    module = cupy.RawModule(
-        code=kernel_source("gc_chain.cu"),
-        options=(
-            "-std=c++17",
-            f"-DCH_THREADS={chain_block_threads(1)}",
-            f"-DCH_PAIR_THREADS={chain_block_threads(2)}",
-            "-DCH_NO_EXPLICIT_INSTANCES",
-        ),
-        name_expressions=list(names.values()),
-    )
-    return {key: module.get_function(name) for key, name in names.items()}
 
 
 class MergedEngine(MergedKernelTrace, GpuEngineBase):
@@ -131,6 +75,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         compact_every: str | int = "doubling",
         weight_budget_bytes: int | None = None,
         merged: MergedNetwork | None = None,
+        fused_head: bool = False,
+        launch_layers: Sequence[int] | None = None,
+        kernel_options: Sequence[str] = (),
     ):
         """``rows_per_tile``: the block-tile kernel's rows (None: the largest that fits, the
         later launches' by :func:`~spartan_py.engines.merged.plan.later_launch_shape`, split);
@@ -139,7 +86,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         kernel); ``chain_warps``: warps a team has there (None: by launch length);
         ``input_counts``: binary inputs enter the first layer as counts
         of lit inputs per merged column where the layer allows it
-        (:mod:`~spartan_py.engines.shared.input_counts`), else as bits."""
+        (:mod:`~spartan_py.engines.shared.input_counts`), else as bits. ``fused_head``,
+        ``launch_layers`` and ``kernel_options``: the variants of
+        :mod:`~spartan_py.engines.merged.variants` (the schedule's first launch over the cheap
+        layers after it, layers per launch outright, compile-time options by name)."""
         super().__init__(network)
         cp = self.cp = import_cupy()
         self.monitor = gc_monitor_mode(monitor)
@@ -150,7 +100,14 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self.chain_warps = checked_chain_warps(chain_warps)
         self.monitor_every = max(int(monitor_every), 1)
         self.max_batch_rows = max_batch_rows
-        self.chunks = chunk_schedule(network.layers, compact_every)
+        self.chunks = launch_schedule(
+            chunk_schedule(network.layers, compact_every),
+            self.merged.layers,
+            fused_head=fused_head,
+            launch_layers=launch_layers,
+        )
+        self.kernel_options = tuple(kernel_options)
+        first_defines, self._chain_defines = kernel_defines(self.kernel_options, network.neurons)
         self.chain_shape_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
@@ -162,7 +119,9 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         self.plan_launch_shapes(rows_per_tile, self._block_shared_limit)
         device_id = cp.cuda.Device().id
         first_instances = tuple(sorted({(self.first_launch_tile(bits)[0], bits) for bits in (False, True)}))
-        kernels, self._scatter, self._expand = _merged_kernels(device_id, MERGED_THREADS, first_instances)
+        kernels, self._scatter, self._expand = merged_kernels(
+            device_id, MERGED_THREADS, first_instances, defines=first_defines
+        )
         later_starts = [s for s in self.stage_words_by_start if s and s not in self.chain_shape_by_start]
         #: the later block-tile launches (built only when a later launch does not run the chain
         #: kernel): one of all the live rows, or a split launch's head and tail
@@ -176,7 +135,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             heights = (shape.rows, shape.tail_rows) if shape.tail_rows else (shape.rows,)
             instances = tuple((rows, False) for rows in heights)
             later = later_module_shares_rows(min(heights))
-            built = _merged_kernels(device_id, shape.threads, instances, later)[0]
+            built = merged_kernels(device_id, shape.threads, instances, later)[0]
             for part, rows in enumerate(heights, start=1 if shape.tail_rows else 0):
                 kernel = built[rows, False]
                 by_start = {s: self._shared_bytes(rows, 0, self.stage_words_by_start[s]) for s in later_starts}
@@ -231,6 +190,10 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
         self._chain_launches = self._plan_chain_launches()
+        #: whether the chain kernel takes the expanded output (``chain-expand-final``), and
+        #: whether the last launch, run by it, writes the final rows n wide (no expansion after)
+        self._chain_expands = "chain-expand-final" in self.kernel_options
+        self._expanded_by_chain = self._chain_expands and len(self.chunks) - 1 in self._chain_launches
         # the first launch's arguments for the counts path (pixel table, counts a row), null
         # and 0 when it takes bits
         self._counts_args = (
@@ -245,7 +208,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         kernel runs (compiled only when there is one)."""
         if not self.chain_shape_by_start:
             return {}
-        kernels = _chain_kernels(self.cp.cuda.Device().id)
+        kernels = chain_kernels(self.cp.cuda.Device().id, self._chain_defines)
         launches, start = {}, 0
         for chunk, length in enumerate(self.chunks):
             if start in self.chain_shape_by_start:
@@ -351,18 +314,19 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()
-        self._expand(
-            (self.sm_count * 8,),
-            (256,),
-            (
-                final.values,
-                np.int32(self.stride),
-                self._last_groups,
-                np.int32(network.neurons),
-                batch.counts[network.layers :],
-                batch.expanded,
-            ),
-        )
+        if not self._expanded_by_chain:
+            self._expand(
+                (self.sm_count * 8,),
+                (256,),
+                (
+                    final.values,
+                    np.int32(self.stride),
+                    self._last_groups,
+                    np.int32(network.neurons),
+                    batch.counts[network.layers :],
+                    batch.expanded,
+                ),
+            )
         if events is not None:
             events[-1].record()
 
@@ -405,6 +369,8 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             np.float32(network.bias),
             np.float32(network.clamp),
         )
+        if self._chain_expands:  # the n-wide output in the last launch, else null
+            args += (batch.expanded if chunk == len(self.chunks) - 1 else NULL_POINTER,)
         kernel((self.sm_count,), (threads,), args, shared_mem=shared)
 
     def _event_count(self) -> int:

@@ -12,12 +12,15 @@ order, as with :mod:`spartan_py.engines.rows.twin`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 
 from spartan_py.engines.merged.chain import checked_chain_rows, checked_chain_warps
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.merged.trace import MergedKernelTrace
+from spartan_py.engines.merged.variants import launch_schedule
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.input_counts import input_bit_value
 from spartan_py.engines.shared.launches import gc_monitor_mode
@@ -75,9 +78,12 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         compact_every: str | int = "doubling",
         device_name: str = "simulated",
         merged: MergedNetwork | None = None,
+        fused_head: bool = False,
+        launch_layers: Sequence[int] | None = None,
     ):
         """Options as :class:`~spartan_py.engines.merged.engine.MergedEngine`'s (``merged``: the
-        network already merged, else merged here)."""
+        network already merged, else merged here; the kernel's compile-time options change no
+        result and are not taken)."""
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
@@ -90,6 +96,9 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
             device=f"cpu twin of gpu.gc_merged ({device_name})",
         )
         self.merged = merged_for(network, merged)
+        self.chunks = launch_schedule(
+            self.chunks, self.merged.layers, fused_head=fused_head, launch_layers=launch_layers
+        )
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_warps = checked_chain_warps(chain_warps)
         self.chain_shape_by_start = self.plan_chain_launches()
