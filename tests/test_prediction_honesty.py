@@ -124,18 +124,24 @@ def test_copies_and_synchronisation_are_printed_beside_the_total(capsys, replays
 
 
 def test_a_same_gpu_replay_counts_the_runs_inside_their_intervals(capsys, replays):
+    from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES
+
     entry, _ = replays["h100-sxm"]
     spans = entry["interval_us_by_run"]
-    inside = [
-        spans[row["run"]]["low_us"] <= row["measured_us"] <= spans[row["run"]]["high_us"]
-        for row in entry["error_by_run"]
-        if row["run"] in spans and row["records"] == row["launches"]
-    ]
-    assert len(inside) >= 10
-    assert entry["inside_interval"]["inside"] == sum(inside) and entry["inside_interval"]["runs"] == len(inside)
-    text = spartan(capsys, "simulate", H100_TRACE, "--machine", "h100-sxm")
-    assert f"  {sum(inside)} of {len(inside)} runs inside their 80% interval" in text.splitlines()
-    assert "inside_interval" not in replays["t4"][0]  # measured on another GPU: nothing to count
+    text = spartan(capsys, "simulate", H100_TRACE, "--machine", "h100-sxm").splitlines()
+    assert set(entry["by_workload"]) == {"graph-challenge", "conv"}  # the trace holds both, counted apart
+    for name, count in entry["by_workload"].items():
+        rows = [r for r in entry["error_by_run"] if r["workload"] == name]
+        inside = [
+            spans[row["run"]]["low_us"] <= row["measured_us"] <= spans[row["run"]]["high_us"]
+            for row in rows
+            if row["run"] in spans and row["records"] == row["launches"]
+        ]
+        assert len(inside) >= 5 and count["runs"] == len(rows)
+        assert count["inside_interval"] == sum(inside) and count["with_interval"] == len(inside)
+        told = f"  {WORKLOAD_NAMES[name]}: {count['within_10pct']} of {len(rows)} runs within 10%, "
+        assert any(line.startswith(told + f"{sum(inside)} of {len(inside)} inside their 80% interval") for line in text)
+    assert "by_workload" not in replays["t4"][0]  # measured on another GPU: nothing to count
 
 
 def _machine_blocks(text: str) -> dict[str, list[str]]:
