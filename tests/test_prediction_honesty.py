@@ -178,7 +178,7 @@ def test_machines_lists_the_newest_blind_release_first_in_three_short_lines(caps
     assert marked  # the first two drawn sets' H100 traces were fitted after their release
     assert all(f"{release}*" in blocks["h200-sxm"][2] for release in marked)
     development = [e for e in listed["h200-sxm"]["validation"] if e["kind"] == "development round"]
-    assert all(f"not blind, development: {e['commit'][:7]}" in blocks["h200-sxm"][2] for e in development[:1])
+    assert all(f"development (not blind): {e['commit'][:7]}" in blocks["h200-sxm"][2] for e in development[:1])
 
 
 def test_a_development_round_flagged_blind_is_not_a_release():

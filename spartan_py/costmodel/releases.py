@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from spartan_py.costmodel.fits import Validation
 from spartan_py.costmodel.machine import Machine
-from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES, WORKLOAD_SHORT
+from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES, WORKLOAD_SHORT, WORKLOADS
 
 DRAWN_SET = re.compile(r"experiments/drawn/validate-([0-9a-f]{7,})\.yaml")
 """A drawn set's file in an entry's ``scope``; its hash names the release."""
@@ -59,8 +59,10 @@ class Entry:
         return self.drawn or self.validation.commit[:7]
 
     def counts(self) -> str:
-        """``GC 5/16, conv 29/32`` (whole runs within 10% of those counted, per workload), else the worst whole run."""
-        return _counts(self.validation, WORKLOAD_SHORT, " ") or f"worst run {self.validation.whole_run_error_pct:.1f}%"
+        """``12/16 27/32``: whole runs within 10% of those counted, per workload in
+        :data:`WORKLOADS` order (``-`` for one not in the set)."""
+        told = self.validation.workloads
+        return " ".join(f"{told[k].within_10pct}/{told[k].runs}" if k in told else "-" for k in WORKLOADS)
 
     def label(self) -> str:
         """Its kind, with ``now calibration data`` where its traces became that."""
@@ -113,17 +115,12 @@ def unvalidated_text(machine: Machine) -> str:
     return f"not validated ({why}): what-if estimates, their error unmeasured"
 
 
-def _counts(v: Validation, names: dict[str, str], between: str = ": ") -> str:
-    """Per workload ``name n/m`` of its whole runs within 10%; ``""`` for an entry without them."""
-    return ", ".join(f"{names.get(k, k)}{between}{w.within_10pct}/{w.runs}" for k, w in v.workloads.items())
-
-
 def _counted(v: Validation) -> str:
-    counts = _counts(v, WORKLOAD_NAMES)
-    if not counts:
+    if not v.workloads:
         return f"worst whole run {v.whole_run_error_pct:.1f}%"
+    counts = ", ".join(f"{WORKLOAD_NAMES.get(k, k)} {w.within_10pct}/{w.runs}" for k, w in v.workloads.items())
     inside = ", ".join(
-        f"{WORKLOAD_NAMES.get(k, k)} {w.inside_interval}/{w.with_interval}"
+        f"{WORKLOAD_SHORT.get(k, k)} {w.inside_interval}/{w.with_interval}"
         for k, w in v.workloads.items()
         if w.with_interval and w.inside_interval is not None
     )
@@ -137,7 +134,7 @@ def _first_line(entry: Entry) -> str:
     mark = " (now calibration data)" if entry.calibration_data else ""
     if entry.kind == BLIND_RELEASE:
         return f"validated: newest blind release {entry.drawn}{mark} on {v.device}: {_counted(v)}"
-    return f"validated on the calibration GPU: newest held-out release {entry.drawn}{mark}: {_counted(v)}"
+    return f"validated on the calibration GPU: held-out release {entry.drawn}{mark}: {_counted(v)}"
 
 
 def _earlier_line(rest: list[Entry]) -> str:
@@ -146,11 +143,12 @@ def _earlier_line(rest: list[Entry]) -> str:
     development = [e for e in shown if e.kind == DEVELOPMENT]
     parts = []
     if releases:
-        told = ", ".join(f"{e.name()}{'*' if e.calibration_data else ''} ({e.counts()})" for e in releases)
+        columns = ", ".join(WORKLOAD_SHORT[k] for k in WORKLOADS)
+        told = "; ".join(f"{e.name()}{'*' if e.calibration_data else ''} {e.counts()}" for e in releases)
         starred = " (*now calibration data)" if any(e.calibration_data for e in releases) else ""
-        parts.append(f"earlier releases: {told}{starred}")
+        parts.append(f"earlier ({columns} within 10%): {told}{starred}")
     if development:
-        parts.append("not blind, development: " + ", ".join(f"{e.name()} ({e.counts()})" for e in development))
+        parts.append("development (not blind): " + ", ".join(e.name() for e in development))
     if len(rest) > len(shown):
         parts.append(f"{len(rest) - len(shown)} more in --json")
     return "; ".join(parts)
