@@ -110,6 +110,7 @@ def test_blind_predictions_round_trip_and_errors(two_instances, tmp_path):
     tables = compare(first, measured, h100, h200, blind, holdout="^c$").tables
     assert {"families", "whole_runs", "speedups", "reverse_families"} <= set(tables)
     assert set(tables["whole_runs"]["h100-sxm role"]) == {"fitted", "held out"}
+    assert set(tables["whole_runs"]["workload"]) == {"graph-challenge"}  # the experiment page's sections by it
 
 
 def test_a_conv_point_is_one_whole_run_its_candidates_a_per_kernel_view():
