@@ -106,7 +106,7 @@ def error_spreads(errors: pd.DataFrame, source: str) -> dict[str, ErrorSpread]:
             source=source,
         )
 
-    whole = errors[errors["view"] == WHOLE] if "view" in errors else errors
+    whole = errors[errors["view"].isna() | (errors["view"] == WHOLE)]  # a row without a view: a whole run
     pooled = spread(whole["ratio"])
     spreads = {POOLED: pooled}
     for kind, group in errors.groupby("kind"):
