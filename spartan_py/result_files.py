@@ -55,6 +55,15 @@ def write_result(
     return atomic_write_text(path, text)
 
 
+def rewrite_result(path: Path, record: Mapping[str, Any]) -> Path:
+    """Write ``record`` (a whole result, provenance included) over the result file ``path``,
+    atomically, gzipped where its name says so."""
+    text = json.dumps(record, indent=2, default=_plain) + "\n"
+    if path.suffix == ".gz":
+        return atomic_write_bytes(path, gzip.compress(text.encode(), mtime=0))
+    return atomic_write_text(path, text)
+
+
 def read_result(path: Path) -> dict:
     """A result file written by :func:`write_result` (gzipped or not)."""
     raw = path.read_bytes()

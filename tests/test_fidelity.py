@@ -110,16 +110,21 @@ def test_blind_predictions_round_trip_and_errors(two_instances, tmp_path):
     tables = compare(first, measured, h100, h200, blind, holdout="^c$").tables
     assert {"families", "whole_runs", "speedups", "reverse_families"} <= set(tables)
     assert set(tables["whole_runs"]["h100-sxm role"]) == {"fitted", "held out"}
+    assert set(tables["whole_runs"]["workload"]) == {"graph-challenge"}  # the experiment page's sections by it
 
 
-def test_dense_layer_points_are_one_run_per_family():
+def test_a_conv_point_is_one_whole_run_its_candidates_a_per_kernel_view():
+    from spartan_py.costmodel.whole_runs import candidate_names
+
     frame = pd.DataFrame(
         {
             "point": ["gc", "gc", "conv", "conv"],
             "kernel": ["gpu.gc_layer", "gpu.copy_h2d", "gpu.dense_gemm.fp32", "gpu.tile_gemm.fp32"],
         }
     )
-    assert list(run_names(frame)) == ["gc", "gc", "conv / gpu.dense_gemm.fp32", "conv / gpu.tile_gemm.fp32"]
+    assert list(run_names(frame)) == ["gc", "gc", "conv", "conv"]
+    candidates = ["-", "-", "conv / gpu.dense_gemm.fp32", "conv / gpu.tile_gemm.fp32"]
+    assert list(candidate_names(frame).fillna("-")) == candidates
 
 
 @pytest.mark.slow
@@ -156,9 +161,21 @@ def test_fidelity_tables_print_every_family_and_run_of_a_summary():
     summary = ROOT / "benchmarks" / "results" / "fidelity" / "h200-fidelity-20261126-231250.json.gz"
     found = json.loads(gzip.decompress(summary.read_bytes()))
     tables = fidelity_tables(summary).split("\n\n")
-    families, runs, speedups, reverse = (table.splitlines()[2:] for table in tables[:4])
+    families, gc_runs, conv_runs, speedups, reverse = (table.splitlines() for table in tables[:5])
+    assert gc_runs[0].startswith("| Graph Challenge run |") and conv_runs[0].startswith("| conv run |")
+    families, gc_runs, conv_runs, speedups, reverse = (t[2:] for t in (families, gc_runs, conv_runs, speedups, reverse))
     assert len(families) == len(speedups) == len(reverse) == len(found["families"])
-    assert len(runs) == len(found["whole_runs"])
+    points = {r["run"].split(" / ")[0] for r in found["whole_runs"]}
+    candidates = [r for r in found["whole_runs"] if " / " in r["run"]]
+    # a conv point's candidates are summed into it: one row a point, none a candidate
+    assert len(gc_runs) + len(conv_runs) == len(points) < len(found["whole_runs"]) and candidates
+    assert not any("`gpu." in row.split("|")[1] for row in conv_runs)
     proxy = next(r for r in found["whole_runs"] if r["run"] == "backend=gpu-merged")
-    assert "| `gpu-merged`, official 1024 x 120 proxy | " in "\n".join(runs)
-    assert f"**{proxy['h200-sxm blind error_pct']:+.1f}%**" in next(r for r in runs if "gpu-merged`, official" in r)
+    assert "| `gpu-merged`, official 1024 x 120 proxy | " in "\n".join(gc_runs)
+    assert f"**{proxy['h200-sxm blind error_pct']:+.1f}%**" in next(r for r in gc_runs if "gpu-merged`, official" in r)
+    # a conv point's blind error is its candidates' measured and predicted times summed
+    blind = pd.DataFrame(found["h200_blind"]["whole_runs"])
+    point = next(p for p in points if "tf32" in p and "density 0.2" in p)
+    mine = blind[blind["run"].str.startswith(point + " / ")]
+    error = 100 * (mine["predicted_us"].sum() - mine["measured_us"].sum()) / mine["measured_us"].sum()
+    assert f"**{error:+.1f}%**" in next(r for r in conv_runs if r.startswith("| TF32, batch 16, density 0.2 |"))

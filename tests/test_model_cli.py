@@ -96,11 +96,15 @@ def test_predict_compare_and_release_round_trip(tmp_path, capsys):
     for row in found["whole_runs"]:  # the committed predictions, matched back run by run
         assert row["predicted_us"] == pytest.approx(blind[row["run"]]["predicted_us"], abs=1e-3)
         assert row["error_pct"] == pytest.approx(100 * (row["predicted_us"] / row["measured_us"] - 1), abs=1e-3)
-    assert found["blind"]["whole_runs"] == 3 and found["blind"]["within_10pct"] == 3
+    # three Graph Challenge points: three whole runs of that workload, no conv run counted
+    gc = found["blind"]["graph-challenge"]
+    assert gc["runs"] == 3 and gc["within_10pct"] == 3 and "conv" not in found["blind"]
+    assert found["candidates"] == [] and found["candidate_runs"] == []
     assert spartan(["model", "release", str(comparison), "--scope", "tiny set", "--machine", str(datasheet)]) == 0
     entry = next(v for v in load_machine(datasheet).validation if v.scope == "tiny set")
-    assert not entry.blind and entry.runs == 3 and entry.runs_within_10pct == 3
-    assert entry.whole_run_error_pct == found["blind"]["worst_whole_run_pct"]
+    assert not entry.blind and set(entry.workloads) == {"graph-challenge"} and entry.runs is None
+    assert entry.workloads["graph-challenge"].runs == 3 and entry.workloads["graph-challenge"].within_10pct == 3
+    assert entry.whole_run_error_pct == gc["worst_pct"]
     assert len(load_machine(datasheet).validation) == len(load_machine("h100-sxm").validation) + 1
 
 

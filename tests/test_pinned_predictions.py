@@ -28,6 +28,7 @@ def test_a_committed_trace_replays_as_before(pin):
     for row, expected in pin["rows"].items():
         assert values[int(row)] == pytest.approx(expected, rel=1e-12), row
     if pin["whole_run"] is not None:  # the 80% interval: the error spread as it was
-        run = predictions(trace, machine)["whole_runs"][pin["whole_run"]["run"]]
+        found = predictions(trace, machine)  # a pin of a conv candidate: its per-kernel interval
+        run = {**found["whole_runs"], **found["candidate_runs"]}[pin["whole_run"]["run"]]
         for key in ("predicted_us", "low_us", "high_us"):
             assert run[key] == pytest.approx(pin["whole_run"][key], rel=1e-9), key

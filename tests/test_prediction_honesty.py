@@ -124,18 +124,25 @@ def test_copies_and_synchronisation_are_printed_beside_the_total(capsys, replays
 
 
 def test_a_same_gpu_replay_counts_the_runs_inside_their_intervals(capsys, replays):
+    text = spartan(capsys, "simulate", H100_TRACE, "--machine", "h100-sxm").splitlines()
+    counted = [line for line in text if re.match(r"  (Graph Challenge|conv): \d+ of \d+ runs within 10%, ", line)]
+    assert len(counted) == 2  # the trace holds both workloads, counted apart
     entry, _ = replays["h100-sxm"]
     spans = entry["interval_us_by_run"]
-    inside = [
-        spans[row["run"]]["low_us"] <= row["measured_us"] <= spans[row["run"]]["high_us"]
-        for row in entry["error_by_run"]
-        if row["run"] in spans and row["records"] == row["launches"]
-    ]
-    assert len(inside) >= 10
-    assert entry["inside_interval"]["inside"] == sum(inside) and entry["inside_interval"]["runs"] == len(inside)
-    text = spartan(capsys, "simulate", H100_TRACE, "--machine", "h100-sxm")
-    assert f"  {sum(inside)} of {len(inside)} runs inside their 80% interval" in text.splitlines()
-    assert "inside_interval" not in replays["t4"][0]  # measured on another GPU: nothing to count
+    names = {"graph-challenge": "Graph Challenge", "conv": "conv"}
+    assert set(entry["by_workload"]) == set(names)
+    for name, count in entry["by_workload"].items():
+        rows = [r for r in entry["error_by_run"] if r["workload"] == name]
+        inside = [
+            spans[row["run"]]["low_us"] <= row["measured_us"] <= spans[row["run"]]["high_us"]
+            for row in rows
+            if row["run"] in spans and row["records"] == row["launches"]
+        ]
+        assert len(inside) >= 5 and count["runs"] == len(rows)
+        assert count["inside_interval"] == sum(inside) and count["with_interval"] == len(inside)
+        told = f"  {names[name]}: {count['within_10pct']} of {len(rows)} runs within 10%, "
+        assert any(line.startswith(told + f"{sum(inside)} of {len(inside)} inside their 80% interval") for line in text)
+    assert "by_workload" not in replays["t4"][0]  # measured on another GPU: nothing to count
 
 
 def _machine_blocks(text: str) -> dict[str, list[str]]:
@@ -172,7 +179,7 @@ def test_machines_lists_the_newest_blind_release_first_in_three_short_lines(caps
     assert marked  # the first two drawn sets' H100 traces were fitted after their release
     assert all(f"{release}*" in blocks["h200-sxm"][2] for release in marked)
     development = [e for e in listed["h200-sxm"]["validation"] if e["kind"] == "development round"]
-    assert all(f"not blind, development: {e['commit'][:7]}" in blocks["h200-sxm"][2] for e in development[:1])
+    assert all(f"development (not blind): {e['commit'][:7]}" in blocks["h200-sxm"][2] for e in development[:1])
 
 
 def test_a_development_round_flagged_blind_is_not_a_release():

@@ -16,6 +16,7 @@ from spartan_py.costmodel.families import CSR_CONVERT, EPILOGUE, MONITOR_PASS
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.intervals import (
     POOLED,
+    candidate_intervals,
     error_spreads,
     interval_us,
     lopo_run_errors,
@@ -148,8 +149,9 @@ def test_error_spreads_and_intervals():
     h100 = load_machine("h100-sxm").model_copy(update={"error_spread": spreads})
     assert carry_over(h100, load_machine("h200-sxm")).error_spread == spreads  # derived from H100 data only
     predicted = predict(_memory_records(EPILOGUE, [8e6, 16e6]).assign(point="x"), h100)
-    table = run_intervals(predicted, h100)
+    table = candidate_intervals(predicted, h100)  # a conv point's candidate run: its family's spread
     assert list(table["spread"]) == [EPILOGUE]
+    assert list(run_intervals(predicted, h100)["spread"]) == [POOLED]  # its whole run: no `conv` kind here
     assert (table["low_us"] < table["predicted_us"]).all() and (table["predicted_us"] < table["high_us"]).all()
     assert run_kind(pd.Series(["gpu.scatter_rows", "gpu.gc_merged"])) == "graph-challenge/gpu.gc_merged"
 
@@ -171,7 +173,9 @@ def test_leave_one_point_out_never_fits_on_the_point_it_predicts():
 
     errors = lopo_run_errors(trace, machine, refit=refit)
     assert seen == [{"p1", "p2", "p3"}, {"p0", "p2", "p3"}, {"p0", "p1", "p3"}, {"p0", "p1", "p2"}]
-    assert list(errors["point"]) == ["p0", "p1", "p2", "p3"]
+    assert list(errors.loc[errors["view"] == "whole", "point"]) == ["p0", "p1", "p2", "p3"]
+    candidates = errors[errors["view"] == "candidate"]  # each point's one family, the per-kernel view
+    assert list(candidates["run"]) == [f"p{i} / {EPILOGUE}" for i in range(4)]
     assert errors["ratio"].to_numpy() == pytest.approx(errors["predicted_us"] / errors["measured_us"])
 
 

@@ -81,6 +81,16 @@ def add_subcommands(sub, common, handlers: dict, out: Path) -> None:
     cmp_.add_argument("--holdout", help=f"with --cross: {HOLDOUT_HELP}")
     cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="with --cross: the measured trace kept")
 
+    reg = add(
+        "regroup",
+        "recount a drawn set's comparison with whole runs told apart (Graph Challenge, conv), in place",
+        results=False,
+    )
+    reg.add_argument("result", type=Path, help="a drawn set's comparison (drawn-fidelity-*.json.gz)")
+    reg.add_argument("--measured", type=Path, required=True, help="the kept trace of the run it compared")
+    reg.add_argument("--first", type=Path, help="the calibration GPU's kept trace of the same set (speed-ups)")
+    reg.add_argument("--first-machine", default="h100-sxm")
+
     rel = add("release", "record a comparison's figures as the machine's validation", results=False)
     rel.add_argument("result", type=Path, help="a comparison's result file (drawn-fidelity-*, h200-fidelity-*)")
     rel.add_argument("--scope", required=True, help=SCOPE_HELP)

@@ -9,6 +9,7 @@ from spartan_py.cli._common import duration, duration_range
 from spartan_py.costmodel import load_machine, load_variants, machine_names
 from spartan_py.costmodel.releases import entries, trust_lines
 from spartan_py.costmodel.simulate import read_replayable_trace, replay_summary
+from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES
 from spartan_py.files import json_ready
 from spartan_py.runner.store import run_environment
 from spartan_py.trace import check_trace_path, write_trace
@@ -115,10 +116,18 @@ def _print_replay(entry: dict) -> None:
         print(f"  measured on {', '.join(entry['measured_on'])}: {why}, so no error against it")
     for row in entry.get("error_by_run", []):
         print(_error_line(row))
-    if "inside_interval" in entry:
-        count = entry["inside_interval"]
-        without = f" ({count['without_interval']} without one)" if count["without_interval"] else ""
-        print(f"  {count['inside']} of {count['runs']} runs inside their 80% interval{without}")
+    for name, count in entry.get("by_workload", {}).items():  # Graph Challenge and conv runs apart
+        without = count["runs"] - count["with_interval"]
+        inside = (
+            f"{count['inside_interval']} of {count['with_interval']} inside their 80% interval"
+            + (f" ({without} without one)" if without else "")
+            if count["with_interval"]
+            else "none with an interval"
+        )
+        print(
+            f"  {WORKLOAD_NAMES[name]}: {count['within_10pct']} of {count['runs']} runs within 10%, {inside}, "
+            f"median |error| {count['median_abs_pct']:.1f}%"
+        )
 
 
 def _cmd_simulate(args) -> int:

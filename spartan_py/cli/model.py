@@ -8,7 +8,8 @@ written. ``calibrate`` fits a machine on part of its runs and reports the rest;
 validation (or calibration) set seeded by the model's commit; ``predict`` writes the frozen
 model's predictions of a drawn set, to commit before any GPU runs it; ``blank`` (on the GPU's
 machine) keeps a record pass's launches with every time removed; ``compare`` matches a GPU's
-measured run to the committed predictions; ``release`` records a comparison as the machine's
+measured run to the committed predictions (``regroup`` recounts an earlier comparison from its
+kept trace with the current grouping of whole runs); ``release`` records a comparison as the machine's
 validation; ``spreads`` stores the run-to-run spreads; ``tables`` and ``challenge`` print and
 replay for the docs.
 """
@@ -45,13 +46,14 @@ from spartan_py.costmodel.release import (
     blind_for,
     compare_release,
     launch_records,
+    regroup,
     release_predictions,
     validation_entry,
 )
 from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text
-from spartan_py.result_files import read_result, write_result
+from spartan_py.result_files import read_result, rewrite_result, write_result
 from spartan_py.runner.execute import replay_on_machines
 from spartan_py.runner.store import load_points, package_commit, run_environment
 from spartan_py.trace import read_trace, write_trace
@@ -186,6 +188,27 @@ def _cmd_compare(args) -> int:
         first=(first, predictions["machines"][args.first_machine]) if first is not None else None,
     )
     _write(args, f"drawn-fidelity-{name}", "cpu (the cost model's replay)", {**head, **payload}, packed=True)
+    return 0
+
+
+def _cmd_regroup(args) -> int:
+    result = read_result(args.result)
+    measured = measured_records(args.measured)
+    predictions = read_result(Path(result["predictions"]))
+    name, blind = blind_for(predictions, str(measured["device"].iloc[0]))
+    host = result.get("host_measured")
+    first = measured_records(args.first) if args.first else None
+    regrouped = regroup(
+        result,
+        measured,
+        load_machine(name),
+        blind,
+        host_figures=read_result(Path(host["file"])) if host else None,
+        first=(first, predictions["machines"][args.first_machine]) if first is not None else None,
+    )
+    command = shlex.join(["spartan", *sys.argv[1:]])
+    regrouped["regrouped"] = {"commit": _commit(), "command": command, "measured_trace": shown(args.measured)}
+    print(rewrite_result(args.result, regrouped))
     return 0
 
 
@@ -325,6 +348,7 @@ def register(commands, common) -> None:
         "predict": _cmd_predict,
         "blank": _cmd_blank,
         "compare": _cmd_compare,
+        "regroup": _cmd_regroup,
         "release": _cmd_release,
         "spreads": _cmd_spreads,
         "tables": _cmd_tables,

@@ -4,10 +4,11 @@ and the measured speed-up between two GPUs next to the predicted one.
 
 A *run folder* is what ``spartan run`` wrote (``points/*.trace.csv``); its measured GPU
 traces are gathered by :func:`run_traces`, one row per launch with the point's label in
-``point``. A *whole run* is what one would time as a whole: a Graph Challenge point's
-inference (its layer-kernel launches, :data:`WHOLE_RUN_FAMILIES`), or, in a dense-layer
-point, one kernel family over all the point's layers (cuBLAS FP32 over the 13 layers at
-density 0.05, say); measured against predicted.
+``point``. A *whole run* is what a user runs and times as a whole
+(:mod:`spartan_py.costmodel.whole_runs`): a Graph Challenge point's inference, or a conv
+point's step with all its launches (:data:`WHOLE_RUN_FAMILIES`); measured against predicted,
+the two workloads reported apart. A conv point's *candidate runs* (one family over its
+launches: cuBLAS FP32 over the 13 layers at density 0.05, say) are a per-kernel view.
 """
 
 from __future__ import annotations
@@ -21,12 +22,19 @@ import pandas as pd
 
 from spartan_py.costmodel.calibrate import calibrate
 from spartan_py.costmodel.families import FAMILIES
-from spartan_py.costmodel.intervals import run_intervals
+from spartan_py.costmodel.intervals import candidate_intervals, run_intervals
 from spartan_py.costmodel.machine import Machine, carry_over
 from spartan_py.costmodel.model import predict, run_totals
 from spartan_py.costmodel.repeatability import family_bar_pct
 from spartan_py.costmodel.validation import kernel_error_table
-from spartan_py.costmodel.whole_runs import WHOLE_RUN_FAMILIES, run_names
+from spartan_py.costmodel.whole_runs import (
+    CANDIDATE_SEPARATOR,
+    WHOLE_RUN_FAMILIES,
+    candidate_names,
+    run_names,
+    workload,
+    workload_figures,
+)
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace
 
@@ -98,29 +106,47 @@ def with_bars(table: pd.DataFrame, machine: Machine) -> pd.DataFrame:
     return table
 
 
-def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
-    """Per whole run (:func:`run_names`): the measured and predicted sums of its
-    :data:`WHOLE_RUN_FAMILIES` launches and the error (:func:`~spartan_py.costmodel.model.run_totals`)."""
-    totals = run_totals(predicted.assign(run=run_names(predicted)), WHOLE_RUN_FAMILIES)
+def _run_errors(predicted: pd.DataFrame, names: pd.Series) -> pd.DataFrame:
+    totals = run_totals(predicted.assign(run=names).dropna(subset=["run"]), WHOLE_RUN_FAMILIES)
     return totals.rename(columns={"records": "launches"})
 
 
+def whole_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Per whole run (:func:`run_names`): its ``workload``, the measured and predicted sums of its
+    :data:`WHOLE_RUN_FAMILIES` launches and the error (:func:`~spartan_py.costmodel.model.run_totals`)."""
+    runs = _run_errors(predicted, run_names(predicted))
+    kinds = predicted.groupby(run_names(predicted), sort=False)["kernel"].agg(workload)
+    runs.insert(1, "workload", runs["run"].map(kinds))
+    return runs
+
+
+def candidate_run_errors(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Per candidate run of a conv point (:func:`candidate_names`: one family over the point's
+    launches), with its ``family``: the per-kernel view, never counted as whole runs."""
+    runs = _run_errors(predicted, candidate_names(predicted))
+    runs.insert(1, "family", runs["run"].str.rsplit(CANDIDATE_SEPARATOR, n=1).str[1])
+    return runs
+
+
 def summary(predicted: pd.DataFrame) -> dict:
-    """The two figures a machine's validation states: the worst whole-run error and the worst
-    per-launch median error of a family with :data:`MIN_FAMILY_LAUNCHES` or more launches."""
+    """The figures a machine's validation states: the worst whole-run error and the worst
+    per-launch median error of a family with :data:`MIN_FAMILY_LAUNCHES` or more launches, and
+    per workload its whole runs' figures (:func:`workload_figures`)."""
     families = family_errors(predicted)
     held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
     runs = whole_run_errors(predicted)
     return {
         "whole_run_error_pct": float(runs["error_pct"].abs().max()),
         "per_launch_median_error_pct": float(held["median_pct"].max()),
+        "by_workload": workload_figures(runs),
     }
 
 
 def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
     """Blind predictions of ``trace``'s launches on ``machine``: per point, per family the
-    launch count and the predicted microseconds of each launch, in launch order; and per
-    whole run (:func:`run_names`) the predicted total."""
+    launch count and the predicted microseconds of each launch, in launch order; per whole run
+    (:func:`run_names`) and per conv candidate run (:func:`candidate_names`) the predicted total
+    and its 80% interval."""
     predicted = predict(trace, machine)
     predicted = predicted[predicted["kernel"].isin(list(FAMILIES))]
     points = {}
@@ -135,8 +161,18 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
             }
         }
     timed = predicted[predicted["kernel"].isin(WHOLE_RUN_FAMILIES)]
-    launches = timed.groupby(run_names(timed), sort=False).size()
-    runs = {
+    return {
+        "machine": machine.name,
+        "host": machine.host,
+        "runs": points,
+        "whole_runs": _predicted_runs(timed, run_names(timed), run_intervals(timed, machine)),
+        "candidate_runs": _predicted_runs(timed, candidate_names(timed), candidate_intervals(timed, machine)),
+    }
+
+
+def _predicted_runs(timed: pd.DataFrame, names: pd.Series, intervals: pd.DataFrame) -> dict:
+    launches = timed.groupby(names, sort=False).size()
+    return {
         str(row["run"]): {
             "launches": int(launches[row["run"]]),
             "predicted_us": round(float(row["predicted_us"]), 3),
@@ -144,23 +180,33 @@ def predictions(trace: pd.DataFrame, machine: Machine) -> dict:
             "high_us": None if np.isnan(row["high_us"]) else round(float(row["high_us"]), 3),
             "interval_from": row["spread"],
         }
-        for _, row in run_intervals(timed, machine).iterrows()
+        for _, row in intervals.iterrows()
     }
-    return {"machine": machine.name, "host": machine.host, "runs": points, "whole_runs": runs}
 
 
 def interval_coverage(attached: pd.DataFrame, blind: dict) -> pd.DataFrame:
     """Per whole run of a measured trace with ``blind``'s predictions attached
-    (:func:`attach_predictions`): measured microseconds beside the committed prediction and its
-    80% interval, and whether the measurement is inside."""
-    runs = whole_run_errors(attached)
+    (:func:`attach_predictions`): its workload, measured microseconds beside the committed
+    prediction and its 80% interval, and whether the measurement is inside (None where the
+    predictions hold no interval for it: a conv point of a release whose predictions gave
+    intervals to candidate runs only)."""
+    return _coverage(whole_run_errors(attached), blind["whole_runs"])
+
+
+def candidate_coverage(attached: pd.DataFrame, blind: dict) -> pd.DataFrame:
+    """:func:`interval_coverage` of the conv points' candidate runs (the per-kernel view); a
+    predictions file written before candidates were told apart lists them with the whole runs."""
+    return _coverage(candidate_run_errors(attached), blind.get("candidate_runs", blind["whole_runs"]))
+
+
+def _coverage(runs: pd.DataFrame, spans: dict) -> pd.DataFrame:
     rows = []
     for _, run in runs.iterrows():
-        entry = blind["whole_runs"].get(str(run["run"]), {})
+        entry = spans.get(str(run["run"]), {})
         low, high = entry.get("low_us"), entry.get("high_us")
         inside = None if low is None or high is None else bool(low <= run["measured_us"] <= high)
         rows.append({**run.to_dict(), "low_us": low, "high_us": high, "inside": inside})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*runs.columns, "low_us", "high_us", "inside"])
 
 
 def attach_predictions(trace: pd.DataFrame, blind: dict) -> pd.DataFrame:
@@ -241,7 +287,8 @@ def compare(
     its committed :func:`predictions`, made before it was measured).
 
     The tables: ``families`` (launches and median / p90 per-launch error: first machine held
-    out, second blind, second with the current model), ``whole_runs`` (the same per run),
+    out, second blind, second with the current model), ``whole_runs`` (the same per whole run,
+    with its workload),
     ``speedups`` (measured and predicted, first over second) and ``reverse_families`` (fit
     on the second machine, carried over to predict the first).
     """
@@ -269,7 +316,9 @@ def compare(
         "run",
         ["error_pct"],
     )
-    runs.insert(1, f"{a} role", np.where(runs["run"].str.contains(holdout), "held out", "fitted"))
+    kinds = whole_run_errors(on_first).set_index("run")["workload"]
+    runs.insert(1, "workload", runs["run"].map(kinds))
+    runs.insert(2, f"{a} role", np.where(runs["run"].str.contains(holdout), "held out", "fitted"))
     reverse_table = _side_by_side({f"{a} from {b} fit": family_errors(reverse)}, "family", family_columns)
     tables = {
         "families": families,

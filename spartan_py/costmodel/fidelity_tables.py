@@ -1,22 +1,32 @@
 """A cross-machine comparison's summary (``spartan model compare --cross``) as the Markdown
-tables of docs/cost-model.md: per family, per whole run, the speed-ups and the reverse fit."""
+tables of docs/cost-model.md: per family, per whole run (Graph Challenge and conv apart, a conv
+point's candidate runs summed into it: the per-family table is the per-kernel view), the
+speed-ups and the reverse fit."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
+from spartan_py.costmodel.whole_runs import CANDIDATE_SEPARATOR, WORKLOAD_NAMES, WORKLOADS, whole_from_rows
 from spartan_py.result_files import read_result
 
 
 def _run_name(run: str) -> str:
     """A validation run's label as the docs' tables write it."""
-    point, _, family = run.partition(" / ")
-    fields = dict(f.split("=", 1) for f in point.split(", ") if "=" in f)
-    network = next((f.split(" layers")[0] for f in point.split(", ") if f.startswith("generated:")), None)
-    if family:
-        density = point.rsplit("density ", 1)[1]
-        return f"{fields['precision'].upper()}, density {density} / `{family}`"
+    fields = dict(f.split("=", 1) for f in run.split(", ") if "=" in f)
+    if "conv layers" in run:
+        return f"{fields['precision'].upper()}, " + run.split(" conv layers, ", 1)[1]
+    network = next((f.split(" layers")[0] for f in run.split(", ") if f.startswith("generated:")), None)
     return f"`{fields['backend']}`, " + (network or "official 1024 x 120 proxy")
+
+
+def _whole_errors(found: dict, key: str) -> pd.Series:
+    """Per whole run its error (percent) in one of the summary's error tables, a conv point's
+    candidates summed into it."""
+    runs = whole_from_rows(pd.DataFrame(found[key]["whole_runs"]))
+    return runs.set_index("run")["error_pct"]
 
 
 def _pct(value: float) -> str:
@@ -45,15 +55,18 @@ def fidelity_tables(summary_file: Path) -> str:
         lines.append(
             f"| `{row['family']}` | {errors('h100-sxm held out')} | {errors('h200-sxm blind', bold=True)} | {after} |"
         )
-    lines += ["", "| whole run | H100 (role) | H200 blind | H200 after fix |", "| --- | --- | --- | --- |"]
-    runs = sorted(found["whole_runs"], key=lambda r: (" / " in r["run"], r["run"]))
-    for row in runs:
-        blind, now = row["h200-sxm blind error_pct"], row["h200-sxm now error_pct"]
-        after = "as blind" if _pct(now) == _pct(blind) else _pct(now)
-        lines.append(
-            f"| {_run_name(row['run'])} | {_pct(row['h100-sxm error_pct'])} ({row['h100-sxm role']}) "
-            f"| **{_pct(blind)}** | {after} |"
-        )
+    h100, blind, now = (_whole_errors(found, key) for key in ("h100_all_points", "h200_blind", "h200_current_model"))
+    whole = whole_from_rows(pd.DataFrame(found["h200_blind"]["whole_runs"]))
+    role = {r["run"].split(CANDIDATE_SEPARATOR)[0]: r["h100-sxm role"] for r in found["whole_runs"]}
+    for name in WORKLOADS:
+        runs = sorted(whole.loc[whole["workload"] == name, "run"])
+        if not runs:
+            continue
+        lines += ["", f"| {WORKLOAD_NAMES[name]} run | H100 (role) | H200 blind | H200 after fix |"]
+        lines.append("| --- | --- | --- | --- |")
+        for run in runs:
+            after = "as blind" if _pct(now[run]) == _pct(blind[run]) else _pct(now[run])
+            lines.append(f"| {_run_name(run)} | {_pct(h100[run])} ({role[run]}) | **{_pct(blind[run])}** | {after} |")
     lines += ["", "| family | measured H100 -> H200 speed-up | predicted |", "| --- | --- | --- |"]
     lines += [
         f"| `{r['family']}` | {r['measured_speedup']:.2f}x | {r['predicted_speedup']:.2f}x |" for r in found["speedups"]

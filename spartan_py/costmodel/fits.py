@@ -94,6 +94,18 @@ class RunToRunSpread(_Frozen):
     source: str = Field(description="the repeatability result file")
 
 
+class WorkloadFigures(_Frozen):
+    """One workload's whole runs in a set compared (:mod:`spartan_py.costmodel.whole_runs`): a
+    Graph Challenge inference or a conv point's step each, candidate runs never counted."""
+
+    runs: int = Field(ge=1, description="whole runs compared")
+    within_10pct: int = Field(ge=0, description="of them, within 10% of the measurement")
+    median_abs_error_pct: float = Field(ge=0, description="their median absolute error, percent")
+    worst_error_pct: float = Field(ge=0, description="their worst absolute error, percent")
+    inside_interval: int | None = Field(None, ge=0, description="of those with an interval, inside it")
+    with_interval: int = Field(0, ge=0, description="runs whose predictions held an 80% interval")
+
+
 class Validation(_Frozen):
     """How the model's predictions for a machine compared with runs measured on it."""
 
@@ -106,28 +118,14 @@ class Validation(_Frozen):
     per_launch_median_error_pct: float = Field(
         description="the worst per-launch median error of a kernel family with 5 or more launches (percent)"
     )
-    runs: int | None = Field(None, ge=1, description="whole runs compared (a drawn set's)")
-    runs_within_10pct: int | None = Field(None, ge=0, description="of them, within 10% of the measurement")
-    runs_inside_interval: int | None = Field(None, ge=0, description="of them, inside their 80% interval")
-
-    def figures(self) -> str:
-        """The set's figures in words: runs within 10% (and inside their intervals) where
-        counted, the worst whole run, the worst per-launch family median."""
-        counted = (
-            f"{self.runs_within_10pct} of {self.runs} whole runs within 10%"
-            + (
-                f", {self.runs_inside_interval} inside their 80% interval"
-                if self.runs_inside_interval is not None
-                else ""
-            )
-            + "; "
-            if self.runs is not None and self.runs_within_10pct is not None
-            else ""
-        )
-        return (
-            f"{counted}whole runs within {self.whole_run_error_pct:.1f}%, per-launch median error at most "
-            f"{self.per_launch_median_error_pct:.1f}% per family"
-        )
+    workloads: dict[str, WorkloadFigures] = Field(
+        {}, description="per workload (graph-challenge, conv): its whole runs' figures, told apart"
+    )
+    runs: int | None = Field(
+        None, ge=1, description="superseded by workloads: runs pooled over both workloads and conv candidates"
+    )
+    runs_within_10pct: int | None = Field(None, ge=0, description="superseded by workloads (pooled)")
+    runs_inside_interval: int | None = Field(None, ge=0, description="superseded by workloads (pooled)")
 
 
 class GeneratedParts(_Frozen):

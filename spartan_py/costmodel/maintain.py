@@ -19,6 +19,7 @@ from spartan_py.costmodel.fits import Validation
 from spartan_py.costmodel.intervals import held_out_runs, run_error_frame
 from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.releases import DRAWN_SET
 from spartan_py.errors import InputError
 from spartan_py.trace import read_trace, write_trace
 
@@ -177,9 +178,17 @@ def compare_machines(
     }
 
 
+def _same_runs(a: Validation, b: Validation) -> bool:
+    """Whether two entries are of the same runs: the same scope, or the same drawn set on the same GPU."""
+    if a.scope == b.scope:
+        return True
+    drawn_a, drawn_b = DRAWN_SET.search(a.scope), DRAWN_SET.search(b.scope)
+    return bool(drawn_a and drawn_b and drawn_a.group(1) == drawn_b.group(1) and a.device == b.device)
+
+
 def with_validation(machine: Machine, entry: Validation, exists: Callable[[str], bool]) -> Machine:
-    """``machine`` with ``entry`` as its validation of ``entry.scope``: a new measurement of the
-    same runs replaces its entry; the others stay while their result file ``exists`` (a round
-    whose files went to git history is history too)."""
-    kept = [v for v in machine.validation if v.scope != entry.scope and exists(v.result)]
+    """``machine`` with ``entry`` as its validation of its runs: a new measurement or a recount of
+    the same runs (:func:`_same_runs`) replaces their entry; the others stay while their result
+    file ``exists`` (a round whose files went to git history is history too)."""
+    kept = [v for v in machine.validation if not _same_runs(v, entry) and exists(v.result)]
     return machine.model_copy(update={"validation": [*kept, entry]})

@@ -5,8 +5,9 @@ measured runs' records brought back with no time in them, and the comparison.
 The predictions are made from a simulated run of the drawn set (its CPU twins list the
 launches the GPUs will run) or from a measured run's blanked records (:func:`blank_run`), never
 from records that carry times. A comparison matches a GPU's measured run of the same points to
-them: whole runs within 10%, per-launch medians per family, how many measurements fall inside
-their intervals, and, given the host's latencies measured on that GPU's machine, the same with
+them: per workload (Graph Challenge, conv) whole runs within 10% and how many measurements fall
+inside their intervals, per-launch medians per family, the conv points' candidate runs as a
+per-kernel view apart, and, given the host's latencies measured on that GPU's machine, the same with
 the host's part of the error taken out.
 """
 
@@ -22,22 +23,21 @@ from spartan_py.costmodel.families import FAMILIES
 from spartan_py.costmodel.fidelity import (
     MIN_FAMILY_LAUNCHES,
     attach_predictions,
+    candidate_coverage,
     family_errors,
     interval_coverage,
     predictions,
     speedups,
     whole_run_errors,
 )
-from spartan_py.costmodel.fits import Validation
+from spartan_py.costmodel.fits import Validation, WorkloadFigures
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import Machine, machine_for_device
 from spartan_py.costmodel.model import host_added_us
+from spartan_py.costmodel.whole_runs import GRAPH_CHALLENGE, WITHIN_PCT, WORKLOADS, workload_figures
 from spartan_py.errors import InputError
-from spartan_py.files import atomic_write_bytes
+from spartan_py.files import atomic_write_bytes, json_ready
 from spartan_py.trace import read_trace, write_trace
-
-WITHIN_PCT = 10.0
-"""The whole-run bar: within 10% of the measurement."""
 
 
 def point_label(label: str) -> str:
@@ -119,23 +119,37 @@ def _host_adjusted(frame: pd.DataFrame, blind: dict, host_figures: dict) -> pd.D
 
 
 def _summary(frame: pd.DataFrame, coverage: pd.DataFrame, machine) -> dict:
+    """Per workload its whole runs' figures (:func:`workload_figures`), then the families'."""
     families = family_errors(frame, machine)
     held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
-    within = coverage["error_pct"].abs() <= WITHIN_PCT
-    inside = coverage["inside"].dropna()
     return {
-        "whole_runs": int(len(coverage)),
-        "within_10pct": int(within.sum()),
-        "within_10pct_share": round(float(within.mean()), 4),
-        "worst_whole_run_pct": round(float(coverage["error_pct"].abs().max()), 2),
-        "median_abs_whole_run_pct": round(float(coverage["error_pct"].abs().median()), 2),
-        "inside_interval": int(inside.sum()),
-        "with_interval": int(len(inside)),
+        **workload_figures(coverage),
         "families_within_15pct": int((held["median_pct"] <= 15).sum()),
         # host-bound families judged against twice their run-to-run spread where it was measured
         "families_within_bar": int(held["within_bar"].sum()),
         "families_held": int(len(held)),
     }
+
+
+def candidate_view(candidates: pd.DataFrame) -> list[dict]:
+    """The conv points' candidate runs per family (the per-kernel view): runs, within 10%,
+    median and worst absolute error, inside their interval of those with one."""
+    rows = []
+    for family, group in candidates.groupby("family"):
+        error = group["error_pct"].abs()
+        judged = group["inside"].dropna()
+        rows.append(
+            {
+                "family": family,
+                "candidate_runs": int(len(group)),
+                "within_10pct": int((error <= WITHIN_PCT).sum()),
+                "median_abs_pct": round(float(error.median()), 2),
+                "worst_pct": round(float(error.max()), 2),
+                "inside_interval": int(judged.astype(bool).sum()),
+                "with_interval": int(len(judged)),
+            }
+        )
+    return rows
 
 
 def compare_release(
@@ -152,9 +166,12 @@ def compare_release(
     run's ``environment``: where its driver reported other clocks, power limit or node than the
     machine file assumes. With ``host_figures`` (``launch_us``, ``sync_us`` measured on that GPU's
     machine): the same with the predictions moved to that host. With ``first`` (the calibration
-    GPU's measured run of the same set and its predictions): speed-ups per family."""
+    GPU's measured run of the same set and its predictions): speed-ups per family. Graph
+    Challenge and conv whole runs are told apart (:data:`WORKLOADS`); the conv points' candidate
+    runs only per family (``candidates``, ``candidate_runs``)."""
     frame = attach_predictions(measured, blind)
     coverage = interval_coverage(frame, blind)
+    candidates = candidate_coverage(frame, blind)
     differences = machine.assumes.differences(environment) if machine.assumes and environment else []
     payload: dict = {
         "device": str(measured["device"].iloc[0]),
@@ -163,7 +180,9 @@ def compare_release(
         "assumption_differences": differences,
         "blind": _summary(frame, coverage, machine),
         "families": family_errors(frame, machine).round(3).to_dict(orient="records"),
-        "whole_runs": coverage.round(4).to_dict(orient="records"),
+        "whole_runs": json_ready(coverage.round(4).to_dict(orient="records")),
+        "candidates": candidate_view(candidates),
+        "candidate_runs": json_ready(candidates.round(4).to_dict(orient="records")),
     }
     if host_figures is not None:
         adjusted = _host_adjusted(frame, blind, host_figures)
@@ -192,23 +211,73 @@ def whole_with(adjusted: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+REGROUPED_KEYS = ("blind", "families", "whole_runs", "candidates", "candidate_runs", "with_measured_host", "speedups")
+"""What :func:`regroup` recomputes of a drawn set's comparison; the rest (provenance, the
+measurement's host and driver facts) stays as measured."""
+
+
+def regroup(
+    result: dict,
+    measured: pd.DataFrame,
+    machine: Machine,
+    blind: dict,
+    *,
+    host_figures: dict | None = None,
+    first: tuple[pd.DataFrame, dict] | None = None,
+) -> dict:
+    """A drawn set's comparison (``result``, written before whole runs were told apart)
+    recomputed from the measured trace it compared and the committed predictions (``blind``)
+    with Graph Challenge and conv whole runs apart and the candidate runs a per-kernel view: a
+    regrouping of the same measurements, no new one. Refused when ``measured`` is not the trace
+    it compared (the runs it counted, Graph Challenge points and conv candidates pooled, must
+    come back with the same errors)."""
+    found = compare_release(measured, machine, blind, host_figures=host_figures, first=first)
+
+    def counted(found: dict) -> dict[str, float]:  # Graph Challenge runs and conv candidates, as first counted
+        rows = [r for r in found["whole_runs"] if r.get("workload", GRAPH_CHALLENGE) == GRAPH_CHALLENGE]
+        return {str(r["run"]): float(r["error_pct"]) for r in [*rows, *found.get("candidate_runs", [])]}
+
+    before, after = counted(result), counted(found)
+    if before.keys() != after.keys() or any(abs(before[k] - after[k]) > 1e-3 for k in before):
+        changed = sorted(k for k in before.keys() | after.keys() if k not in before or k not in after)[:3]
+        raise InputError(f"the trace is not the one this comparison counted (runs differ: {changed or 'errors'})")
+    return {**result, **{key: found[key] for key in REGROUPED_KEYS if key in found}}
+
+
+def _workload_figures(figures: dict) -> dict[str, WorkloadFigures]:
+    return {
+        name: WorkloadFigures(
+            runs=f["runs"],
+            within_10pct=f["within_10pct"],
+            median_abs_error_pct=f["median_abs_pct"],
+            worst_error_pct=f["worst_pct"],
+            inside_interval=f.get("inside_interval"),
+            with_interval=f.get("with_interval", 0),
+        )
+        for name, f in figures.items()
+        if name in WORKLOADS
+    }
+
+
 def validation_entry(result: dict, path: str, *, scope: str, blind: bool, commit: str) -> Validation:
     """A machine's validation entry from a comparison's result file (``path``): a drawn set's
-    (``spartan model compare``) or a cross-machine one (``compare --cross``)."""
+    (``spartan model compare``), a calibration's held-out points or a cross-machine one
+    (``compare --cross``); Graph Challenge and conv whole runs counted apart where the file tells them."""
     if "blind" in result and "whole_runs" in result:  # a drawn set's
         figures = result["blind"]
+        if not set(WORKLOADS) & set(figures):
+            raise InputError("a drawn set's comparison written before whole runs were told apart: run compare again")
         held = [f["median_pct"] for f in result["families"] if f["launches"] >= MIN_FAMILY_LAUNCHES]
+        workloads = _workload_figures(figures)
         return Validation(
             scope=scope,
             device=result["device"],
             blind=blind,
             result=path,
             commit=commit,
-            whole_run_error_pct=round(figures["worst_whole_run_pct"], 2),
+            whole_run_error_pct=max(w.worst_error_pct for w in workloads.values()),
             per_launch_median_error_pct=round(max(held), 2),
-            runs=figures["whole_runs"],
-            runs_within_10pct=figures["within_10pct"],
-            runs_inside_interval=figures["inside_interval"],
+            workloads=workloads,
         )
     tables = result.get("h200_blind") or result.get("held_out")
     if tables is None:
@@ -221,4 +290,5 @@ def validation_entry(result: dict, path: str, *, scope: str, blind: bool, commit
         commit=commit,
         whole_run_error_pct=round(tables["summary"]["whole_run_error_pct"], 2),
         per_launch_median_error_pct=round(tables["summary"]["per_launch_median_error_pct"], 2),
+        workloads=_workload_figures(tables["summary"].get("by_workload", {})),
     )

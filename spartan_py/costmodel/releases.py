@@ -7,7 +7,9 @@ fitted). Any other entry is a **development round**: points the model was develo
 against, whatever its ``blind`` flag says (the H200's round 14 of ``validate-h200.yaml`` was the
 third round on the same points, the model revised between them). A release whose traces later
 entered the calibration (a ``drawn-HASH-`` trace named in a family's ``source``) is marked so:
-its figures were blind when measured; a replay with today's calibration would not be.
+its figures were blind when measured; a replay with today's calibration would not be. Graph
+Challenge and conv whole runs are told apart everywhere (:mod:`spartan_py.costmodel.whole_runs`);
+a conv point's candidate runs are never counted here.
 
 Newest first: by the stamp in the result file's name (``...-YYYYMMDD-HHMMSS.json.gz``), else by
 the entry's place in the file (entries are appended).
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 from spartan_py.costmodel.fits import Validation
 from spartan_py.costmodel.machine import Machine
+from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES, WORKLOAD_SHORT, WORKLOADS
 
 DRAWN_SET = re.compile(r"experiments/drawn/validate-([0-9a-f]{7,})\.yaml")
 """A drawn set's file in an entry's ``scope``; its hash names the release."""
@@ -56,11 +59,10 @@ class Entry:
         return self.drawn or self.validation.commit[:7]
 
     def counts(self) -> str:
-        """``157/211`` (runs within 10% of those counted), else the worst whole run."""
-        v = self.validation
-        if v.runs is not None and v.runs_within_10pct is not None:
-            return f"{v.runs_within_10pct}/{v.runs}"
-        return f"(worst run {v.whole_run_error_pct:.1f}%)"
+        """``12/16 27/32``: whole runs within 10% of those counted, per workload in
+        :data:`WORKLOADS` order (``-`` for one not in the set)."""
+        told = self.validation.workloads
+        return " ".join(f"{told[k].within_10pct}/{told[k].runs}" if k in told else "-" for k in WORKLOADS)
 
     def label(self) -> str:
         """Its kind, with ``now calibration data`` where its traces became that."""
@@ -114,20 +116,25 @@ def unvalidated_text(machine: Machine) -> str:
 
 
 def _counted(v: Validation) -> str:
-    if v.runs is None or v.runs_within_10pct is None:
+    if not v.workloads:
         return f"worst whole run {v.whole_run_error_pct:.1f}%"
-    inside = f", {v.runs_inside_interval} in 80% interval" if v.runs_inside_interval is not None else ""
-    return f"{v.runs_within_10pct}/{v.runs} whole runs within 10%{inside}, worst {v.whole_run_error_pct:.1f}%"
+    counts = ", ".join(f"{WORKLOAD_NAMES.get(k, k)} {w.within_10pct}/{w.runs}" for k, w in v.workloads.items())
+    inside = ", ".join(
+        f"{WORKLOAD_SHORT.get(k, k)} {w.inside_interval}/{w.with_interval}"
+        for k, w in v.workloads.items()
+        if w.with_interval and w.inside_interval is not None
+    )
+    return f"whole runs within 10%: {counts}" + (f"; in 80% interval: {inside}" if inside else "")
 
 
 def _first_line(entry: Entry) -> str:
     v = entry.validation
     if entry.kind == DEVELOPMENT:
         return f"validated by development rounds only (not blind): newest {entry.name()} on {v.device}: {_counted(v)}"
-    mark = "; now calibration data" if entry.calibration_data else ""
+    mark = " (now calibration data)" if entry.calibration_data else ""
     if entry.kind == BLIND_RELEASE:
-        return f"validated: newest blind release {entry.drawn} on {v.device}: {_counted(v)}{mark}"
-    return f"validated on the calibration GPU: newest held-out release {entry.drawn}: {_counted(v)}{mark}"
+        return f"validated: newest blind release {entry.drawn}{mark} on {v.device}: {_counted(v)}"
+    return f"validated on the calibration GPU: held-out release {entry.drawn}{mark}: {_counted(v)}"
 
 
 def _earlier_line(rest: list[Entry]) -> str:
@@ -136,11 +143,12 @@ def _earlier_line(rest: list[Entry]) -> str:
     development = [e for e in shown if e.kind == DEVELOPMENT]
     parts = []
     if releases:
-        told = ", ".join(f"{e.name()}{'*' if e.calibration_data else ''} {e.counts()}" for e in releases)
+        columns = ", ".join(WORKLOAD_SHORT[k] for k in WORKLOADS)
+        told = "; ".join(f"{e.name()}{'*' if e.calibration_data else ''} {e.counts()}" for e in releases)
         starred = " (*now calibration data)" if any(e.calibration_data for e in releases) else ""
-        parts.append(f"earlier releases (runs within 10%): {told}{starred}")
+        parts.append(f"earlier ({columns} within 10%): {told}{starred}")
     if development:
-        parts.append("not blind, development: " + ", ".join(f"{e.name()} {e.counts()}" for e in development))
+        parts.append("development (not blind): " + ", ".join(e.name() for e in development))
     if len(rest) > len(shown):
         parts.append(f"{len(rest) - len(shown)} more in --json")
     return "; ".join(parts)
@@ -148,8 +156,9 @@ def _earlier_line(rest: list[Entry]) -> str:
 
 def trust_lines(machine: Machine) -> list[str]:
     """One or two lines of at most :data:`MAX_LINE_CHARS` (a test holds the machine files to
-    it): the newest blind release's figures first (else the newest held-out release, else development), then the earlier
-    entries by name and count, releases now calibration data starred."""
+    it): the newest blind release's figures first (else the newest held-out release, else
+    development), Graph Challenge and conv whole runs apart, then the earlier entries by name and
+    count, releases now calibration data starred."""
     ordered = entries(machine)
     if not ordered:
         return [unvalidated_text(machine)]
@@ -159,11 +168,26 @@ def trust_lines(machine: Machine) -> list[str]:
     return lines
 
 
+def figures_text(v: Validation) -> str:
+    """An entry's figures in words: per workload its whole runs within 10%, inside their
+    intervals and median error, then the worst whole run and the worst per-launch family median."""
+    counted = "".join(
+        f"{WORKLOAD_NAMES.get(name, name)}: {w.within_10pct} of {w.runs} whole runs within 10%"
+        + (f", {w.inside_interval} of {w.with_interval} inside their 80% interval" if w.with_interval else "")
+        + f", median {w.median_abs_error_pct:.1f}%; "
+        for name, w in v.workloads.items()
+    )
+    return (
+        f"{counted}whole runs within {v.whole_run_error_pct:.1f}%, per-launch median error at most "
+        f"{v.per_launch_median_error_pct:.1f}% per family"
+    )
+
+
 def entry_text(entry: Entry, *, commit: bool = False) -> str:
     """One entry in full: its kind first, then scope, device (and commit), figures and result file."""
     v = entry.validation
     at = f" at `{v.commit[:7]}`" if commit else ""
-    return f"{entry.label()}: {v.scope} on {v.device}{at}: {v.figures()} ({v.result})"
+    return f"{entry.label()}: {v.scope} on {v.device}{at}: {figures_text(v)} ({v.result})"
 
 
 def record_text(machine: Machine) -> str:

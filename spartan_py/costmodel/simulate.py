@@ -12,6 +12,7 @@ from spartan_py.costmodel.machine import Machine, Variant, load_machine, load_va
 from spartan_py.costmodel.model import GUESSED_KINDS, predict, run_totals
 from spartan_py.costmodel.releases import trust_lines
 from spartan_py.costmodel.validation import kernel_error_table
+from spartan_py.costmodel.whole_runs import workload, workload_figures
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, read_trace, to_frame
 
@@ -171,15 +172,13 @@ def _beside_totals(predicted: pd.DataFrame) -> dict[str, dict[str, dict]]:
     }
 
 
-def _inside_intervals(errors: list[dict], intervals: dict[str, dict]) -> dict:
+def _inside_intervals(errors: list[dict], intervals: dict[str, dict]) -> None:
     """Marks each compared run ``inside_interval`` (None: no interval, or not every launch
-    measured) and counts them: how many of the runs with an interval hold their measurement."""
+    measured): whether its measurement is inside its 80% interval."""
     for row in errors:
         span = intervals.get(str(row["run"]))
         whole = span is not None and row["records"] == row["launches"]
         row["inside_interval"] = span["low_us"] <= row["measured_us"] <= span["high_us"] if span and whole else None
-    judged = [row["inside_interval"] for row in errors if row["inside_interval"] is not None]
-    return {"inside": sum(judged), "runs": len(judged), "without_interval": len(errors) - len(judged)}
 
 
 def replay_summary(
@@ -200,7 +199,8 @@ def replay_summary(
       had (fitted, carried over, family-wide fallback, default);
     - errors against measured times are given only when the trace was measured on a GPU this
       machine describes and no what-if variant is named (``measured_on`` names the GPU that
-      measured it either way); ``inside_interval`` then counts the runs inside their 80% interval;
+      measured it either way); ``by_workload`` then counts, Graph Challenge and conv runs apart,
+      the runs within 10% and those inside their 80% interval;
     - ``assumption_differences``: where the run's ``environment`` (its ``environment.json``)
       reports clocks, a power limit or a node other than the machine file assumes.
     """
@@ -259,8 +259,12 @@ def replay_summary(
         entry["error_by_kernel"] = kernel_error_table(predicted).to_dict(orient="records")
         errors = run_totals(predicted, TIMED_FAMILIES).to_dict(orient="records")
         launches = timed.groupby("run", sort=False).size()
+        kinds = timed.groupby("run", sort=False)["kernel"].agg(workload)
         for row in errors:
             row["launches"] = int(launches[row["run"]])
-        entry["inside_interval"] = _inside_intervals(errors, intervals)
+            row["workload"] = kinds[row["run"]]
+        _inside_intervals(errors, intervals)
         entry["error_by_run"] = errors
+        frame = pd.DataFrame(errors, columns=["workload", "error_pct", "inside_interval"])
+        entry["by_workload"] = workload_figures(frame.rename(columns={"inside_interval": "inside"}))
     return entry, predicted

@@ -16,6 +16,7 @@ from spartan_py.costmodel.machine import Machine, load_machine, machine_for_devi
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.costmodel.validation import kernel_error_table
+from spartan_py.costmodel.whole_runs import WORKLOAD_NAMES
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 from spartan_py.report import figures
@@ -85,7 +86,13 @@ def _fidelity(out: Path, against: Path, predictions: Path | None) -> tuple[list,
             f"{b} with the model now",
             tables["families"],
         ),
-        (f"Whole runs: model error on {a} and on {b} (percent)", tables["whole_runs"]),
+        *(
+            (
+                f"{WORKLOAD_NAMES[name]} whole runs: model error on {a} and on {b} (percent)",
+                runs.drop(columns="workload"),
+            )
+            for name, runs in tables["whole_runs"].groupby("workload", sort=False)
+        ),
         (f"Speed-up {a} -> {b} per family: measured and predicted", tables["speedups"]),
         (f"Reverse: fitted on {b}, carried over to predict {a}", tables["reverse_families"]),
     ]

@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from spartan_py.report.model_headlines import MODEL_EXTRACTORS
+
 
 def _g(value: float | None, digits: int = 3) -> str:
     """``value`` to ``digits`` significant figures (``-`` for none)."""
@@ -195,60 +197,6 @@ def _col2im(data: dict) -> list[str]:
     )
 
 
-def _summary(name: str, summary: dict) -> str:
-    return (
-        f"{name}: whole runs within {_g(summary['whole_run_error_pct'])}%, per-launch median error "
-        f"{_g(summary['per_launch_median_error_pct'])}%."
-    )
-
-
-def _calibration(data: dict) -> list[str]:
-    refit = ", ".join(f"`{f}`" for f in data["families_refitted"]) or "every family"
-    return [
-        f"Refitted: {refit}; {len(data['fit_points'])} fitted points, {len(data['held_out_points'])} held out.",
-        "",
-        "- " + _summary("Fitted", data["fit"]["summary"]),
-        "- " + _summary("Held out", data["held_out"]["summary"]),
-    ]
-
-
-def _drawn_fidelity(data: dict) -> list[str]:
-    blind = data["blind"]
-    held = blind.get("families_within_bar", blind.get("families_within_15pct"))
-    return [
-        f"`{data['machine']}` against predictions committed before the measurement (at "
-        f"{data['predictions_commit'][:7]}): "
-        f"{blind['within_10pct']} of {blind['whole_runs']} whole runs within 10%, "
-        f"{blind['inside_interval']} of {blind['with_interval']} inside their 80% interval, median |error| "
-        f"{blind['median_abs_whole_run_pct']}%, "
-        f"worst {blind['worst_whole_run_pct']}%; {held} of {blind.get('families_held', len(data['families']))} "
-        f"families within their bar.",
-    ]
-
-
-def _drawn_predictions(data: dict) -> list[str]:
-    return [
-        f"Drawn set `{data['drawn_set']}`: {data['points']} points, model frozen at {data['model_commit'][:7]}, "
-        f"machines {', '.join(f'`{m}`' for m in data['machines'])}."
-    ]
-
-
-def _h200_fidelity(data: dict) -> list[str]:
-    return [
-        "- " + _summary("H200, blind", data["h200_blind"]["summary"]),
-        "- " + _summary("H200, the current model", data["h200_current_model"]["summary"]),
-        "- " + _summary("H100, every point", data["h100_all_points"]["summary"]),
-    ]
-
-
-def _lopo(data: dict) -> list[str]:
-    errors = [abs(r["ratio"] - 1) * 100 for r in data["runs"]]
-    return [
-        f"{data['points']} points left out one at a time, {len(errors)} whole runs: median |error| "
-        f"{_g(statistics.median(errors))}%, worst {_g(max(errors))}%."
-    ]
-
-
 def _tile_gemm(data: dict) -> list[str]:
     return [
         f"{data['points']} conv points: speed-up or floor bar met on {data['bar_speedup_or_floor_met']}, "
@@ -390,12 +338,6 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "memory_latency": _memory_latency,
     "repeatability": _repeatability,
     "col2im": _col2im,
-    "h100-calibration": _calibration,
-    "drawn-fidelity-h100-sxm": _drawn_fidelity,
-    "drawn-fidelity-h200-sxm": _drawn_fidelity,
-    "drawn-predictions": _drawn_predictions,
-    "h200-fidelity": _h200_fidelity,
-    "lopo": _lopo,
     "tile-gemm": _tile_gemm,
     "spartan-machinery": _spartan_machinery,
     "training_bound": _training_bound,
@@ -404,6 +346,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "model": _challenge_model,
     "spartan-maps": _maps,
     "spartan-maps-whatif": _maps_whatif,
+    **MODEL_EXTRACTORS,
 }
 """Headline figures by the result file's ``benchmark`` field."""
 
