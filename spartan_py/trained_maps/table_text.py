@@ -1,0 +1,129 @@
+"""Spartan's table as Markdown, from what ``spartan maps table`` writes (``table.json``): the
+step measured per network, training point and precision; the bound and Spartan's hardware at
+each grain; the profiling overhead. The CLI prints it; the Spartan page includes it through
+:mod:`spartan_py.report.maps_tables`."""
+
+from __future__ import annotations
+
+import math
+
+from spartan_py.trained_maps.table_record import TABLE_GRAINS
+
+#: Spartan's profiling-overhead figure: software profiling over its hardware monitor
+SPARTAN_PROFILING_RATIO = 52.5
+_NAMES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "vgg16_bn": "VGG-16 (BN)", "resnet18": "ResNet-18"}
+
+
+def _num(value, digits: int = 4, missing: str = "not run") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing
+    return f"{value:.{digits}g}"
+
+
+def _pct(value) -> str:
+    if value is None or not math.isfinite(value):
+        return "not priced"
+    return f"{value:+.1%}"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _point(record: dict) -> str:
+    return f"{record['training_point']} (step {record['step']}, {record['test_accuracy']:.1%})"
+
+
+def step_rows(records: list[dict]) -> list[str]:
+    """The measured step: dense by cuBLAS (GEMMs + im2col + col2im) and by cuDNN, adaptive,
+    its ratio to the faster dense one, the model's cuBLAS GEMMs and its error, the H200's
+    blind prediction, the largest difference from cuBLAS, Spartan's figure."""
+    rows = []
+    for r in records:
+        if "error" in r:
+            rows.append((_NAMES.get(r["network"], r["network"]), "failed", r["error"][:80], *["-"] * 10))
+            continue
+        h200 = r["predicted_ms"].get("h200-sxm")
+        rows.append(
+            (
+                _NAMES.get(r["network"], r["network"]),
+                _point(r),
+                r["precision"].upper(),
+                f"{_num(r['dense_cublas_step_ms'])} ({_num(r['dense_cublas_gemms_ms'])})",
+                _num(r["dense_cudnn_ms"]),
+                _num(r["adaptive_ms"]),
+                _num(r["adaptive_over_faster_dense"], 3),
+                f"{r['cudnn_layers']}/{r['layers']}",
+                f"{_num(r['model_dense_gemms_ms'])} ({_pct(r['model_dense_error'])})",
+                _num(h200, missing="not predicted"),
+                f"{_num(r['max_rel_diff'], 2)} / {_num(r['cudnn_max_rel_diff'], 2)}",
+                f"{r['sparse_picks']}/{r['gemms']}",
+                f"{r['spartan_published']:g}",
+            )
+        )
+    header = (
+        "network", "point (step, accuracy)", "precision", "dense cuBLAS ms (GEMMs)", "dense cuDNN ms", "adaptive ms",
+        "adaptive / faster dense", "layers on cuDNN", "model: cuBLAS GEMMs ms (error)", "H200 predicted ms",
+        "max diff from cuBLAS: adaptive / cuDNN", "sparse picks", "Spartan",
+    )  # fmt: skip
+    return _table(header, rows)
+
+
+def grain_rows(records: list[dict]) -> list[str]:
+    """Per grain, the bound of the maps (dense work over live work, CHW columns) and Spartan's
+    hardware priced on the measured cuBLAS GEMMs: ``bound / what-if``."""
+    rows = []
+    for r in records:
+        if "error" in r:
+            continue
+        cells = [f"{r['bound']['chw'][g]:.2f} / {r['whatif'][g]['speedup']:.2f}" for g in TABLE_GRAINS]
+        rows.append((_NAMES.get(r["network"], r["network"]), _point(r), r["precision"].upper(), *cells,
+                     f"{r['spartan_published']:g}"))  # fmt: skip
+    return _table(("network", "point", "precision", *TABLE_GRAINS, "Spartan"), rows)
+
+
+def profiling_rows(records: list[dict]) -> list[str]:
+    """Software monitor over the fused one over the whole step, per network and precision:
+    the median over its training points and their range, beside Spartan's 52.5x."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        if "error" not in r:
+            groups.setdefault((r["network"], r["precision"]), []).append(r)
+    rows = []
+    for (network, precision), mine in groups.items():
+        ratios = sorted(r["profiling_ratio"] for r in mine if math.isfinite(r["profiling_ratio"] or math.nan))
+        fused = [r["monitor_ms"] for r in mine]
+        shown = f"{ratios[len(ratios) // 2]:.0f}x ({ratios[0]:.0f}-{ratios[-1]:.0f}x)" if ratios else "not measured"
+        rows.append(
+            (
+                _NAMES.get(network, network),
+                precision.upper(),
+                len(mine),
+                f"{min(fused):.3g}-{max(fused):.3g}",
+                shown,
+                f"{SPARTAN_PROFILING_RATIO:g}x",
+            )
+        )
+    header = ("network", "precision", "runs", "fused monitor ms a step", "software / fused (range)", "Spartan")
+    return _table(header, rows)
+
+
+def table_lines(table: dict) -> str:
+    """The three tables of ``table`` (``table.json``'s content) as Markdown."""
+    records = table.get("records", [])
+    if not records:
+        return "No step was measured (table.json has no records)."
+    return "\n".join(
+        [
+            *step_rows(records),
+            "",
+            "Bound / Spartan's hardware by grain (CHW columns; the what-if on the measured cuBLAS GEMMs):",
+            "",
+            *grain_rows(records),
+            "",
+            "Profiling overhead over the whole step:",
+            "",
+            *profiling_rows(records),
+        ]
+    )
