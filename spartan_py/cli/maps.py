@@ -130,7 +130,9 @@ def _job_arguments(parser, images: int) -> None:
     parser.add_argument("--steps", type=int, default=1500, help="training steps per network (default 1500)")
     parser.add_argument("--batch", type=int, default=128, help="training batch (default 128)")
     parser.add_argument("--px", type=int, default=224, help="image side after upsampling (default 224)")
-    parser.add_argument("--images", type=int, default=images, help=f"test images captured at each point (default {images})")
+    parser.add_argument(
+        "--images", type=int, default=images, help=f"test images captured at each point (default {images})"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--no-amp", action="store_true", help="train in FP32/TF32 without bfloat16 autocast")

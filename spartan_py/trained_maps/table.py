@@ -114,14 +114,16 @@ def run_table(settings: TableSettings, progress: Callable[[str], None] = lambda 
         "points": list(TABLE_POINTS),
         "records": records,
     }
-    budget, started = settings.capture.train_seconds, time.perf_counter()
+    budget, started, trained = settings.capture.train_seconds, time.perf_counter(), 0.0
     networks = settings.capture.networks
     for index, network in enumerate(networks):
-        share = None
+        share = None  # the training time left, shared among the networks left (captures and steps apart)
         if budget is not None:
-            share = max(budget - (time.perf_counter() - started), 1.0) / (len(networks) - index)
+            share = max(budget - trained, 1.0) / (len(networks) - index)
         job = replace(settings.capture, train_seconds=share)
         summary, points, run = _run_network(network, replace(settings, capture=job), base, progress)
+        done = summary["networks"][network]
+        trained += done["steps"] * done["step_seconds"]
         capture = _merge_capture(capture, summary)
         atomic_write_text(settings.out / "maps" / "summary.json", json.dumps(json_ready(capture), allow_nan=False))
         shutil.copyfile(run.parent / f"capture-{network}" / f"samples-{network}.npz",

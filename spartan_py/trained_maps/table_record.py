@@ -68,6 +68,8 @@ def table_records(network: str, points: list[dict], capture: dict) -> list[dict[
     capture summary); a failed point's record carries its error."""
     records = []
     prices: dict[str, DensePrices] = {}
+    order = {"init": 0, "early": 1, "middle": 2, "late": 3}
+    points = sorted(points, key=lambda p: (order.get(training_point(p), 9), p["config"]["precision"]))
     for point in points:
         if point["status"] != "ok":
             records.append({"network": network, "point_id": point["id"], "error": point.get("error")})

@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 
+from spartan_py.costmodel.machine import sim_folder
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.sparsity.arrays import array_module
@@ -68,9 +69,23 @@ def layer_operands(label: str, workload, tile_cols: int, xp):
     return a, xp.asarray(w), (m, k, layer.out_channels)
 
 
+def _sim_state() -> tuple:
+    """The machine files as they stand (name, size, modification time of each): a machine
+    loaded for one state is loaded again when a file changes."""
+    folder = sim_folder()
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*.yaml")))
+
+
+@functools.lru_cache(maxsize=8)
+def _machine(name: str, state: tuple):
+    del state  # part of the key only
+    return resolve_machine(name)
+
+
 def predicted_us(records: list[TraceRecord], machine: str) -> float:
-    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
-    spec, variant = resolve_machine(machine)
+    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name); the machine is
+    read once per state of its files (a step prices hundreds of GEMMs, each read ~50 ms)."""
+    spec, variant = _machine(machine, _sim_state())
     return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
 
 
