@@ -178,7 +178,10 @@ def _samples(runs: list[ConvMaps], point: str, count: int) -> dict[str, np.ndarr
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray], compress: bool = True) -> None:
     buffer = io.BytesIO()
-    (np.savez_compressed if compress else np.savez)(buffer, **arrays)  # type: ignore[operator]
+    if compress:
+        np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
+    else:
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
     atomic_write_bytes(path, buffer.getvalue())
 
 

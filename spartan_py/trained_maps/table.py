@@ -61,7 +61,7 @@ def experiment_for(base: dict, network: str, maps: dict[str, Path], simulated: b
     and per case of the file's sweep (its precisions)."""
     data = copy.deepcopy(base)
     workload = {k: v for k, v in data["workload"].items() if k not in _MAPS_HOLD}
-    if workload.get("step") != "training" or workload.get("kind") != "conv_layers":
+    if workload.get("step") != "training":  # only a conv_layers workload has a training step
         raise InputError("the table's experiment must be a conv_layers training step (workload.step: training)")
     data["name"] = f"{base['name']}-{network}"
     data["workload"] = workload | {"layers": [LAYERS_NETWORK[network]], "activations": str(next(iter(maps.values())))}
@@ -104,7 +104,9 @@ def run_table(settings: TableSettings, progress: Callable[[str], None] = lambda 
     base = load_yaml(settings.experiment).data
     settings.out.mkdir(parents=True, exist_ok=True)
     (settings.out / "maps").mkdir(exist_ok=True)
-    capture, records, gemms = None, [], []
+    capture: dict | None = None
+    records: list[dict] = []
+    gemms: list[dict] = []
     table: dict[str, Any] = {
         "schema": SCHEMA,
         "experiment": str(settings.experiment),

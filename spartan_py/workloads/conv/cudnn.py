@@ -44,9 +44,7 @@ def cudnn_unavailable(xp, precision: str) -> str | None:
     torch = _torch()
     if torch is None:
         return "not run: PyTorch with cuDNN does not import here (pip install -e '.[torch]')"
-    import cupy  # an optional dependency (CuPy), GPU paths only
-
-    if cupy.cuda.get_current_stream().ptr != 0 or torch.cuda.current_stream().cuda_stream != 0:
+    if xp.cuda.get_current_stream().ptr != 0 or torch.cuda.current_stream().cuda_stream != 0:
         return "not run: CuPy and PyTorch queue on different streams (the clock's events would not bracket cuDNN)"
     return None
 
@@ -118,7 +116,8 @@ def time_cudnn(rows: list[dict], layer: ConvLayer, operands: tuple, references: 
     """Add each GEMM row's cuDNN time (``cudnn_us``, with ``clock``) and its check against the
     cuBLAS ``references`` (by GEMM name; ``cudnn_max_rel_diff``). ``operands``: the maps, the
     weights and the output's gradient of :class:`CudnnLayer`."""
-    calls = CudnnLayer(layer, *operands, precision)
+    maps, w, gradient = operands
+    calls = CudnnLayer(layer, maps, w, gradient, precision)
     for row in rows:
         gemm = row["gemm"]
         row["cudnn_us"] = clock(lambda gemm=gemm: calls.run(gemm))
