@@ -219,3 +219,29 @@ def test_cudnn_matches_cublas_on_each_gemm_of_a_layer(precision):
     bound = 1e-5 if precision == "fp32" else 5e-3
     for gemm, reference in references.items():
         assert calls.difference(gemm, reference) < bound, gemm
+
+
+@pytest.mark.parametrize("label", ["alexnet/conv2", "resnet18/conv3_1", "resnet18/conv3_ds"])
+def test_the_cudnn_calls_stand_for_the_cublas_gemms(label):
+    """The cuDNN baseline's three calls, run by PyTorch on the CPU's arrays, give the three GEMMs'
+    products on the same operands (weights in im2col order, the output's gradient as GEMM rows,
+    the input gradient summed back to maps): the layouts the GPU run relies on."""
+    _torch_or_skip()
+    import torch
+
+    from spartan_py.workloads.conv.cudnn import CudnnLayer
+    from spartan_py.workloads.conv.layers import im2col
+
+    layer = conv_layer(label, 64)
+    maps = _maps((2, layer.in_channels, layer.size, layer.size), 0.4, 3)
+    x = im2col(maps, layer.kernel, layer.stride, layer.pad)
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((x.shape[1] + 16, layer.out_channels), dtype=np.float32)  # K padded, as the step's
+    w[x.shape[1] :] = 0
+    dy = rng.standard_normal((x.shape[0] + 8, layer.out_channels), dtype=np.float32)  # M padded
+    x = np.pad(x, ((0, 8), (0, 16)))
+    calls = CudnnLayer(layer, maps, w, dy, "fp32", torch=torch)
+    references = {"forward": x @ w, "weight_grad": x.T @ dy, "input_grad": dy @ w.T}
+    for gemm, reference in references.items():
+        assert calls.difference(gemm, np.ascontiguousarray(reference)) < 1e-5, gemm
+    assert calls.difference("forward", references["forward"] * 1.01) > 1e-3  # the check can fail

@@ -156,14 +156,27 @@ def analyse(runs: list[ConvMaps], settings: JobSettings, backend: str) -> dict[s
             record["gemms"]["input_grad"] = base["gemms"]["input_grad"]
             variants[f"{sparsity:g}"].append(record)
     if backend == "cupy":
-        import cupy  # an optional dependency (CuPy), GPU paths only
-
-        cupy.get_default_memory_pool().free_all_blocks()  # leave the GPU's memory to training
+        release_gpu_memory(torch_too=False)  # leave the GPU's memory to training
     return {
         "layers": layers,
         "network": _bounds(layers),
         "sensitivity": {key: {"layers": rows, "network": _bounds(rows)} for key, rows in variants.items()},
     }
+
+
+def release_gpu_memory(torch_too: bool = True) -> None:
+    """Hand the GPU memory CuPy's pool (and PyTorch's cache) hold but do not use back to the
+    device, for the next user in this process (training after an analysis, a step after training)."""
+    try:
+        import cupy  # an optional dependency (CuPy), GPU paths only
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    except ImportError:
+        pass
+    if torch_too:
+        torch, _ = import_torch()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _samples(runs: list[ConvMaps], point: str, count: int) -> dict[str, np.ndarray]:

@@ -29,7 +29,7 @@ from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_text, json_ready
 from spartan_py.runner import load_experiment, run_experiment
 from spartan_py.runner.store import load_points
-from spartan_py.trained_maps.job import JobSettings, run_job
+from spartan_py.trained_maps.job import JobSettings, release_gpu_memory, run_job
 from spartan_py.trained_maps.models import LAYERS_NETWORK
 from spartan_py.trained_maps.table_record import GEMM_COLUMNS, gemm_rows, table_records
 
@@ -79,6 +79,7 @@ def _run_network(network: str, settings: TableSettings, base: dict, progress) ->
     capture_out, maps_dir = settings.work / f"capture-{network}", settings.work / "maps"
     job = replace(settings.capture, networks=(network,), out=capture_out, maps_dir=maps_dir, points=TABLE_POINTS)
     summary = run_job(job, progress)
+    release_gpu_memory()  # training's cached blocks, for the step's CuPy arrays
     maps = {point: maps_dir / f"{network}-{point}.npz" for point in TABLE_POINTS}
     data = experiment_for(base, network, maps, settings.simulated)
     path = settings.work / f"{data['name']}.yaml"
@@ -87,6 +88,7 @@ def _run_network(network: str, settings: TableSettings, base: dict, progress) ->
     started = time.perf_counter()
     run = settings.work / f"run-{network}"
     result = run_experiment(experiment, points, run)
+    release_gpu_memory()  # the step's, for the next network's training
     progress(f"{network}: {result.ran} step points in {time.perf_counter() - started:.1f} s, {result.failed} failed")
     return summary, load_points(run), run
 

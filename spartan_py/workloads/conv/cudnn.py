@@ -64,8 +64,8 @@ class CudnnLayer:
     (``[K_pad x N]``, its first ``K`` rows the weights in im2col order), ``gradient`` (the
     output's gradient as GEMM rows ``[M_pad x N]``, its first ``batch x out_h x out_w`` real)."""
 
-    def __init__(self, layer: ConvLayer, maps, w, gradient, precision: str):
-        torch = _torch()
+    def __init__(self, layer: ConvLayer, maps, w, gradient, precision: str, torch=None):
+        torch = torch or _torch()  # given: PyTorch on the CPU's arrays (the tests check the layouts there)
         assert torch is not None, "cudnn_unavailable said it runs"
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
