@@ -155,10 +155,14 @@ def test_the_table_job_end_to_end_on_the_cpu_and_its_page_table(tmp_path, capsys
     assert main([*argv, "--sensitivity", "0.9"]) == 0
     assert "adaptive / faster dense" in capsys.readouterr().out
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted(
-        ["table.json", "gemms.csv", "environment.json", "summary.json"] + [f"samples-{n}.npz" for n in CONV_LAYERS]
+        ["table.json", "gemms.csv", "summary.json"] + [f"samples-{n}.npz" for n in CONV_LAYERS]
     )
     table = json.loads((out / "table.json").read_text())
     records = table["records"]
+    assert table["schema"] == "spartan-table/1" and "environment" in table
+    from spartan_py.report.results_headlines import headlines
+
+    assert "adaptive / faster" in "\n".join(headlines({**table, "benchmark": "spartan-table"}))
     assert {(r["network"], r["training_point"], r["precision"]) for r in records} == {
         (n, p, q) for n in CONV_LAYERS for p in TABLE_POINTS for q in ("fp32", "tf32")
     }

@@ -7,7 +7,7 @@ each point's maps, and write the summary the Spartan page's table is generated f
 Network by network, so a job cut short keeps every network it finished: ``OUT/maps/`` the
 capture's ``summary.json`` and ``samples-NETWORK.npz``; ``OUT/table.json`` one record per
 network, training point and precision (:mod:`~spartan_py.trained_maps.table_record`);
-``OUT/gemms.csv`` every GEMM's row; ``OUT/environment.json`` the run's environment. The full
+``OUT/gemms.csv`` every GEMM's row (``table.json`` carries the run's environment). The full
 maps and the run folders stay in the work folder (``--work``): they are made again from the seed.
 """
 
@@ -132,8 +132,8 @@ def run_table(settings: TableSettings, progress: Callable[[str], None] = lambda 
         atomic_write_text(settings.out / "maps" / "summary.json", json.dumps(json_ready(capture), allow_nan=False))
         shutil.copyfile(run.parent / f"capture-{network}" / f"samples-{network}.npz",
                         settings.out / "maps" / f"samples-{network}.npz")  # fmt: skip
-        if (run / "environment.json").is_file():
-            shutil.copyfile(run / "environment.json", settings.out / "environment.json")
+        if (run / "environment.json").is_file():  # one environment: the runs share the process
+            table["environment"] = json.loads((run / "environment.json").read_text())
         records += table_records(network, points, summary["networks"][network])
         gemms += gemm_rows(points)
         table["seconds"] = time.perf_counter() - started
