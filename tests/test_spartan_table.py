@@ -175,6 +175,8 @@ def test_the_table_job_end_to_end_on_the_cpu_and_its_page_table(tmp_path, capsys
         assert r["step"] == captured["step"] and r["test_accuracy"] == captured["test_accuracy"]
         assert set(r["whatif"]) == {"64x32", "16x8", "8x8", "4x4", "element"}
         assert r["predicted_ms"]["h200-sxm"] > 0 and r["adaptive_ms"] > 0
+    assert main(["maps", "figures", str(out / "table.json"), "--out", str(tmp_path / "fig")]) == 0
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [f"step-{n}.png" for n in sorted(CONV_LAYERS)]
     gemms = pd.read_csv(out / "gemms.csv")
     assert len(gemms) == sum(r["gemms"] for r in records)
     # the page's table: from the folder's table.json.gz, or "not measured yet"

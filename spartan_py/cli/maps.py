@@ -15,7 +15,7 @@ from spartan_py.trained_maps.figures import bound_figures, load_summary
 from spartan_py.trained_maps.job import JobSettings, run_job
 from spartan_py.trained_maps.models import NETWORKS
 from spartan_py.trained_maps.table import TableSettings, run_table
-from spartan_py.trained_maps.table_text import table_lines
+from spartan_py.trained_maps.table_text import load_table, step_figures, table_lines
 from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
 
 
@@ -53,7 +53,11 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_figures(args) -> int:
-    for path in bound_figures(load_summary(args.summary), args.out):
+    if str(args.summary).endswith(("table.json", "table.json.gz")):  # spartan maps table's summary
+        paths = step_figures(load_table(args.summary), args.out)
+    else:
+        paths = bound_figures(load_summary(args.summary), args.out)
+    for path in paths:
         print(path)
     return 0
 
@@ -189,8 +193,13 @@ def register(commands, common) -> None:
     _job_arguments(cap, images=8)
     cap.add_argument("--maps-dir", default=None, help="also write full maps (activations: .npz form) here")
     cap.set_defaults(handler=_cmd_capture)
-    fig = sub.add_parser("figures", parents=[common], help="bound against granularity per network and point")
-    fig.add_argument("summary", help="summary.json of spartan maps capture")
+    fig = sub.add_parser(
+        "figures",
+        parents=[common],
+        help="bound against granularity per network and point (a capture's summary.json), or where the step's time "
+        "goes per layer (spartan maps table's table.json)",
+    )
+    fig.add_argument("summary", help="summary.json of spartan maps capture, or table.json of spartan maps table")
     fig.add_argument("--out", required=True, help="folder for the PNGs")
     fig.set_defaults(handler=_cmd_figures)
     _add_whatif(sub, common)

@@ -5,13 +5,30 @@ each grain; the profiling overhead. The CLI prints it; the Spartan page includes
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
+from pathlib import Path
 
+from spartan_py.errors import InputError
+from spartan_py.trained_maps.figures import pyplot
 from spartan_py.trained_maps.table_record import TABLE_GRAINS
 
 #: Spartan's profiling-overhead figure: software profiling over its hardware monitor
 SPARTAN_PROFILING_RATIO = 52.5
 _NAMES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "vgg16_bn": "VGG-16 (BN)", "resnet18": "ResNet-18"}
+
+
+def load_table(path: str | Path) -> dict:
+    """``spartan maps table``'s ``table.json`` (plain or gzipped), checked for its schema."""
+    try:
+        raw = Path(path).read_bytes()
+        table = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable JSON summary ({exc})", path=path) from None
+    if not isinstance(table, dict) or not str(table.get("schema", "")).startswith("spartan-table/"):
+        raise InputError("expected a table.json of spartan maps table (schema spartan-table/N)", path=path)
+    return table
 
 
 def _num(value, digits: int = 4, missing: str = "not run") -> str:
@@ -127,3 +144,50 @@ def table_lines(table: dict) -> str:
             *profiling_rows(records),
         ]
     )
+
+
+def _ms_or_0(us) -> float:
+    """Microseconds as milliseconds, 0 where not measured (a bar of no length)."""
+    return us / 1e3 if us is not None and math.isfinite(us) else 0.0
+
+
+def step_figures(table: dict, out: str | Path, point: str = "late") -> list[Path]:
+    """One PNG per network (``step-NETWORK.png`` in ``out``): where the step's time goes, layer
+    by layer, at ``point``, FP32 and TF32 side by side: cuBLAS's GEMMs with im2col and col2im
+    stacked, cuDNN's three calls, and the adaptive step."""
+    plt = pyplot()
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    records = [r for r in table.get("records", []) if r.get("training_point") == point]
+    for network in dict.fromkeys(r["network"] for r in records):
+        mine = [r for r in records if r["network"] == network]
+        fig, axes = plt.subplots(1, len(mine), figsize=(6 * len(mine), 0.35 * len(mine[0]["per_layer"]) + 1.8))
+        for ax, record in zip(list(getattr(axes, "flat", [axes])), mine, strict=True):
+            layers = record["per_layer"]
+            ys = range(len(layers))
+            gemms = [_ms_or_0(layer["cublas_us"]) for layer in layers]
+            im2col = [_ms_or_0(layer.get("im2col_us")) for layer in layers]
+            col2im = [_ms_or_0(layer.get("col2im_us")) for layer in layers]
+            ax.barh([y - 0.27 for y in ys], gemms, 0.26, color="C0", label="cuBLAS GEMMs")
+            ax.barh([y - 0.27 for y in ys], im2col, 0.26, left=gemms, color="C9", label="im2col")
+            left = [g + i for g, i in zip(gemms, im2col, strict=True)]
+            ax.barh([y - 0.27 for y in ys], col2im, 0.26, left=left, color="C8", label="col2im")
+            ax.barh(list(ys), [_ms_or_0(layer["cudnn_us"]) for layer in layers], 0.26, color="C1", label="cuDNN")
+            adaptive = [_ms_or_0(layer["adaptive_us"]) for layer in layers]
+            ax.barh([y + 0.27 for y in ys], adaptive, 0.26, color="C2", label="adaptive (without the monitor)")
+            ax.set_yticks(list(ys), [layer["layer"].split("/", 1)[1] for layer in layers])
+            ax.invert_yaxis()
+            ax.set_xlabel("ms a step")
+            ax.set_title(f"{_NAMES.get(network, network)}, {point}, {record['precision'].upper()}")
+            longest = max([*adaptive, *(g + i + c for g, i, c in zip(gemms, im2col, col2im, strict=True))], default=0)
+            ax.set_xlim(0, 1.08 * max(longest, *(_ms_or_0(layer["cudnn_us"]) for layer in layers)) or 1)
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        path = out / f"step-{network}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
