@@ -251,3 +251,53 @@ def test_the_cudnn_calls_stand_for_the_cublas_gemms(label):
     for gemm, reference in references.items():
         assert calls.difference(gemm, np.ascontiguousarray(reference)) < 1e-5, gemm
     assert calls.difference("forward", references["forward"] * 1.01) > 1e-3  # the check can fail
+
+
+def test_the_step_totals_put_each_layer_on_its_dense_path():
+    """Two layers: one where cuDNN is faster (run there), one where cuBLAS with im2col and
+    col2im is; the adaptive step is their sum plus the monitor, never over the faster dense step
+    by more than the monitor."""
+    from spartan_py.workloads.conv.training import step_totals
+
+    def layer(name, cudnn):
+        rows = _rows(cudnn=cudnn)
+        for row in rows:
+            row |= {"layer": name, "dense_us": row["chosen_us"], "bound_us": row["chosen_us"], "monitor_us": 0.0}
+            row |= {"chosen_max_rel_diff": 0.0, "dense_max_rel_err": 1e-7}
+            row |= {"predicted_dense_us": 1.0, "predicted_chosen_us": 1.0, "predicted_monitor_us": 0.0}
+            row |= {"hw_monitor_chosen_us": 1.0, "hw_monitor_monitor_us": 0.0, "software_monitor_us": 0.0}
+        rows[0]["monitor_us"] = 2.0
+        choose_dense_path(rows)
+        return rows
+
+    rows = layer("a", (10.0, 20.0, 30.0)) + layer("b", (40.0, 40.0, 40.0))
+    totals = step_totals(rows)
+    assert totals["dense_cublas_step_seconds"] == pytest.approx(2 * 72e-6)
+    assert totals["dense_cudnn_seconds"] == pytest.approx(180e-6)
+    assert totals["faster_dense_seconds"] == pytest.approx(144e-6)
+    assert totals["adaptive_step_seconds"] == pytest.approx((60 + 72 + 4) * 1e-6)
+    assert totals["cudnn_layers"] == 1 and totals["adaptive_over_faster_dense"] < 1
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_table_job_on_the_gpu_runs_cudnn_beside_cublas(tmp_path, capsys):
+    """`spartan maps table` measured on the GPU at 64 px: cuDNN ran beside cuBLAS on every
+    point, each of its products and every adaptive one close to cuBLAS's."""
+    _torch_or_skip()
+    from spartan_py.cli import main
+
+    data, out = tmp_path / "fm", tmp_path / "out"
+    data.mkdir()
+    _fashion(data)
+    argv = ["maps", "table", "--data", str(data), "--out", str(out), "--work", str(tmp_path / "work")]
+    argv += ["--networks", "alexnet", "resnet18", "--steps", "2", "--batch", "4", "--px", "64", "--images", "2"]
+    assert main([*argv, "--test-images", "8", "--sensitivity", "0.9"]) == 0
+    records = json.loads((out / "table.json").read_text())["records"]
+    assert len(records) == 2 * len(TABLE_POINTS) * 2 and not [r for r in records if "error" in r]
+    for r in records:
+        assert r["cudnn_baseline"].startswith("cuDNN"), r["cudnn_baseline"]
+        bound = 1e-4 if r["precision"] == "fp32" else 1e-2
+        assert r["cudnn_max_rel_diff"] < bound and r["max_rel_diff"] < bound
+        assert r["dense_cudnn_ms"] > 0 and r["dense_cublas_step_ms"] > r["dense_cublas_gemms_ms"] > 0
+        assert r["adaptive_ms"] <= r["faster_dense_ms"] + r["monitor_ms"] + 1e-9
