@@ -65,8 +65,11 @@ def _device(backend: str):
 
 
 #: Seconds since the last timing after which the GPU counts as idle: the next timing warms it
-#: up for the clock's whole ``warmup_ms`` first (the GPU idles while the host makes a layer's maps)
-IDLE_SECONDS = 0.05
+#: up for the clock's whole ``warmup_ms`` first (the GPU idles while the host makes a layer's
+#: generated maps, seconds); the host's work between two timings of a layer (its products,
+#: checks and the cost model's prices: tens of milliseconds) does not count. Before, every
+#: timing of a training step warmed up for 100 ms, about half a saved-maps step's time.
+IDLE_SECONDS = 0.25
 
 
 class _Clock:
