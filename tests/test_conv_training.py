@@ -165,11 +165,10 @@ def test_a_whole_network_is_labelled_by_its_name():
     from spartan_py.workloads.conv.layers import layers_name
 
     _, points = load_experiment(ROOT / "experiments" / "spartan-table.yaml")
-    assert [p.label for p in points[:4]] == [
-        "layers=alexnet, batch=32, precision=fp32",
-        "layers=alexnet, batch=32, precision=tf32",
-        "layers=alexnet, batch=32, precision=fp32x3",
-        "layers=alexnet, batch=64, precision=fp32",
+    assert [p.label for p in points[:3]] == [
+        "layers=alexnet, precision=fp32",
+        "layers=alexnet, precision=tf32",
+        "layers=vgg16, precision=fp32",
     ]
     whole = [layer.label for layer in CONV_LAYERS["resnet18"]]
     assert layers_name([*whole, "alexnet/conv3"]) == "resnet18+alexnet/conv3"

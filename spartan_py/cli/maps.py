@@ -14,13 +14,15 @@ from spartan_py.files import atomic_write_text, json_ready
 from spartan_py.trained_maps.figures import bound_figures, load_summary
 from spartan_py.trained_maps.job import JobSettings, run_job
 from spartan_py.trained_maps.models import NETWORKS
+from spartan_py.trained_maps.table import TableSettings, run_table
+from spartan_py.trained_maps.table_text import load_table, step_figures, table_lines
 from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
 
 
-def _cmd_capture(args) -> int:
-    settings = JobSettings(
+def _job_settings(args, out: Path, maps_dir: Path | None) -> JobSettings:
+    return JobSettings(
         data=Path(args.data),
-        out=Path(args.out),
+        out=out,
         networks=tuple(args.networks),
         steps=args.steps,
         batch=args.batch,
@@ -33,9 +35,13 @@ def _cmd_capture(args) -> int:
         test_images=args.test_images,
         sensitivity=tuple(args.sensitivity),
         sample_images=args.sample_images,
-        maps_dir=None if args.maps_dir is None else Path(args.maps_dir),
+        maps_dir=maps_dir,
         backend=args.backend,
     )
+
+
+def _cmd_capture(args) -> int:
+    settings = _job_settings(args, Path(args.out), None if args.maps_dir is None else Path(args.maps_dir))
     summary = run_job(settings, progress=lambda line: print(line, flush=True))
     for network, record in summary["networks"].items():
         late = record["points"].get("late", {})
@@ -47,7 +53,11 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_figures(args) -> int:
-    for path in bound_figures(load_summary(args.summary), args.out):
+    if str(args.summary).endswith(("table.json", "table.json.gz")):  # spartan maps table's summary
+        paths = step_figures(load_table(args.summary), args.out)
+    else:
+        paths = bound_figures(load_summary(args.summary), args.out)
+    for path in paths:
         print(path)
     return 0
 
@@ -117,6 +127,59 @@ def _add_whatif(sub, common) -> None:
     what.set_defaults(handler=_cmd_whatif)
 
 
+def _job_arguments(parser, images: int) -> None:
+    """The training and capture options ``capture`` and ``table`` share."""
+    parser.add_argument("--data", required=True, help="folder of Fashion-MNIST's four IDX .gz files")
+    parser.add_argument("--networks", nargs="+", default=["alexnet", "vgg16", "resnet18"], choices=NETWORKS)
+    parser.add_argument("--steps", type=int, default=1500, help="training steps per network (default 1500)")
+    parser.add_argument("--batch", type=int, default=128, help="training batch (default 128)")
+    parser.add_argument("--px", type=int, default=224, help="image side after upsampling (default 224)")
+    parser.add_argument(
+        "--images", type=int, default=images, help=f"test images captured at each point (default {images})"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--no-amp", action="store_true", help="train in FP32/TF32 without bfloat16 autocast")
+    parser.add_argument(
+        "--train-seconds", type=float, default=None, help="training time for all networks; steps are cut to fit"
+    )
+    parser.add_argument("--test-images", type=int, default=0, help="test images for accuracy (default 0: all)")
+    parser.add_argument("--sensitivity", type=float, nargs="*", default=[0.7, 0.9], help="sparsities (default 0.7 0.9)")
+    parser.add_argument("--sample-images", type=int, default=1, help="images per packed-bitmask sample (default 1)")
+    parser.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"), help="granularity arrays")
+
+
+def _cmd_table(args) -> int:
+    out = Path(args.out)
+    settings = TableSettings(
+        capture=_job_settings(args, out, None),
+        experiment=Path(args.experiment),
+        out=out,
+        work=Path(args.work),
+        simulated=args.simulated,
+    )
+    table = run_table(settings, progress=lambda line: print(line, flush=True))
+    print(table_lines(table))
+    print(f"wrote {out / 'table.json'}, {out / 'gemms.csv'} and {out / 'maps'}")
+    return 0
+
+
+def _add_table(sub, common) -> None:
+    table = sub.add_parser(
+        "table",
+        parents=[common],
+        help="Spartan's table on real maps: train, capture at init/middle/late, run the training step on each",
+    )
+    table.add_argument("--out", required=True, help="folder for table.json, gemms.csv and maps/ (summaries only)")
+    table.add_argument("--work", required=True, help="folder for the full maps and the run folders (large)")
+    table.add_argument(
+        "--experiment", default="experiments/spartan-table.yaml", help="the step's settings (precisions, repeats, ...)"
+    )
+    table.add_argument("--simulated", action="store_true", help="the step's times from the cost model (CPU)")
+    _job_arguments(table, images=32)
+    table.set_defaults(handler=_cmd_table)
+
+
 def register(commands, common) -> None:
     """Add ``spartan maps capture``, ``figures`` and ``whatif``."""
     maps = commands.add_parser("maps", parents=[common], help="real activation maps of trained networks (PyTorch)")
@@ -126,27 +189,18 @@ def register(commands, common) -> None:
         parents=[common],
         help="train AlexNet, VGG-16, ResNet-18 on Fashion-MNIST; capture maps and their sparsity at every grain",
     )
-    cap.add_argument("--data", required=True, help="folder of Fashion-MNIST's four IDX .gz files")
     cap.add_argument("--out", required=True, help="folder for summary.json and samples-NETWORK.npz")
-    cap.add_argument("--networks", nargs="+", default=["alexnet", "vgg16", "resnet18"], choices=NETWORKS)
-    cap.add_argument("--steps", type=int, default=1500, help="training steps per network (default 1500)")
-    cap.add_argument("--batch", type=int, default=128, help="training batch (default 128)")
-    cap.add_argument("--px", type=int, default=224, help="image side after upsampling (default 224)")
-    cap.add_argument("--images", type=int, default=8, help="test images captured at each point (default 8)")
-    cap.add_argument("--seed", type=int, default=0)
-    cap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    cap.add_argument("--no-amp", action="store_true", help="train in FP32/TF32 without bfloat16 autocast")
-    cap.add_argument(
-        "--train-seconds", type=float, default=None, help="training time for all networks; steps are cut to fit"
-    )
-    cap.add_argument("--test-images", type=int, default=0, help="test images for accuracy (default 0: all)")
-    cap.add_argument("--sensitivity", type=float, nargs="*", default=[0.7, 0.9], help="sparsities (default 0.7 0.9)")
-    cap.add_argument("--sample-images", type=int, default=1, help="images per packed-bitmask sample (default 1)")
+    _job_arguments(cap, images=8)
     cap.add_argument("--maps-dir", default=None, help="also write full maps (activations: .npz form) here")
-    cap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cupy"), help="granularity arrays")
     cap.set_defaults(handler=_cmd_capture)
-    fig = sub.add_parser("figures", parents=[common], help="bound against granularity per network and point")
-    fig.add_argument("summary", help="summary.json of spartan maps capture")
+    fig = sub.add_parser(
+        "figures",
+        parents=[common],
+        help="bound against granularity per network and point (a capture's summary.json), or where the step's time "
+        "goes per layer (spartan maps table's table.json)",
+    )
+    fig.add_argument("summary", help="summary.json of spartan maps capture, or table.json of spartan maps table")
     fig.add_argument("--out", required=True, help="folder for the PNGs")
     fig.set_defaults(handler=_cmd_figures)
     _add_whatif(sub, common)
+    _add_table(sub, common)

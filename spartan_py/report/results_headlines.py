@@ -326,6 +326,27 @@ def _maps_whatif(data: dict) -> list[str]:
     return [head, "", *_table(("network", *grains, "Spartan's figure"), table)]
 
 
+def _spartan_table(data: dict) -> list[str]:
+    """``spartan maps table``: per network and precision, the late point's step (ms) dense by
+    cuBLAS (GEMMs, im2col, col2im) and by cuDNN, adaptive and its ratio to the faster dense
+    step, and the bound at 16 x 8 tiles."""
+    rows = [
+        (
+            r["network"],
+            r["precision"],
+            _g(r["dense_cublas_step_ms"]),
+            _g(r["dense_cudnn_ms"]),
+            _g(r["adaptive_ms"]),
+            _g(r["adaptive_over_faster_dense"]),
+            f"{r['bound']['chw']['16x8']:.2f}",
+        )
+        for r in data["records"]
+        if r.get("training_point") == "late"
+    ]
+    header = ("network", "precision", "cuBLAS step ms", "cuDNN ms", "adaptive ms", "adaptive / faster", "bound 16x8")
+    return ["The late point's training step:", "", *_table(header, rows)]
+
+
 EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_gpu": _gc_gpu,
     "gc_cpu": _gc_cpu,
@@ -346,6 +367,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "model": _challenge_model,
     "spartan-maps": _maps,
     "spartan-maps-whatif": _maps_whatif,
+    "spartan-table": _spartan_table,
     **MODEL_EXTRACTORS,
 }
 """Headline figures by the result file's ``benchmark`` field."""

@@ -49,6 +49,7 @@ SECTIONS = (
             "tile-gemm",
             "spartan-maps",
             "spartan-maps-whatif",
+            "spartan-table",
         ),
     ),
     (
@@ -148,9 +149,12 @@ def _training_entry(root: Path, environment: Path) -> Entry:
 
 
 def _maps_kind(path: Path, data: dict) -> str | None:
-    """``spartan-maps`` (a capture's summary), ``spartan-maps-whatif`` or None."""
+    """``spartan-maps`` (a capture's summary), ``spartan-maps-whatif``, ``spartan-table``
+    (``spartan maps table``'s summary) or None."""
     if str(data.get("schema", "")).startswith("spartan-maps"):
         return "spartan-maps"
+    if str(data.get("schema", "")).startswith("spartan-table"):
+        return "spartan-table"
     return "spartan-maps-whatif" if path.name.startswith("whatif") and "rows" in data else None
 
 

@@ -14,6 +14,18 @@ from spartan_py.trained_maps.job import SCHEMA
 _STYLE = {"chw": "-", "nhwc": "--"}
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, imported when a figure is first drawn."""
+    # deferred: matplotlib.pyplot adds ~1.9 s to `spartan --help` (python -X importtime), which
+    # imports the modules that draw for `spartan maps`
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
+
+    return plt
+
+
 def load_summary(path: str | Path) -> dict:
     """A job's JSON summary (plain or gzipped, ``.gz``), checked for its schema."""
     try:
@@ -31,13 +43,7 @@ def bound_figures(summary: dict, out: str | Path) -> list[Path]:
     work over live work, summed over the post-ReLU convolutions) of each GEMM and of the whole
     step at every grain, both column orders, and the step's bound with the maps thinned to each
     sensitivity sparsity. Returns the paths written."""
-    # deferred: matplotlib.pyplot adds ~1.9 s to `spartan --help` (python -X importtime), which
-    # imports this module for `spartan maps figures`
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
-
+    plt = pyplot()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -40,7 +40,8 @@ class JobSettings:
     test images captured at each point; ``train_seconds`` shared out among the networks
     (unused time passes on); ``test_images`` limits the accuracy test (0: all 10000);
     ``sensitivity``: sparsities the smallest activations are zeroed to; ``backend``: where the
-    granularity runs (``auto``: CuPy when the device is a GPU and CuPy imports)."""
+    granularity runs (``auto``: CuPy when the device is a GPU and CuPy imports); ``points``:
+    which of :data:`POINTS` are captured."""
 
     data: Path
     out: Path
@@ -58,6 +59,7 @@ class JobSettings:
     sample_images: int = 1
     maps_dir: Path | None = None
     backend: str = "auto"
+    points: tuple[str, ...] = tuple(POINTS)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -66,6 +68,8 @@ class JobSettings:
             raise InputError(f"unknown networks {unknown}; expected some of {', '.join(NETWORKS)}")
         if self.steps < 1 or self.batch < 1 or self.images < 1 or self.px < 32:
             raise InputError("steps, batch and images must be >= 1 and px >= 32")
+        if not self.points or set(self.points) - set(POINTS):
+            raise InputError(f"points must be some of {', '.join(POINTS)}, got {', '.join(self.points) or 'none'}")
         if self.backend not in ("auto", "numpy", "cupy"):
             raise InputError(f"backend must be auto, numpy or cupy, got {self.backend!r}")
 
@@ -97,11 +101,11 @@ def _backend(settings: JobSettings) -> str:
     return "cupy"
 
 
-def point_steps(steps: int) -> dict[int, list[str]]:
-    """Training step -> the points captured before it (the last point after the last step)."""
+def point_steps(steps: int, points: tuple[str, ...] = tuple(POINTS)) -> dict[int, list[str]]:
+    """Training step -> the ``points`` captured before it (the last point after the last step)."""
     out: dict[int, list[str]] = {}
-    for name, fraction in POINTS.items():
-        out.setdefault(round(fraction * steps), []).append(name)
+    for name in points:
+        out.setdefault(round(POINTS[name] * steps), []).append(name)
     return out
 
 
@@ -152,14 +156,27 @@ def analyse(runs: list[ConvMaps], settings: JobSettings, backend: str) -> dict[s
             record["gemms"]["input_grad"] = base["gemms"]["input_grad"]
             variants[f"{sparsity:g}"].append(record)
     if backend == "cupy":
-        import cupy  # an optional dependency (CuPy), GPU paths only
-
-        cupy.get_default_memory_pool().free_all_blocks()  # leave the GPU's memory to training
+        release_gpu_memory(torch_too=False)  # leave the GPU's memory to training
     return {
         "layers": layers,
         "network": _bounds(layers),
         "sensitivity": {key: {"layers": rows, "network": _bounds(rows)} for key, rows in variants.items()},
     }
+
+
+def release_gpu_memory(torch_too: bool = True) -> None:
+    """Hand the GPU memory CuPy's pool (and PyTorch's cache) hold but do not use back to the
+    device, for the next user in this process (training after an analysis, a step after training)."""
+    try:
+        import cupy  # an optional dependency (CuPy), GPU paths only
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    except ImportError:
+        pass
+    if torch_too:
+        torch, _ = import_torch()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _samples(runs: list[ConvMaps], point: str, count: int) -> dict[str, np.ndarray]:
@@ -172,9 +189,12 @@ def _samples(runs: list[ConvMaps], point: str, count: int) -> dict[str, np.ndarr
     return out
 
 
-def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def _write_npz(path: Path, arrays: dict[str, np.ndarray], compress: bool = True) -> None:
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
+    if compress:
+        np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
+    else:
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -281,7 +301,7 @@ def _run_network(
     record["accuracy_history"] = history
 
     def at_step(step: int, steps: int) -> None:
-        names = point_steps(steps).get(step, [])
+        names = point_steps(steps, settings.points).get(step, [])
         if not names and step != steps - max(steps // 10, 1):
             return
         acc = accuracy(model, data.test_x, data.test_y, settings.px, amp=train_settings.amp)
@@ -293,7 +313,8 @@ def _run_network(
             record["points"][name] = {"step": step, "test_accuracy": acc, **result}
             samples.update(_samples(runs, name, settings.sample_images))
             if settings.maps_dir is not None:
-                _write_npz(settings.maps_dir / f"{network}-{name}.npz", _full_maps(network, runs))
+                # uncompressed: a point's maps of 32 VGG-16 images are 1.4 GB, which zlib takes ~30 s over
+                _write_npz(settings.maps_dir / f"{network}-{name}.npz", _full_maps(network, runs), compress=False)
             save()
             _write_npz(settings.out / f"samples-{network}.npz", samples)
             progress(

@@ -19,6 +19,7 @@ from spartan_py.costmodel.spartan_hardware import (
 )
 from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import GRAINS
+from spartan_py.trained_maps.figures import pyplot
 from spartan_py.trained_maps.models import LAYERS_NETWORK
 from spartan_py.workloads.conv.layers import SPARTAN_TRAINING_SPEEDUP
 
@@ -139,12 +140,7 @@ def whatif_table(rows: list[dict]) -> str:
 def whatif_figures(rows: list[dict], out: str | Path) -> list[Path]:
     """One PNG per network (``whatif-NETWORK.png`` in ``out``): predicted speed-up against
     grain, one line per point and maps, Spartan's published figure as a horizontal line."""
-    # deferred: matplotlib.pyplot adds ~1.9 s to `spartan --help` (python -X importtime), which
-    # imports this module for `spartan maps whatif`
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
+    plt = pyplot()
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

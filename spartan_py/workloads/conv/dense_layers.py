@@ -13,6 +13,7 @@ takes every time from the cost model of ``machines[0]`` (the kernels' trace reco
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from dataclasses import replace
@@ -63,26 +64,51 @@ def _device(backend: str):
     return cupy, device_name(cupy)
 
 
+#: Seconds since the last timing after which the GPU counts as idle: the next timing warms it
+#: up for the clock's whole ``warmup_ms`` first (the GPU idles while the host makes a layer's
+#: generated maps, seconds); the host's work between two timings of a layer (its products,
+#: checks and the cost model's prices: tens of milliseconds) does not count. Before, every
+#: timing of a training step warmed up for 100 ms, about half a saved-maps step's time.
+IDLE_SECONDS = 0.25
+
+
 class _Clock:
-    """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock."""
+    """Median microseconds of a piece of work: GPU events (warm-up, L2 flush) or the host clock.
+    On the GPU a timing that follows another within :data:`IDLE_SECONDS` warms up with three
+    calls only (the clocks are up); one after an idle spell for ``warmup_ms`` as well."""
 
     def __init__(self, xp, repeats: int, *, warmup_ms: float = 20):
+        self._last = -math.inf
         if xp is np:
             self._time = lambda work: time_cpu(work, repeats=repeats, warmup=1)["median_us"]
             self._difference = lambda work, baseline: difference_by_turns_cpu_us(work, baseline, rounds=repeats)
         else:
-            timer = GpuTimer(min_warmup_ms=warmup_ms)  # the GPU idles while the next layer's maps are made
-            self._time = lambda work: timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
+            timer = GpuTimer(min_warmup_ms=warmup_ms)
+
+            def timed(work):
+                timer.min_warmup_ms = self._warmup_ms(warmup_ms)
+                return timer(work, repeats=max(repeats, 5), warmup=3)["median_us"]
+
+            self._time = timed
             self._difference = lambda work, baseline: difference_by_turns_us(
-                work, baseline, rounds=max(repeats, 5), warmup_ms=warmup_ms
+                work, baseline, rounds=max(repeats, 5), warmup_ms=self._warmup_ms(warmup_ms)
             )
 
+    def _warmup_ms(self, warmup_ms: float) -> float:
+        return warmup_ms if time.perf_counter() - self._last > IDLE_SECONDS else 0.0
+
     def __call__(self, work) -> float:
-        return self._time(work)
+        try:
+            return self._time(work)
+        finally:
+            self._last = time.perf_counter()
 
     def difference(self, work, baseline) -> float:
         """Median microseconds ``work`` takes over ``baseline``, the two timed by turns."""
-        return self._difference(work, baseline)
+        try:
+            return self._difference(work, baseline)
+        finally:
+            self._last = time.perf_counter()
 
 
 def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) -> tuple[dict, list[TraceRecord]]:
@@ -211,7 +237,7 @@ def run_conv_point(config: Experiment, run_id: str) -> tuple[dict, list[TraceRec
     }
     if training:
         summary |= step_totals(rows)
-        summary["cudnn_baseline"] = cudnn_baseline(xp)
+        summary["cudnn_baseline"] = cudnn_baseline(xp, config.precision)
     batches = sorted({row["batch"] for row in rows})  # the maps' own (saved maps: each layer's)
     summary["batch"] = batches[0] if len(batches) == 1 else f"{batches[0]}-{batches[-1]}"
     summary["map_density"] = rows[0]["map_density"]

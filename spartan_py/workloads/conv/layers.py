@@ -17,7 +17,7 @@ channel, ky, kx) and ``N = out_channels``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.ndimage import gaussian_filter
@@ -162,12 +162,42 @@ def layers_name(labels: list[str]) -> str:
     return "+".join(parts + rest)
 
 
-def conv_layer(label: str) -> ConvLayer:
-    """A layer by ``network/name`` (e.g. ``vgg16/conv3_2``)."""
+#: the image side the layers' sizes above are given at (the papers' ImageNet crops)
+IMAGE_PX = 224
+
+
+def _pooled(size: int, kernel: int = 3, stride: int = 2, pad: int = 0) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _sizes_at(network: str, px: int) -> dict[int, int]:
+    """Each input size of ``network``'s layers at :data:`IMAGE_PX` -> that input's size when
+    the network reads ``px``-pixel images (the sizes follow its convolutions and pools)."""
+    if network == "alexnet":
+        after_conv1 = (px + 2 * 2 - 11) // 4 + 1
+        return {224: px, 27: _pooled(after_conv1), 13: _pooled(_pooled(after_conv1))}
+    if network == "vgg16":
+        return {224 >> i: px >> i for i in range(5)}
+    stage2 = _pooled((px + 2 * 3 - 7) // 2 + 1, pad=1)  # resnet18: the stem's stride 2, max pool
+    sizes, size = {224: px, 56: stage2}, stage2
+    for at_224 in (28, 14, 7):
+        size = _pooled(size, pad=1)
+        sizes[at_224] = size
+    return sizes
+
+
+def conv_layer(label: str, px: int = IMAGE_PX) -> ConvLayer:
+    """A layer by ``network/name`` (e.g. ``vgg16/conv3_2``), its input size that of a network
+    reading ``px``-pixel images (default :data:`IMAGE_PX`)."""
     for layers in (*CONV_LAYERS.values(), RESNET18_STAGE_SHAPES):
         for layer in layers:
             if layer.label == label:
-                return layer
+                if px == IMAGE_PX:
+                    return layer
+                scaled = replace(layer, size=_sizes_at(layer.network, px)[layer.size])
+                if scaled.size < 1 or scaled.out_size < 1:
+                    raise InputError(f"{label} has no input at {px}-pixel images (too small for {layer.network})")
+                return scaled
     known = ", ".join(layer.label for layers in CONV_LAYERS.values() for layer in layers)
     raise InputError(f"unknown convolution layer {label!r}; known: {known}")
 

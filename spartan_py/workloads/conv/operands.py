@@ -9,26 +9,34 @@ import functools
 
 import numpy as np
 
+from spartan_py.costmodel.machine import sim_folder
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.simulate import resolve_machine
 from spartan_py.sparsity.arrays import array_module
 from spartan_py.trace import TraceRecord, to_frame
-from spartan_py.workloads.conv.layers import conv_layer, feature_maps, im2col
+from spartan_py.workloads.conv.layers import ConvLayer, conv_layer, feature_maps, im2col
 from spartan_py.workloads.conv.saved_maps import saved_maps
-from spartan_py.workloads.conv.saved_maps_check import check_saved_maps
+from spartan_py.workloads.conv.saved_maps_check import check_saved_maps, saved_layer
 
 
 @functools.lru_cache(maxsize=32)  # a whole network's layers (VGG-16: 12), reused across precisions
 def _maps(label: str, batch: int, density: float, cluster_px: float, seed: int, saved: str | None) -> np.ndarray:
     """A layer's input maps, generated or read from ``saved`` (the workload's ``activations``);
     kept for the next points (a sweep over tiles reuses them)."""
-    layer = conv_layer(label)
     if saved is not None:
-        maps = saved_maps(saved, layer)
+        maps = saved_maps(saved, saved_layer(saved, label))
     else:
+        layer = conv_layer(label)
         maps = feature_maps(batch, layer.in_channels, layer.size, density, cluster_px=cluster_px, seed=seed)
     maps.setflags(write=False)
     return maps
+
+
+def workload_layer(label: str, workload) -> ConvLayer:
+    """Layer ``label`` as ``workload`` runs it: at the image side of its saved maps (those of
+    the network at another image size: :func:`~spartan_py.workloads.conv.saved_maps_check.image_side`),
+    or at 224 px for generated ones."""
+    return conv_layer(label) if workload.activations is None else saved_layer(workload.activations, label)
 
 
 def layer_maps(label: str, workload) -> np.ndarray:
@@ -49,7 +57,7 @@ def map_columns(label: str, workload) -> dict:
 def layer_operands(label: str, workload, tile_cols: int, xp):
     """``(A, W, (M, K_im2col, N))`` of one layer: im2col of generated maps, ``K`` padded to a
     multiple of ``tile_cols``, and scaled Gaussian weights; on the array module ``xp``."""
-    layer = conv_layer(label)
+    layer = workload_layer(label, workload)
     maps = layer_maps(label, workload)
     a = im2col(xp.asarray(maps), layer.kernel, layer.stride, layer.pad)
     m, k = a.shape
@@ -61,9 +69,23 @@ def layer_operands(label: str, workload, tile_cols: int, xp):
     return a, xp.asarray(w), (m, k, layer.out_channels)
 
 
+def _sim_state() -> tuple:
+    """The machine files as they stand (name, size, modification time of each): a machine
+    loaded for one state is loaded again when a file changes."""
+    folder = sim_folder()
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*.yaml")))
+
+
+@functools.lru_cache(maxsize=8)
+def _machine(name: str, state: tuple):
+    del state  # part of the key only
+    return resolve_machine(name)
+
+
 def predicted_us(records: list[TraceRecord], machine: str) -> float:
-    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name)."""
-    spec, variant = resolve_machine(machine)
+    """Predicted microseconds of ``records`` on ``machine`` (a ``sim/`` name); the machine is
+    read once per state of its files (a step prices hundreds of GEMMs, each read ~50 ms)."""
+    spec, variant = _machine(machine, _sim_state())
     return float(predict(to_frame(records), spec, variant)["predicted_us"].sum())
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from spartan_py.errors import InputError
-from spartan_py.workloads.conv.layers import ConvLayer, conv_layer
+from spartan_py.workloads.conv.layers import IMAGE_PX, STEMS, ConvLayer, conv_layer
 from spartan_py.workloads.conv.saved_maps import saved_arrays, saved_maps
 
 #: The key suffix of a layer's output-gradient mask in a maps file.
@@ -33,6 +33,30 @@ def gradient_mask_key(label: str) -> str:
     """The key under which a writer stores the gradient mask of the layer whose maps are keyed
     ``label`` (``spartan maps capture --maps-dir`` writes ``network/name`` and this)."""
     return label + GRADIENT_MASK_SUFFIX
+
+
+def image_side(path: str | Path, network: str) -> int:
+    """The side of the images ``network`` read to make the maps in ``path``: that of its stem's
+    input, the image, where the file holds it under the stem's label (``spartan maps capture
+    --maps-dir`` writes it), else :data:`~spartan_py.workloads.conv.layers.IMAGE_PX`."""
+    path = str(path)
+    stem = STEMS[network]
+    image = saved_arrays(path).get(stem.label)
+    if image is None:
+        return IMAGE_PX
+    if image.ndim != 4 or image.shape[1] != stem.in_channels or image.shape[2] != image.shape[3]:
+        raise InputError(
+            f"array {stem.label!r} has shape {image.shape}; {network}'s input image is N x {stem.in_channels} x "
+            "PX x PX (NCHW), whose side sets every layer's size",
+            path=path,
+        )
+    return int(image.shape[2])
+
+
+def saved_layer(path: str | Path, label: str) -> ConvLayer:
+    """Layer ``label`` at the image side of the maps in ``path`` (:func:`image_side`)."""
+    layer = conv_layer(label)
+    return conv_layer(label, image_side(path, layer.network))
 
 
 @dataclass(frozen=True)
@@ -89,7 +113,7 @@ def check_saved_maps(path: str, labels: tuple[str, ...]) -> SavedMapsFacts:
     ``path``; raise :class:`InputError` naming the file and array at the first problem."""
     batches, nonzero, entries, masks = {}, 0, 0, []
     for label in labels:
-        layer = conv_layer(label)
+        layer = saved_layer(path, label)
         maps = saved_maps(path, layer)
         batches[layer.label] = int(maps.shape[0])
         nonzero += int(np.count_nonzero(maps))

@@ -39,7 +39,6 @@ the software monitor's cost beside the fused one's (Spartan's profiling overhead
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 from dataclasses import replace
 
@@ -60,9 +59,17 @@ from spartan_py.sparsity.monitor import LayerProfile
 from spartan_py.sparsity.policy import Decision
 from spartan_py.sparsity.tiles import TileCounts, TileShape
 from spartan_py.trace import TraceRecord
-from spartan_py.workloads.conv.layers import col2im, conv_layer, feature_maps, im2col
-from spartan_py.workloads.conv.operands import layer_maps, layer_operands, map_columns, predicted_us, relative_diff
-from spartan_py.workloads.conv.saved_maps_check import saved_gradient_mask
+from spartan_py.workloads.conv.cudnn import choose_dense_path, cudnn_description, cudnn_unavailable, time_cudnn
+from spartan_py.workloads.conv.layers import IMAGE_PX, col2im, conv_layer, feature_maps, im2col
+from spartan_py.workloads.conv.operands import (
+    layer_maps,
+    layer_operands,
+    map_columns,
+    predicted_us,
+    relative_diff,
+    workload_layer,
+)
+from spartan_py.workloads.conv.saved_maps_check import image_side, saved_gradient_mask
 
 #: The three GEMMs of a layer's training step, in the order a step runs them per layer.
 TRAINING_GEMMS = ("forward", "weight_grad", "input_grad")
@@ -71,10 +78,11 @@ ERROR_ROWS = 1024
 
 
 @functools.lru_cache(maxsize=32)
-def output_mask(label: str, batch: int, density: float, cluster_px: float, seed: int) -> np.ndarray:
+def output_mask(label: str, batch: int, density: float, cluster_px: float, seed: int, px: int = IMAGE_PX) -> np.ndarray:
     """Where the layer's output is non-zero after its ReLU, as GEMM rows ``[M x N]`` (batch,
-    out_y, out_x by channel): generated maps of the output's size and channels."""
-    layer = conv_layer(label)
+    out_y, out_x by channel): generated maps of the output's size (at ``px``-pixel images) and
+    channels."""
+    layer = conv_layer(label, px)
     maps = feature_maps(batch, layer.out_channels, layer.out_size, density, cluster_px=cluster_px, seed=seed + 2)
     rows = np.ascontiguousarray(maps.transpose(0, 2, 3, 1).reshape(-1, layer.out_channels))
     rows.setflags(write=False)
@@ -152,7 +160,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         return predicted_us(records, on) if records else 0.0
 
     workload = config.workload
-    layer = conv_layer(label)
+    layer = workload_layer(label, workload)
     tile = policy.tile
     side = max(tile.rows, tile.cols)
     x, w, (m_true, k_true, n) = layer_operands(label, workload, side, xp)
@@ -174,7 +182,8 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         if saved is None:
             saved_density = float(x_profile.density * k / k_true)
             density = workload.density_of(label) if workload.activations is None else saved_density
-            saved = output_mask(label, batch, min(density, 1.0), workload.cluster_px, workload.seed)
+            px = IMAGE_PX if workload.activations is None else image_side(workload.activations, layer.network)
+            saved = output_mask(label, batch, min(density, 1.0), workload.cluster_px, workload.seed, px)
         mask = xp.asarray(saved)
         if m != m_true:
             mask = xp.ascontiguousarray(xp.pad(mask, ((0, m - m_true), (0, 0))))
@@ -203,7 +212,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
     wgrad_policy = KernelPolicy(
         policy.machine_name, precision=policy.precision, kernels=("dense", "tile_sparse"), tile=tile
     )
-    rows, trace = [], []
+    rows, trace, references = [], [], {}
     for gemm, profile in gemms:
         chooser = wgrad_policy if gemm.transposed else policy
         reference = dense_matmul(gemm.a, gemm.w, precision=policy.precision, transposed_a=gemm.transposed)
@@ -339,6 +348,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         row["speedup_tile_sparse"] = row["dense_us"] / row["tile_sparse_us"]
         row["speedup_chosen"] = row["dense_us"] / row["chosen_us"]
         row["speedup_bound"] = row["dense_us"] / row["bound_us"] if row["bound_us"] > 0 else float("inf")
+        references[gemm.name] = reference
         if gemm.name == "input_grad":
             input_gradient = reference
         rows.append(row)
@@ -349,25 +359,15 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
         maps = xp.asarray(layer_maps(label, workload))
         rows[0]["im2col_us"] = clock(lambda: im2col(maps, layer.kernel, layer.stride, layer.pad))
         rows[0]["col2im_us"] = clock(lambda: col2im(input_gradient, maps.shape, layer.kernel, layer.stride, layer.pad))
+        if cudnn_unavailable(xp, policy.precision) is None:
+            time_cudnn(rows, layer, (maps, w, gradient), references, clock, policy.precision)
+    choose_dense_path(rows)
     return rows, trace
 
 
-def cudnn_baseline(xp) -> str:
-    """Why the step has no cuDNN convolution baseline, in one line: no binding reachable (CuPy
-    removed its own in v14; cuDNN Frontend's Python package is the other), or one present that
-    the step does not call yet."""
-    if xp is np:
-        return "not run: no cuDNN on the CPU"
-    import cupy  # an optional dependency (CuPy), GPU paths only
-
-    for module, what in (("cupy.cudnn", "CuPy's cuDNN binding"), ("cudnn", "cuDNN Frontend")):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ImportError:  # a parent package that fails to import
-            found = False
-        if found:
-            return f"not run: {what} is present, but the step does not call it yet"
-    return f"not run: CuPy {cupy.__version__} has no cuDNN binding and cuDNN Frontend is not installed"
+def cudnn_baseline(xp, precision: str) -> str:
+    """Which cuDNN baseline the step ran (its versions and calls), or why it ran none, in one line."""
+    return cudnn_unavailable(xp, precision) or cudnn_description()
 
 
 def step_totals(rows: list[dict]) -> dict:
@@ -381,9 +381,21 @@ def step_totals(rows: list[dict]) -> dict:
     bound = sum(r["bound_us"] for r in rows) * 1e-6
 
     def total(*columns: str) -> float:
-        return sum(r[c] for r in rows for c in columns) * 1e-6
+        return sum(r.get(c, 0.0) for r in rows for c in columns) * 1e-6
 
+    firsts = [r for r in rows if r["gemm"] == "forward"]
+    cublas_step = dense + total("im2col_us", "col2im_us") if all("im2col_us" in r for r in firsts) else math.nan
+    cudnn = total("cudnn_us") if all("cudnn_us" in r for r in rows) else math.nan
+    step = total("adaptive_us") + monitor
+    faster = min((t for t in (cublas_step, cudnn) if math.isfinite(t)), default=math.nan)
     return {
+        "dense_cublas_step_seconds": cublas_step,
+        "dense_cudnn_seconds": cudnn,
+        "faster_dense_seconds": faster,
+        "adaptive_step_seconds": step,
+        "adaptive_over_faster_dense": step / faster if faster > 0 else math.nan,
+        "cudnn_layers": sum(r.get("dense_path") == "cudnn" for r in firsts),
+        "cudnn_max_rel_diff": max((r.get("cudnn_max_rel_diff", math.nan) for r in rows), default=math.nan),
         "predicted_dense_seconds": total("predicted_dense_us"),
         "predicted_seconds": total("predicted_chosen_us", "predicted_monitor_us"),
         "hw_monitor_seconds": total("hw_monitor_chosen_us", "hw_monitor_monitor_us"),
