@@ -15,8 +15,6 @@ from spartan_py.workloads.launched_instances import shipped_instances, unfitted_
 UNFITTED_TODAY = {
     "gpu.compact/add",
     "gpu.compact/split",
-    "gpu.gc_layer/P1xC16",
-    "gpu.gc_layer/P4xC4",
     "gpu.gc_merged/B1xW16384:unmerged",
     "gpu.gc_merged/B4xW1024:unmerged",
     "gpu.gc_merged/R16S8T1024xW256",

@@ -48,6 +48,7 @@ from spartan_py.costmodel.library_gemm import ALGORITHM_INSTANCE
 from spartan_py.costmodel.machine import Machine
 from spartan_py.costmodel.model import GUESSED_KINDS, calibration_kind
 from spartan_py.engines import engine_class, twin_backend
+from spartan_py.engines.shared.kernel_trace import LayerKernelTrace
 from spartan_py.graph_challenge.generate import GENERATED_FAMILIES, generate_network
 from spartan_py.sparsity.candidates import CANDIDATES, candidate_records
 from spartan_py.sparsity.tile_gemm import PRECISIONS
@@ -98,7 +99,8 @@ def _graph_challenge_records(backend: str, family: str, neurons: int):
     merged_width = neurons // 16 if not GENERATED_FAMILIES[family] else neurons
     layers = LAYERS if backend == "gpu-merged" and merged_width <= 64 else FEW_LAYERS
     network = generate_network(neurons, layers, seed=0, unmergeable=GENERATED_FAMILIES[family])
-    engine = engine_class(twin_backend(backend))(network)  # type: ignore[call-arg]
+    engine = engine_class(twin_backend(backend))(network)
+    assert isinstance(engine, LayerKernelTrace)  # every Graph Challenge twin writes its launches' trace
     records = []
     for first in FIRST_ROWS:
         for rows in LIVE_ROWS:
