@@ -7,6 +7,8 @@ of 5 or more matched launches, the model's speed-up and each GPU's per-launch me
 
 from __future__ import annotations
 
+import argparse
+
 from spartan_py.costmodel.machine import load_machine
 from spartan_py.costmodel.speedup_check import development_speedups
 
@@ -26,5 +28,11 @@ def table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Print the table (``--help``: what it is)."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0]).parse_args()
     print(table())
+
+
+if __name__ == "__main__":
+    main()
