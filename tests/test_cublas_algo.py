@@ -148,7 +148,7 @@ def test_instances_alone_keep_the_family_fit():
     records = [
         replace(gemm_record(m, n, k, variant=CublasAlgo(128, 128, 1, "2x1x1", 1.0).variant), run=f"r{m}")
         for m in (3000, 9000, 30000, 90000)
-        for n, k in ((256, 2304), (512, 4608))
+        for n, k in ((256, 2304), (512, 4608), (128, 1152), (384, 3456))  # 16: 5 records a parameter it frees
     ]
     frame = to_frame(records)
     frame["measured_us"] = priced(records, h100)["predicted_us"].to_numpy() * 1.2

@@ -31,6 +31,7 @@ EXPECTED_FIGURES = {
     "validate-h200": {"live-rows.png"},
     "calibrate-wide": {"live-rows.png"},
     "calibrate-rows": {"live-rows.png"},
+    "calibrate-instances": {"live-rows.png"},
     "calibrate-conv": {"tile-sweep.png", "what-if.png"},
     "spartan-table": {"training-step.png"},
     "repeatability": {"live-rows.png"},

@@ -1,6 +1,8 @@
 """Committed traces replay to the predictions the machine files gave before they were split
 into datasheets and generated fits (tests/data/pinned-predictions.json, computed from those
-files, not typed): any drift of a fit, a spread or the loading fails here."""
+files, not typed): any drift of a fit, a spread or the loading fails here. A deliberate change
+of the model or a fit rewrites them with ``python -m tests.repin_predictions "why"``, in the
+commit that makes the change."""
 
 from __future__ import annotations
 

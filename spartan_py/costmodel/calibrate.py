@@ -1,65 +1,26 @@
 """Fit a machine's free cost-model parameters to measured traces (SciPy least squares).
 
-Per kernel family the parameters are ``launch_us``, ``compute_efficiency``,
-``memory_efficiency`` (0.5 or more), ``step_overhead_us``, ``shared_step_us``,
-``wave_overhead_us``, ``weight_load_cost``, ``saturating_warps`` and ``overlap`` (fewer for
-copies and syncs; see :mod:`spartan_py.costmodel.model`). The fit
-minimises relative error (residuals are log(predicted / measured), with a soft-L1 loss so
-that a few noisy short launches do not dominate).
+Each kernel family is fitted jointly on all its records: the parameters its compiled
+instances share once, each instance's own on its records
+(:mod:`spartan_py.costmodel.parameters` says which are which, and why). The fit minimises
+relative error (residuals are log(predicted / measured), with a soft-L1 loss so that a few
+noisy short launches do not dominate); a parameter it leaves at a bound is fixed there and
+the rest fitted again.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from spartan_py.costmodel.families import calibration_key, record_instances
+from spartan_py.costmodel.families import FAMILIES, calibration_key, record_instances
 from spartan_py.costmodel.machine import FamilyCalibration, Machine
-from spartan_py.costmodel.model import family_of, predict
+from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.parameters import BOUNDS, FIXED, MIN_INSTANCE_RECORDS, Roles, near_bound, owned, roles
 from spartan_py.errors import InputError
-
-#: Parameters fitted per family unit, with (lower, upper, start).
-_FREE = {
-    "kernel": {
-        "launch_us": (0.0, 50.0, 3.0),
-        "compute_efficiency": (0.005, 1.0, 0.3),
-        "memory_efficiency": (0.5, 1.0, 0.7),
-        "step_overhead_us": (0.0, 200.0, 1.0),
-        "wave_overhead_us": (0.0, 200.0, 1.0),
-        "shared_step_us": (0.0, 200.0, 1.0),
-        "weight_load_cost": (0.0, 16.0, 0.5),
-        "saturating_warps": (1.0, 64.0, 4.0),
-        "overlap": (0.0, 1.0, 1.0),
-    },
-    # Little's law: the bandwidth a memory-bound family reaches is what it keeps in flight over
-    # the memory latency (a property of its code, which carries over), not a share of the peak
-    "memory": {"launch_us": (0.0, 500.0, 3.0), "bytes_in_flight_kib": (16.0, 262144.0, 1024.0)},
-    "link": {"launch_us": (0.0, 500.0, 10.0), "memory_efficiency": (0.01, 1.0, 0.5)},
-}
-_FIXED = {
-    "compute_efficiency": 1.0,
-    "memory_efficiency": 1.0,
-    "step_overhead_us": 0.0,
-    "wave_overhead_us": 0.0,
-    "shared_step_us": 0.0,
-    "weight_load_cost": 0.0,
-    "overlap": 1.0,
-    "saturating_warps": 0.0,
-    "bytes_in_flight_kib": 0.0,
-}
-
-
-def _free_parameters(kernel: str) -> dict[str, tuple[float, float, float]] | None:
-    family = family_of(kernel)
-    if family is None or family.unit == "sync":
-        return None
-    return _FREE["link" if family.unit == "link" else "memory" if family.unit == "memory" else "kernel"]
-
-
-def _with_family(machine: Machine, kernel: str, values: dict, source: str, records: int) -> Machine:
-    params = FamilyCalibration(**{**_FIXED, **values}, source=source, records=records)
-    return machine.model_copy(update={"calibration": {**machine.calibration, kernel: params}})
 
 
 def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
@@ -69,53 +30,251 @@ def median_abs_error_pct(predicted: pd.Series, measured: pd.Series) -> float:
     )
 
 
-#: Records an instance of a per-instance family needs to get its own fit.
-MIN_INSTANCE_RECORDS = 5
-
-
 #: Further starts of ``saturating_warps``: from its default start an SM that holds 8 warps
 #: or more is already saturated, where the residuals do not move with it (no gradient), so a
 #: kernel that runs slower with one block per SM than with two is only found from above.
 SATURATING_WARPS_STARTS = (16.0,)
 
+#: How far inside its bounds (a share of the range) a start taken from an earlier fit is put.
+START_INSET = 0.01
 
-def _starts(names: list[str], start: np.ndarray) -> list[np.ndarray]:
-    """The fit's starting points: the defaults, then each further ``saturating_warps`` start."""
-    if "saturating_warps" not in names:
-        return [start]
-    at = names.index("saturating_warps")
-    others = [np.where(np.arange(len(names)) == at, warps, start) for warps in SATURATING_WARPS_STARTS]
-    return [start, *others]
+#: Rounds of fixing the parameters a fit left at a bound and fitting the rest again.
+BOUND_ROUNDS = 6
+
+#: A parameter whose largest effect on a log residual over its whole range (its gradient at
+#: the fit times the range) is below this moves no prediction of the family's records: not free.
+IDLE_EFFECT = 1e-6
 
 
-def _fit(
-    machine: Machine, key: str, kernel: str, rows: pd.DataFrame, source: str, warm: FamilyCalibration | None = None
-) -> FamilyCalibration:
-    """Least-squares parameters of ``key`` (a family or one of its instances) on ``rows``,
-    started from ``warm`` (an earlier fit of the same key) when given, else from the defaults."""
-    free = _free_parameters(kernel)
-    assert free is not None
-    names = list(free)
-    lower = np.array([free[n][0] for n in names])
-    upper = np.array([free[n][1] for n in names])
-    start = np.array([free[n][2] for n in names])
-    if warm is not None:
-        start = np.clip(np.array([getattr(warm, n) for n in names], dtype=float), lower, upper)
+@dataclass
+class _Slot:
+    """One free value of a family's joint fit: a parameter of the family (``instance`` None) or
+    of one instance, and the records it moves."""
+
+    name: str
+    instance: str | None
+    rows: np.ndarray
+
+
+@dataclass
+class _Plan:
+    """A family's joint fit: its entries (family ``""`` and instances with entries of their
+    own), each entry's own parameters, the free slots and the values fixed so far."""
+
+    kernel: str
+    roles: Roles
+    entries: dict[str, tuple[str, ...]]  # instance ("" the family) -> the parameters it holds
+    of_rows: np.ndarray  # each record's entry
+    slots: list[_Slot] = field(default_factory=list)
+    values: dict[tuple[str, str], float] = field(default_factory=dict)  # (entry, parameter) -> value
+    family_used: set[str] = field(default_factory=set)  # own parameters some record takes the family's value of
+
+    def value(self, entry: str, name: str) -> float:
+        """The value an entry prices ``name`` with: its own, else the family's, else the fixed one."""
+        if name in self.entries.get(entry, ()) and (entry, name) in self.values:
+            return self.values[(entry, name)]
+        return self.values.get(("", name), FIXED.get(name, 0.0))
+
+
+def _plan(
+    kernel: str,
+    rows: pd.DataFrame,
+    fitted: dict[str, FamilyCalibration],
+    free_entries: set[str] | None,
+    shared_free: bool,
+    pooled: bool = False,
+) -> _Plan:
+    """The joint fit of ``kernel`` on ``rows``: which instances get entries and what each frees
+    (:mod:`spartan_py.costmodel.parameters`); ``free_entries`` (None: all) limits the instances
+    whose parameters are free, ``shared_free`` whether the family's are; the others keep
+    ``fitted``'s values (warm values for the free ones too). ``pooled``: no instance entries,
+    every record priced by the family's (the fit of the family's entry, which prices the
+    instances without one)."""
+    found = roles(kernel, rows)
+    assert found is not None
+    instances = np.array(record_instances(rows), dtype=object)
+    counts = pd.Series(instances).value_counts()
+    per_instance = FAMILIES[kernel].per_instance and not pooled
+    entries: dict[str, tuple[str, ...]] = {"": found.shared + found.own}
+    for instance, n in counts.items():
+        if per_instance and instance and n >= MIN_INSTANCE_RECORDS:
+            entries[str(instance)] = owned(found, int(n))
+    of_rows = np.array([i if i in entries else "" for i in instances], dtype=object)
+    plan = _Plan(kernel, found, entries, of_rows)
+    for entry, names in entries.items():
+        earlier = fitted.get(calibration_key(kernel, entry) if entry else kernel) or fitted.get(kernel)
+        for name in names:
+            lower, upper, start = BOUNDS[name]
+            if earlier is not None:  # as it is: a value fixed outside the bounds stays (0: no such limit)
+                start = float(getattr(earlier, name))
+            plan.values[(entry, name)] = start
+    for name in found.shared:
+        if shared_free:
+            plan.slots.append(_Slot(name, None, np.ones(len(rows), bool)))
+    for name in found.own:
+        holders = [e for e, names in entries.items() if e and name in names]
+        users = ~np.isin(of_rows, holders)
+        if users.any():
+            plan.family_used.add(name)
+        if shared_free and users.any():
+            plan.slots.append(_Slot(name, None, users))
+        for entry in holders:
+            if free_entries is None or entry in free_entries:
+                plan.slots.append(_Slot(name, entry, of_rows == entry))
+    for slot in plan.slots:  # inside the bounds: a start at one is where the fit would stay
+        lower, upper, _ = BOUNDS[slot.name]
+        inset = START_INSET * (upper - lower)
+        key = (slot.instance or "", slot.name)
+        plan.values[key] = float(np.clip(plan.values[key], lower + inset, upper - inset))
+    return plan
+
+
+def _machine_of(machine: Machine, plan: _Plan, records: dict[str, int], source: str) -> Machine:
+    calibration = {
+        k: v for k, v in machine.calibration.items() if k != plan.kernel and not k.startswith(plan.kernel + "/")
+    }
+    names = plan.roles.shared + plan.roles.own
+    for entry, own in plan.entries.items():
+        values = {n: plan.value(entry, n) for n in names}
+        free = [s.name for s in plan.slots if s.instance == (entry or None)]
+        shared = [n for n in names if n not in own] if entry else []
+        key = calibration_key(plan.kernel, entry) if entry else plan.kernel
+        calibration[key] = FamilyCalibration(
+            **{**FIXED, **values},
+            source=source,
+            records=records.get(entry, 0),
+            free_parameters=free,
+            shared_parameters=shared,
+        )
+    return machine.model_copy(update={"calibration": calibration})
+
+
+def _solve(
+    machine: Machine,
+    plan: _Plan,
+    rows: pd.DataFrame,
+    records: dict[str, int],
+    source: str,
+    starts: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares values of ``plan``'s slots (relative error, soft-L1 loss), and each
+    slot's largest effect on a residual at them (its Jacobian column's largest entry)."""
+    lower = np.array([BOUNDS[s.name][0] for s in plan.slots])
+    upper = np.array([BOUNDS[s.name][1] for s in plan.slots])
+    start = np.array([plan.value(s.instance or "", s.name) for s in plan.slots])
     target = np.log(rows["measured_us"].to_numpy(float))
+    sparsity = np.stack([s.rows for s in plan.slots], axis=1).astype(int)
 
     def residuals(x):
-        trial = _with_family(machine, key, dict(zip(names, x)), source, len(rows))
-        return np.log(predict(rows, trial)["predicted_us"].to_numpy(float)) - target
+        for slot, v in zip(plan.slots, x, strict=True):
+            plan.values[(slot.instance or "", slot.name)] = float(v)
+        return (
+            np.log(predict(rows, _machine_of(machine, plan, records, source))["predicted_us"].to_numpy(float)) - target
+        )
 
+    guesses = [start, *(starts or [])]
     solutions = [
-        least_squares(residuals, guess, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
-        for guess in ([start] if warm is not None else _starts(names, start))
+        least_squares(
+            residuals,
+            np.clip(g, lower, upper),
+            bounds=(lower, upper),
+            loss="soft_l1",
+            f_scale=0.1,
+            jac_sparsity=sparsity,
+        )
+        for g in guesses
     ]
-    solution = min(solutions, key=lambda found: found.cost)
-    values = {n: float(round(v, 6)) for n, v in zip(names, solution.x)}
-    trial = _with_family(machine, key, values, source, len(rows))
-    error = median_abs_error_pct(predict(rows, trial)["predicted_us"], rows["measured_us"])
-    return trial.calibration[key].model_copy(update={"fit_median_error_pct": round(error, 2)})
+    best = min(solutions, key=lambda found: found.cost)
+    residuals(best.x)
+    moves = np.asarray(
+        abs(best.jac).max(axis=0).todense() if hasattr(best.jac, "todense") else abs(best.jac).max(axis=0)
+    )
+    return best.x, moves.ravel()
+
+
+def _span(name: str) -> float:
+    """A parameter's range (its value's, from the bounds)."""
+    return BOUNDS[name][1] - BOUNDS[name][0]
+
+
+def _run_plan(machine: Machine, plan: _Plan, rows: pd.DataFrame, source: str, warm: bool) -> Machine:
+    """``machine`` with ``plan`` fitted on ``rows``; any value left within NEAR_BOUND of a bound
+    fixed there and the rest fitted again; each entry's median error on its records."""
+    records = {entry: int((plan.of_rows == entry).sum()) if entry else len(rows) for entry in plan.entries}
+    starts = None
+    if not warm and any(s.name == "saturating_warps" for s in plan.slots):
+        warps = [
+            SATURATING_WARPS_STARTS[0] if s.name == "saturating_warps" else plan.value(s.instance or "", s.name)
+            for s in plan.slots
+        ]
+        starts = [np.array(warps)]
+    for _ in range(BOUND_ROUNDS):
+        if not plan.slots:
+            break
+        values, moves = _solve(machine, plan, rows, records, source, starts)
+        starts = None
+        idle = [
+            s
+            for s, m in zip(plan.slots, moves, strict=True)
+            if m * (BOUNDS[s.name][1] - BOUNDS[s.name][0]) < IDLE_EFFECT
+        ]
+        for slot in idle:  # moves no residual: not free, at its neutral value
+            plan.values[(slot.instance or "", slot.name)] = FIXED.get(slot.name, BOUNDS[slot.name][2])
+        at_bound = [
+            s for s, v in zip(plan.slots, values, strict=True) if s not in idle and near_bound(s.name, float(v))
+        ]
+        for slot in at_bound:  # fixed at the bound it reached: the physical limit
+            lower, upper, _ = BOUNDS[slot.name]
+            v = plan.values[(slot.instance or "", slot.name)]
+            plan.values[(slot.instance or "", slot.name)] = lower if v - lower < upper - v else upper
+        if not idle and not at_bound:
+            break
+        plan.slots = [s for s in plan.slots if s not in at_bound and s not in idle]
+    fitted = _machine_of(machine, plan, records, source)
+    errors = predict(rows, fitted)["predicted_us"]
+    calibration = dict(fitted.calibration)
+    for entry in plan.entries:
+        key = calibration_key(plan.kernel, entry) if entry else plan.kernel
+        mask = (plan.of_rows == entry) if entry else np.ones(len(rows), bool)
+        error = median_abs_error_pct(errors[mask], rows["measured_us"][mask])
+        calibration[key] = calibration[key].model_copy(update={"fit_median_error_pct": round(error, 2)})
+    return fitted.model_copy(update={"calibration": calibration})
+
+
+def _fit_family(
+    machine: Machine,
+    kernel: str,
+    rows: pd.DataFrame,
+    source: str,
+    *,
+    warm: bool,
+    free_entries: set[str] | None,
+    shared_free: bool,
+) -> Machine:
+    """``machine`` with ``kernel``'s family fitted jointly on ``rows``: its shared parameters,
+    the instances' own (:mod:`spartan_py.costmodel.parameters`). Where every record belongs to
+    an instance holding a parameter of its own, the family's value of it (which prices the
+    instances without an entry) is fitted after, on every record, the shared ones kept."""
+    earlier = machine.calibration  # the fit it has: a start near where the records put it
+    plan = _plan(kernel, rows, earlier, free_entries, shared_free)
+    fitted = _run_plan(machine, plan, rows, source, warm)
+    if not shared_free:  # the family's entry, and the instances' not fitted, as they were
+        kept = {
+            key: params
+            for key, params in machine.calibration.items()
+            if key == kernel
+            or (key.startswith(kernel + "/") and free_entries is not None and key.split("/", 1)[1] not in free_entries)
+        }
+        return fitted.model_copy(update={"calibration": {**fitted.calibration, **kept}})
+    unfitted = [n for n in plan.roles.own if n not in plan.family_used]
+    if not unfitted or len(plan.entries) == 1:
+        return fitted
+    pooled = _plan(kernel, rows, fitted.calibration, None, shared_free=False, pooled=True)
+    pooled.slots = [_Slot(n, None, np.ones(len(rows), bool)) for n in unfitted]
+    family = _run_plan(fitted, pooled, rows, source, warm=True).calibration[kernel]
+    shared = fitted.calibration[kernel].free_parameters
+    family = family.model_copy(update={"free_parameters": [*shared, *family.free_parameters]})
+    return fitted.model_copy(update={"calibration": {**fitted.calibration, kernel: family}})
 
 
 def calibrate(
@@ -131,18 +290,17 @@ def calibrate(
     """The machine with every kernel family that has measured records in ``trace`` refitted
     (only those in ``families`` when given; the others keep ``machine``'s fit).
 
-    A per-instance family (:attr:`~spartan_py.costmodel.families.KernelFamily.per_instance`)
-    gets one fit over all its records (used for instances not seen) and one per compiled
-    instance with at least :data:`MIN_INSTANCE_RECORDS` records (only the ``instances``
-    named, when given: an instance's fit reads its own records alone, so the others' fits on
-    the same records would not change). ``warm`` starts each fit from ``machine``'s own fit of
-    it (fewer iterations when the records changed little, as when one point is left out).
-    ``family_wide=False`` keeps ``machine``'s family-wide fits and refits the instances only (a
-    new instance fitted on records the family-wide fit never read, as cuBLAS records that name
-    their algorithm). ``source`` says which traces these are (it is stored with each fit).
+    Each family is fitted jointly (:mod:`spartan_py.costmodel.parameters`): its shared
+    parameters on all its records, each compiled instance with at least
+    ``MIN_INSTANCE_RECORDS`` records an entry of its own freeing what its records carry. With
+    ``instances``, only those instances' own parameters are free besides the family's;
+    ``family_wide=False`` keeps the family's parameters as ``machine`` has them and fits the
+    named instances' (a new instance on records the family's fit never read). ``warm`` starts
+    from ``machine``'s values (fewer iterations when one point is left out). ``source`` says
+    which traces these are (stored with each entry).
     """
     measured = trace[trace["measured_us"].notna() & (trace["measured_us"] > 0)]
-    kernels = [k for k in measured["kernel"].unique() if _free_parameters(k) is not None]
+    kernels = [k for k in measured["kernel"].unique() if roles(k, measured[measured["kernel"] == k]) is not None]
     if families is not None:
         unknown = sorted(set(families) - set(kernels))
         if unknown:
@@ -150,24 +308,18 @@ def calibrate(
         kernels = [k for k in kernels if k in families]
     if not kernels:
         raise InputError("no measured records of a modelled GPU kernel to calibrate on")
-    calibration = dict(machine.calibration)
-    earlier = dict(machine.calibration) if warm else {}
     for kernel in kernels:
         rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
-        # the family's earlier per-instance fits would shadow the family-wide fit
-        kept = {k: v for k, v in calibration.items() if k.startswith(kernel + "/")} if instances is not None else {}
-        calibration = {k: v for k, v in calibration.items() if not k.startswith(kernel + "/")}
-        base = machine.model_copy(update={"calibration": calibration})
-        if family_wide or kernel not in calibration:
-            calibration[kernel] = _fit(base, kernel, kernel, rows, source, earlier.get(kernel))
-        of_rows = pd.Series(record_instances(rows), index=rows.index)
-        refitted = {}
-        for instance, group in rows.groupby(of_rows):
-            if instance and len(group) >= MIN_INSTANCE_RECORDS and (instances is None or instance in instances):
-                key = calibration_key(kernel, instance)
-                refitted[key] = _fit(base, key, kernel, group.reset_index(drop=True), source, earlier.get(key))
-        calibration |= kept | refitted
-    return machine.model_copy(update={"calibration": calibration})
+        machine = _fit_family(
+            machine,
+            kernel,
+            rows,
+            source,
+            warm=warm,
+            free_entries=instances,
+            shared_free=family_wide or kernel not in machine.calibration,
+        )
+    return machine
 
 
 def check_may_calibrate(machine: Machine, measured_on: str) -> None:

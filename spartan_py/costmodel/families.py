@@ -89,6 +89,12 @@ class KernelFamily:
     #: names no residency (``resident_blocks_per_sm`` 0: the merged kernel's block tiles before
     #: session 46) is resident at most this over its ``block_threads``.
     register_bound_threads_per_sm: int = 0
+    #: threads of a block, for a memory-bound kernel that launches one block per row it moves
+    #: (``move_rows`` of ``kernels/spartan_tiles.cu``: row compaction's gather and expansion's
+    #: scatter), or 0. Such a block waits DRAM round trips of its own (its row's id, then its
+    #: loads), and only so many blocks are resident: narrow rows make it latency-bound, which a
+    #: GPU with faster DRAM does not speed up (:func:`spartan_py.costmodel.model.row_block_rounds`)
+    row_block_threads: int = 0
 
 
 UNMERGED = ":unmerged"
@@ -156,7 +162,7 @@ FAMILIES: dict[str, KernelFamily] = {
     SCATTER_ROWS: KernelFamily("memory"),
     MONITOR_PASS: KernelFamily("memory", monitor_pass=True, host_syncs=1, host_bound=True),
     EPILOGUE: KernelFamily("memory"),
-    COMPACT: KernelFamily("memory", per_instance=True),
+    COMPACT: KernelFamily("memory", per_instance=True, row_block_threads=128),
     LIST_TILES: KernelFamily("memory"),
     tile_gemm("fp32"): KernelFamily("fp32"),
     tile_gemm("tf32"): KernelFamily("tf32", prefetches=True),

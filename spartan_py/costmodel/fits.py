@@ -50,6 +50,17 @@ class FamilyCalibration(_Frozen):
         description="a memory-bound family's DRAM requests in flight over the whole GPU (Little's law: this over "
         "the machine's memory_latency_ns caps its bandwidth); 0: none fitted (memory_efficiency alone)",
     )
+    block_round_trips: float = Field(
+        0.0,
+        ge=0,
+        description="a family whose kernel runs a block per moved row (KernelFamily.row_block_threads): DRAM round "
+        "trips a block waits whatever its row's width (its row id, then its first loads); 0: none fitted",
+    )
+    row_round_trips: float = Field(
+        0.0,
+        ge=0,
+        description="the same family: DRAM round trips a block waits per step of its row (one 16-byte load a thread)",
+    )
     overlap: float = Field(
         1.0,
         ge=0,
@@ -71,6 +82,14 @@ class FamilyCalibration(_Frozen):
     source: str = Field(description="the traces fitted (or the machine the values were carried over from)")
     records: int = Field(0, ge=0, description="measured records fitted")
     fit_median_error_pct: float | None = None
+    free_parameters: list[str] = Field(
+        [],
+        description="the parameters fitted for this entry alone (a family's: its shared ones and those of the "
+        "instances without their own; an instance's: its own); the others are fixed or the family's",
+    )
+    shared_parameters: list[str] = Field(
+        [], description="an instance's parameters taken from its family's entry (fitted once on all its records)"
+    )
 
 
 class ErrorSpread(_Frozen):

@@ -7,6 +7,7 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     memory    = (bytes_read + bytes_written) / (DRAM bandwidth x memory_efficiency), or for a
                 memory-bound family with a fitted ``bytes_in_flight_kib`` (Little's law, :func:`dram_time_us`)
                 bytes / (DRAM bandwidth x streaming_efficiency) + memory latency x max(1, bytes / in flight)
+                (+ memory latency x the round trips a block of a row-block kernel waits, :func:`row_block_rounds`)
     compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
                          + wave_overhead)
@@ -150,6 +151,30 @@ def dram_time_us(machine: Machine, params: FamilyCalibration, moved_bytes: np.nd
     return transfer + rounds * specs.memory_latency_ns / 1e3
 
 
+#: Bytes a thread of a row-block kernel loads at once (a float4): a block's row takes one
+#: step per ``threads x 16`` bytes.
+ROW_BLOCK_LOAD_BYTES = 16
+
+
+def row_block_rounds(
+    machine: Machine, family: KernelFamily, params: FamilyCalibration, rows: pd.DataFrame
+) -> np.ndarray:
+    """DRAM round trips one after another of a launch of ``family``'s row-block kernel
+    (:attr:`~spartan_py.costmodel.families.KernelFamily.row_block_threads`): its blocks, one per
+    moved row (the fewer of ``rows_in`` and ``rows_out``), run in waves of as many as the SMs hold;
+    each waits ``block_round_trips`` (its row's id, its first loads) and ``row_round_trips`` per
+    step of its row (``threads x 16`` bytes of ``bytes_read`` over the rows). None of it is
+    DRAM bandwidth: latency on the chip and in the memory, the same on a GPU with faster DRAM."""
+    specs = machine.specs
+    threads = family.row_block_threads
+    moved = np.minimum(rows["rows_in"].to_numpy(float), rows["rows_out"].to_numpy(float))
+    moved = np.where(moved > 0, moved, 0.0)
+    resident = specs.sm_count * min(specs.max_threads_per_sm // threads, specs.max_blocks_per_sm)
+    waves = np.ceil(moved / resident)
+    steps = np.ceil(rows["bytes_read"].to_numpy(float) / np.maximum(moved, 1) / (threads * ROW_BLOCK_LOAD_BYTES))
+    return waves * (params.block_round_trips + params.row_round_trips * steps)
+
+
 def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd.DataFrame:
     """Records as they would be under the variant: no monitor traffic, other tile heights
     (of the Graph Challenge layer kernel, whose work item is a tile of activation rows; a
@@ -192,6 +217,13 @@ def _predict_kernels(
     rate = unit_rate_per_sm(machine, family) * params.compute_efficiency / 1e6  # MACs per microsecond per SM
     if family.unit == "memory":
         compute, waves, per_sm, hidden = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        if family.row_block_threads and params.bytes_in_flight_kib <= 0 and specs.memory_latency_ns is not None:
+            # the bytes at the share of the datasheet bandwidth a large copy reaches, and each
+            # block's round trips (not a share of the bytes in flight: the blocks hold them)
+            moved_bytes = (rows["bytes_read"] + rows["bytes_written"]).to_numpy(float)
+            streaming = specs.memory_bandwidth_gb_s * 1e3 * (specs.streaming_efficiency or 1.0)
+            rounds = row_block_rounds(machine, family, params, rows)
+            memory = moved_bytes / (streaming * params.memory_efficiency) + rounds * specs.memory_latency_ns / 1e3
     else:
         shared = rows["block_shared_bytes"].to_numpy(float)
         threads = np.maximum(rows["block_threads"].to_numpy(float), 1)

@@ -1,0 +1,111 @@
+"""Parameters a reviewer believes (issue 73, items 2 and 3): which parameters a family frees,
+shared or per instance; the committed fit's counts, none at a bound, enough records each; the
+row-block kernels' latency, which faster DRAM does not speed up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spartan_py.costmodel.families import COMPACT, GC_MERGED, dense_gemm, tile_gemm
+from spartan_py.costmodel.machine import FamilyCalibration, load_machine
+from spartan_py.costmodel.model import predict
+from spartan_py.costmodel.parameter_table import TABLE_PATH, parameter_table
+from spartan_py.costmodel.parameters import (
+    MIN_RECORDS_PER_PARAMETER,
+    count_parameters,
+    near_bound,
+    owned,
+    roles,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_quote_the_fits_counts():
+    committed = (ROOT / TABLE_PATH).read_text()
+    assert committed == parameter_table(), "stale: run python -m spartan_py.costmodel.parameter_table"
+    assert '--8<-- "docs/snippets/parameter-counts.md"' in (ROOT / "docs" / "cost-model.md").read_text()
+
+
+def test_the_h100_fit_has_no_parameter_at_a_bound_and_five_records_each():
+    counts = count_parameters(load_machine("h100-sxm"))
+    assert counts.near_bound == 0
+    assert counts.min_family_records_per_parameter >= MIN_RECORDS_PER_PARAMETER
+    assert counts.min_entry_records_per_parameter >= MIN_RECORDS_PER_PARAMETER
+    assert counts.free < 200  # the fit before shared parameters freed 339
+
+
+def test_every_h100_entry_says_what_it_frees_and_shares():
+    """Each entry of the committed fit names its free parameters; an instance's others are its
+    family's values, the same in every instance of it."""
+    machine = load_machine("h100-sxm")
+    for key, params in machine.calibration.items():
+        if "/" not in key:
+            continue
+        family = machine.calibration[key.split("/", 1)[0]]
+        assert params.free_parameters or params.shared_parameters, key
+        for name in params.shared_parameters:
+            assert getattr(params, name) == getattr(family, name), (key, name)
+
+
+def _records(**columns) -> pd.DataFrame:
+    return pd.DataFrame({"blocks": [0, 0], "fused_layers": [1, 1], **columns})
+
+
+def test_roles_follow_what_the_records_can_tell():
+    library = roles(dense_gemm("fp32"), _records())
+    assert library is not None and not {"wave_overhead_us", "saturating_warps", "step_overhead_us"} & set(library.own)
+    one_layer = roles(tile_gemm("fp32"), _records(blocks=[10, 20]))
+    assert (
+        one_layer is not None and "wave_overhead_us" in one_layer.shared and "step_overhead_us" not in one_layer.shared
+    )
+    layered = roles(GC_MERGED, _records(blocks=[10, 20], fused_layers=[1, 8]))
+    assert layered is not None and "shared_step_us" in layered.shared and "step_overhead_us" in layered.own
+    assert layered.own[0] == "compute_efficiency"
+    assert owned(layered, 4) == () and owned(layered, 9) == ("compute_efficiency",)
+    assert owned(layered, 25) == ("compute_efficiency", "wave_overhead_us", "weight_load_cost")
+    compaction = roles(COMPACT, _records())
+    assert compaction is not None and not compaction.shared and "block_round_trips" in compaction.own
+    assert near_bound("launch_us", 0.0) and near_bound("compute_efficiency", 0.9995) and not near_bound("overlap", 0.5)
+
+
+def _row_move(rows: int, width: int) -> dict:
+    """A row compaction's expansion record: ``rows`` live rows of ``width`` floats scattered
+    into a zeroed matrix of as many rows."""
+    return dict(
+        run="r",
+        layer=0,
+        kernel=COMPACT,
+        variant="expand_rows",
+        rows_in=rows,
+        rows_out=rows,
+        bytes_read=4 * rows * width,
+        bytes_written=8 * rows * width,
+    )
+
+
+def test_narrow_rows_are_latency_bound_and_gain_little_from_faster_dram():
+    """A block per row (``move_rows``): a million rows of 64 floats wait their blocks' round
+    trips, which the H200's DRAM does not shorten; 50000 rows of 2304 floats move their bytes,
+    which it does. The speed-up follows from the datasheets, not from a fitted constant."""
+    params = FamilyCalibration(
+        launch_us=6.0,
+        compute_efficiency=1.0,
+        memory_efficiency=1.0,
+        block_round_trips=3.0,
+        row_round_trips=1.0,
+        source="test",
+    )
+    h100, h200 = (load_machine(name) for name in ("h100-sxm", "h200-sxm"))
+    h100 = h100.model_copy(update={"calibration": {COMPACT: params}})
+    h200 = h200.model_copy(update={"calibration": {COMPACT: params}})
+    frame = pd.DataFrame([_row_move(1_000_000, 64), _row_move(50_000, 2304)])
+    for column in ("cols", "blocks", "executed_macs", "fused_layers", "block_threads", "block_shared_bytes"):
+        frame[column] = 0
+    narrow, wide = (predict(frame, h100)["predicted_us"] / predict(frame, h200)["predicted_us"]).tolist()
+    datasheet = h200.specs.memory_bandwidth_gb_s / h100.specs.memory_bandwidth_gb_s
+    assert narrow < 1.15
+    assert wide == pytest.approx(datasheet, rel=0.06)
