@@ -129,7 +129,7 @@ PURPOSES: dict[str, Purpose] = {
 validation set): the same distribution of points, another seed."""
 
 
-def _runs(backend: str, family: str, neurons: int) -> bool:
+def backend_runs(backend: str, family: str, neurons: int) -> bool:
     """Whether ``backend`` runs a generated network of ``family`` and ``neurons``: the rows kernel
     stops at 16384 neurons; the merged kernel holds a merged row in a block, and an unmergeable
     network keeps all its columns (65536: too wide)."""
@@ -169,7 +169,7 @@ def draw_set(
         while not backends:  # an unmergeable 65536-neuron network runs on no GPU backend: draw again
             family = str(rng.choice(NETWORK_FAMILIES))
             width = int(rng.choice(GC_WIDTHS))
-            backends = [name for name in GC_BACKENDS if _runs(name, family, width)]
+            backends = [name for name in GC_BACKENDS if backend_runs(name, family, width)]
         cases.append(
             {
                 "backend": str(rng.choice(backends)),

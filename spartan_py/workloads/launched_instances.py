@@ -55,8 +55,7 @@ from spartan_py.sparsity.tile_gemm import PRECISIONS
 from spartan_py.sparsity.tiles import TileShape
 from spartan_py.trace import to_frame as records_frame
 from spartan_py.workloads.conv.layers import SHAPE_SET
-from spartan_py.workloads.drawn_set import GC_BACKENDS, GC_WIDTHS, ROWS_RANGE
-from spartan_py.workloads.drawn_set import _runs as backend_runs
+from spartan_py.workloads.drawn_set import GC_BACKENDS, GC_WIDTHS, ROWS_RANGE, backend_runs
 
 #: Rows entering the first launch: the ends of the drawn sets' range (every row of a batch).
 FIRST_ROWS = ROWS_RANGE
