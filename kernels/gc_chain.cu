@@ -36,7 +36,7 @@
 #define CH_PAIR_THREADS 512  // a block whose teams are pairs (CHAIN_PAIR_THREADS in engines/merged/chain.py)
 #endif
 #define CH_PAD 32
-#define CH_MAX_LAYERS 32  // layers a launch may take (MAX_LAUNCH_LAYERS in layer_plan.py)
+#define CH_MAX_LAYERS 32  // layers a launch may take (MAX_LAUNCH_LAYERS in engines/shared/launches.py)
 #define CH_MAX_TEAMS 15   // teams of more than one warp a block may hold (named barriers 1..15)
 
 // the team's warps meet: P = 1 a warp's own sync, else named barrier 1 + team of 32 P threads
@@ -445,6 +445,8 @@ gc_chain(const float* __restrict__ y_in, const int* __restrict__ ids_in, float* 
     }
 #if CH_ASYNC_PROLOGUE
     ch_copy_wait();  // layers no team reached may still be landing
+    // and their barriers' arrivals may still be pending: no block leaves with one in flight
+    for (int j = 0; j < layer_count; ++j) ch_ready_wait(&s_ready[j]);
 #endif
     __syncthreads();
     if (threadIdx.x < layer_count) {  // the block's per-layer counts, one atomic each
