@@ -178,6 +178,28 @@ class _Rows:
         return SimpleNamespace(toarray=lambda: self.dense[rows])
 
 
+def test_a_last_chain_launch_that_expands_leaves_no_expansion_in_the_trace():
+    """``chain-expand-final``: the last launch (the chain kernel's) writes its rows n wide
+    too, so the trace has no ``gpu.expand`` and that launch's bytes written grow by rows x n x
+    4; without a chain kernel in the last launch the option changes nothing."""
+    network = generate_network(1024, 12, seed=3)
+    inputs = generate_inputs(300, 1024, seed=3)
+    plain = make_engine("gpu-merged-twin", network).run(inputs)
+    expanded = make_engine("gpu-merged-twin", network, kernel_options=("chain-expand-final",)).run(inputs)
+    assert [r.kernel for r in plain.trace].count("gpu.expand") == 1
+    assert [r.kernel for r in expanded.trace] == [r.kernel for r in plain.trace if r.kernel != "gpu.expand"]
+    last, last_plain = (
+        next(r for r in reversed(out.trace) if r.kernel == "gpu.gc_merged") for out in (expanded, plain)
+    )
+    assert last.variant.startswith("C") and last.rows_out > 0
+    assert last.bytes_written == last_plain.bytes_written + last.rows_out * 1024 * 4
+    assert (expanded.values != plain.values).nnz == 0
+    blocks = make_engine("gpu-merged-twin", network, chain_rows=0, kernel_options=("chain-expand-final",))
+    assert [r.kernel for r in blocks.run(inputs).trace].count("gpu.expand") == 1
+    with pytest.raises(InputError, match="unknown kernel options"):
+        make_engine("gpu-merged-twin", network, kernel_options=("chain-expand-everything",))
+
+
 # --- nvcc, asked for by name -------------------------------------------------------------------
 
 
@@ -225,15 +247,18 @@ def test_every_kernel_option_compiles_for_sm_80_and_sm_90(tmp_path):
 )
 def test_each_variant_matches_the_twin_exactly(options):
     """Values, live rows and non-zeros per layer bit-equal to the twin's on the same schedule
-    (the kernel options change no result, so the twin takes none)."""
+    and kernel options (they change no result), and the same kernels in the traces."""
     network = generate_network(1024, 30, seed=8)
     inputs = generate_inputs(900, 1024, seed=8)
     options = dict(options)
     if options.pop("varied_inputs", False):  # a first launch on floats
         inputs.data *= np.random.default_rng(8).uniform(0.5, 1.5, inputs.nnz).astype(np.float32)
     gpu = make_engine("gpu-merged", network, **options).run(inputs)
-    options.pop("kernel_options", None)
     twin = make_engine("gpu-merged-twin", network, **options).run(inputs)
+    kernels = ("gpu.scatter_rows", "gpu.gc_merged", "gpu.expand")
+    assert [(r.kernel, r.bytes_written) for r in gpu.trace if r.kernel in kernels] == [
+        (r.kernel, r.bytes_written) for r in twin.trace if r.kernel in kernels
+    ]
     assert np.array_equal(gpu.live_rows, twin.live_rows) and gpu.live_rows.size
     assert gpu.live_rows_by_layer == twin.live_rows_by_layer and gpu.nonzeros_by_layer == twin.nonzeros_by_layer
     assert (gpu.values != twin.values).nnz == 0

@@ -190,10 +190,8 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
             "k8": cp.asarray(np.array([chain_code_steps(m) for m in self.merged.layers], dtype=np.int32)),
         }
         self._chain_launches = self._plan_chain_launches()
-        #: whether the chain kernel takes the expanded output (``chain-expand-final``), and
-        #: whether the last launch, run by it, writes the final rows n wide (no expansion after)
+        #: whether the chain kernel takes the expanded output (``chain-expand-final``)
         self._chain_expands = "chain-expand-final" in self.kernel_options
-        self._expanded_by_chain = self._chain_expands and len(self.chunks) - 1 in self._chain_launches
         # the first launch's arguments for the counts path (pixel table, counts a row), null
         # and 0 when it takes bits
         self._counts_args = (
@@ -314,7 +312,7 @@ class MergedEngine(MergedKernelTrace, GpuEngineBase):
         final = batch.buffers[len(self.chunks) % 2]
         if events is not None:
             events[len(self.chunks)].record()
-        if not self._expanded_by_chain:
+        if not self.expanded_by_chain:
             self._expand(
                 (self.sm_count * 8,),
                 (256,),

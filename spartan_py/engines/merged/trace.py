@@ -80,6 +80,16 @@ class MergedKernelTrace(LayerKernelTrace):
     #: the first layer's merged columns of each input pixel, when binary inputs take the
     #: counts path (:func:`~spartan_py.engines.shared.input_counts.pixel_columns`), else None
     input_columns: np.ndarray | None
+    #: compile-time options of the kernels by name
+    #: (:data:`~spartan_py.engines.merged.variants.KERNEL_OPTIONS`)
+    kernel_options: tuple[str, ...] = ()
+
+    @property
+    def expanded_by_chain(self) -> bool:
+        """Whether the last launch, run by the chain kernel with ``chain-expand-final``, writes
+        the final rows n wide itself: no expansion (``gpu.expand``) after it."""
+        last = sum(self.chunks[:-1])
+        return bool(self.chunks) and "chain-expand-final" in self.kernel_options and last in self.chain_shape_by_start
 
     def plan_launch_shapes(self, rows_per_tile: int | None, block_shared_limit: int = 227 * 1024) -> None:
         """Set :attr:`rows_per_tile`, :attr:`first_rows`, :attr:`first_from_tile`,
@@ -208,14 +218,17 @@ class MergedKernelTrace(LayerKernelTrace):
         group, warps = self.chain_shape_by_start.get(start, (0, 1))
         if group:
             groups = -(-rows_in // group)
+            # the last launch writing its rows n wide too reads the groups table
+            expands = stop == len(layers) and self.expanded_by_chain
             return LaunchCost(
                 variant=f"C{group}T{warps}{suffix}",
                 tile_rows=group,
                 tiles=groups,
                 bytes_read=rows_in * (layers[start - 1].width * 4 + 4)
                 # the stages and column sizes (each block's copy after the first from L2)
-                + chain_shared_bytes(chunk, stride, 0),
-                row_bytes_written=chunk[-1].width * 4 + 4,
+                + chain_shared_bytes(chunk, stride, 0)
+                + n * 4 * expands,
+                row_bytes_written=chunk[-1].width * 4 + 4 + n * 4 * expands,
                 useful_macs=useful,
                 executed_macs=executed_macs(
                     [layer.plan for layer in chunk], start, groups, group, [layer.width for layer in chunk], row_layers
@@ -291,6 +304,8 @@ class MergedKernelTrace(LayerKernelTrace):
         ]
 
     def records_after(self, counts, seconds, run_id):
+        if self.expanded_by_chain:  # the last launch wrote the rows n wide: no expansion ran
+            return []
         layers, n = self.merged.layers, self.merged.neurons
         final = int(counts[len(layers)])
         return [

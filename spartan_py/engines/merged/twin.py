@@ -20,7 +20,7 @@ import numpy as np
 from spartan_py.engines.merged.chain import checked_chain_rows, checked_chain_warps
 from spartan_py.engines.merged.engine import MergedEngine
 from spartan_py.engines.merged.trace import MergedKernelTrace
-from spartan_py.engines.merged.variants import launch_schedule
+from spartan_py.engines.merged.variants import kernel_defines, launch_schedule
 from spartan_py.engines.shared.column_merge import MergedNetwork, merged_for
 from spartan_py.engines.shared.input_counts import input_bit_value
 from spartan_py.engines.shared.launches import gc_monitor_mode
@@ -80,10 +80,12 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         merged: MergedNetwork | None = None,
         fused_head: bool = False,
         launch_layers: Sequence[int] | None = None,
+        kernel_options: Sequence[str] = (),
     ):
         """Options as :class:`~spartan_py.engines.merged.engine.MergedEngine`'s (``merged``: the
-        network already merged, else merged here; the kernel's compile-time options change no
-        result and are not taken)."""
+        network already merged, else merged here). The kernel's compile-time options change no
+        result; they change the trace only where ``chain-expand-final`` has the last launch
+        write the rows n wide (:attr:`expanded_by_chain`)."""
         monitor = gc_monitor_mode(monitor)
         if monitor == "software":
             raise InputError("the software monitor runs with the rows kernel (backend 'gpu'), not with gpu-merged")
@@ -101,6 +103,8 @@ class MergedTwinEngine(MergedKernelTrace, TwinEngine):
         )
         self.chain_rows = checked_chain_rows(chain_rows)
         self.chain_warps = checked_chain_warps(chain_warps)
+        self.kernel_options = tuple(kernel_options)
+        kernel_defines(self.kernel_options, network.neurons)  # the GPU engine's checks
         self.chain_shape_by_start = self.plan_chain_launches()
         self.input_columns = self.plan_input_counts(input_counts)
         self.plan_launch_shapes(rows_per_tile)
