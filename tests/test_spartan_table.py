@@ -191,6 +191,32 @@ def test_the_table_job_end_to_end_on_the_cpu_and_its_page_table(tmp_path, capsys
     assert "52.5x" in text and "| 3.4 |" in text
 
 
+@pytest.mark.parametrize("h200_timed", [False, True])
+def test_the_pages_h200_line_says_what_the_table_holds(tmp_path, monkeypatch, h200_timed):
+    """The H200 line under the page's table is derived from the table: its steps timed on an
+    H200 (not simulated), else "not measured yet"; and whether it holds H200 predictions."""
+    from spartan_py.report import maps_tables
+
+    monkeypatch.setattr(maps_tables, "table_lines", lambda table: "(the tables)")
+    h100 = {"timed_on": "NVIDIA H100 80GB HBM3", "simulated": False, "predicted_ms": {"h200-sxm": 1.5}}
+    simulated = {"timed_on": "h200-sxm", "simulated": True, "predicted_ms": {"h200-sxm": math.nan}}
+    h200 = {"timed_on": "NVIDIA H200", "simulated": False, "predicted_ms": {}}
+    records = [h100, simulated, {"network": "vgg16", "error": "out of memory"}, *([h200] * h200_timed)]
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with gzip.open(folder / "table.json.gz", "wt") as handle:
+        json.dump({"schema": "spartan-table/1", "records": records}, handle)
+    text = maps_tables.table_snippet(tmp_path, folder.relative_to(tmp_path))
+    line = text.splitlines()[-1]
+    if h200_timed:
+        assert line == (
+            "H200: measured on 1 of 3 steps (NVIDIA H200); the H200 predicted column: the model's, for 1 of 3 steps."
+        )
+    else:
+        assert line == "H200: not measured yet; the H200 predicted column: the model's, for 1 of 2 steps."
+    assert "no model predictions" in maps_tables.h200_line({"records": [h200]})
+
+
 def test_the_pages_table_is_generated_from_the_committed_summary():
     """docs/snippets/spartan-table.md equals its regeneration: "not measured yet" until a run's
     table.json.gz is committed in the results folder the generator names."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -110,9 +111,25 @@ def table_snippet(root: Path, folder: Path = TABLE_FOLDER) -> str:
             "summary `spartan maps table` writes once it has run on a GPU."
         )
         return "\n".join([note, "", missing]) + "\n"
-    h200 = "H200: the predictions above are blind (committed with the H100 run); measured: not measured yet."
     table = _load(path) if path.suffix == ".gz" else json.loads(path.read_text())
-    return "\n".join([note, "", table_lines(table), "", h200]) + "\n"
+    return "\n".join([note, "", table_lines(table), "", h200_line(table)]) + "\n"
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def h200_line(table: dict) -> str:
+    """What ``table`` (``table.json``'s content) holds of the H200: the steps timed on one (not
+    simulated, an H200 in ``timed_on``) or "not measured yet", and whether the H200 column's
+    predictions are there."""
+    records = [r for r in table.get("records", []) if "error" not in r]
+    measured = [r for r in records if not r.get("simulated") and "H200" in str(r.get("timed_on", "")).upper()]
+    predicted = sum(_finite(r.get("predicted_ms", {}).get("h200-sxm")) for r in records)
+    devices = ", ".join(sorted({str(r["timed_on"]) for r in measured}))
+    shown = f"measured on {len(measured)} of {len(records)} steps ({devices})" if measured else "not measured yet"
+    said = f"the model's, for {predicted} of {len(records)} steps" if predicted else "no model predictions"
+    return f"H200: {shown}; the H200 predicted column: {said}."
 
 
 def render(root: Path) -> dict[str, str]:
