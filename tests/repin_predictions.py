@@ -35,7 +35,8 @@ def repin(pin: dict) -> dict:
         "rows": {row: float(values[int(row)]) for row in pin["rows"]},
     }
     if pin["whole_run"] is not None:
-        run = predictions(trace, machine)["whole_runs"][pin["whole_run"]["run"]]
+        found = predictions(trace, machine)  # a pin of a conv candidate: its per-kernel interval
+        run = {**found["whole_runs"], **found["candidate_runs"]}[pin["whole_run"]["run"]]
         figures = {key: run[key] for key in ("predicted_us", "low_us", "high_us")}
         out["whole_run"] = {"run": pin["whole_run"]["run"], **figures}
     return out
