@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, atomic_write_text
 
 
@@ -68,3 +69,13 @@ def read_result(path: Path) -> dict:
     """A result file written by :func:`write_result` (gzipped or not)."""
     raw = path.read_bytes()
     return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+def read_summary(path: str | Path) -> Any:
+    """A JSON summary file, plain or gzipped (``.gz``); an unreadable one is an
+    :class:`~spartan_py.errors.InputError` naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+        return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable JSON summary ({exc})", path=path) from None

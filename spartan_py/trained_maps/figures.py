@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 from spartan_py.errors import InputError
+from spartan_py.result_files import read_summary
 from spartan_py.sparsity.granularity import GRAINS
 from spartan_py.trained_maps.job import SCHEMA
 
@@ -28,11 +27,7 @@ def pyplot():
 
 def load_summary(path: str | Path) -> dict:
     """A job's JSON summary (plain or gzipped, ``.gz``), checked for its schema."""
-    try:
-        raw = Path(path).read_bytes()
-        summary = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable JSON summary ({exc})", path=path) from None
+    summary = read_summary(path)
     if not isinstance(summary, dict) or summary.get("schema") != SCHEMA:
         raise InputError(f"expected a summary with schema {SCHEMA!r} (written by spartan maps capture)", path=path)
     return summary

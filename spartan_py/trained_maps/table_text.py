@@ -5,12 +5,11 @@ each grain; the profiling overhead. The CLI prints it; the Spartan page includes
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from pathlib import Path
 
 from spartan_py.errors import InputError
+from spartan_py.result_files import read_summary
 from spartan_py.trained_maps.figures import pyplot
 from spartan_py.trained_maps.table_record import TABLE_GRAINS
 
@@ -21,11 +20,7 @@ _NAMES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "vgg16_bn": "VGG-16 (BN)", "r
 
 def load_table(path: str | Path) -> dict:
     """``spartan maps table``'s ``table.json`` (plain or gzipped), checked for its schema."""
-    try:
-        raw = Path(path).read_bytes()
-        table = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable JSON summary ({exc})", path=path) from None
+    table = read_summary(path)
     if not isinstance(table, dict) or not str(table.get("schema", "")).startswith("spartan-table/"):
         raise InputError("expected a table.json of spartan maps table (schema spartan-table/N)", path=path)
     return table
