@@ -34,6 +34,7 @@ from spartan_py.costmodel.fits import Validation, WorkloadFigures
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.machine import Machine, machine_for_device
 from spartan_py.costmodel.model import host_added_us
+from spartan_py.costmodel.repeatability import FAMILY_MEDIAN_BAR_PCT
 from spartan_py.costmodel.whole_runs import GRAPH_CHALLENGE, WITHIN_PCT, WORKLOADS, workload_figures
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, json_ready
@@ -124,7 +125,7 @@ def _summary(frame: pd.DataFrame, coverage: pd.DataFrame, machine) -> dict:
     held = families[families["launches"] >= MIN_FAMILY_LAUNCHES]
     return {
         **workload_figures(coverage),
-        "families_within_15pct": int((held["median_pct"] <= 15).sum()),
+        "families_within_15pct": int((held["median_pct"] <= FAMILY_MEDIAN_BAR_PCT).sum()),
         # host-bound families judged against twice their run-to-run spread where it was measured
         "families_within_bar": int(held["within_bar"].sum()),
         "families_held": int(len(held)),
