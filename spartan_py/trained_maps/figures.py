@@ -25,6 +25,17 @@ def pyplot():
     return plt
 
 
+#: Resolution of every PNG the trained-maps figures write.
+FIGURE_DPI = 110
+
+
+def save_png(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` at :data:`FIGURE_DPI` and close it; returns ``path``."""
+    fig.savefig(path, dpi=FIGURE_DPI)
+    pyplot().close(fig)
+    return path
+
+
 def load_summary(path: str | Path) -> dict:
     """A job's JSON summary (plain or gzipped, ``.gz``), checked for its schema."""
     summary = read_summary(path)
@@ -67,8 +78,5 @@ def bound_figures(summary: dict, out: str | Path) -> list[Path]:
             ax.set_title(f"{network}, {point} (step {data.get('step')}, test accuracy {accuracy:.3f})")
             ax.legend(fontsize=7, ncol=2)
             fig.tight_layout()
-            path = out / f"{network}-{point}.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_png(fig, out / f"{network}-{point}.png"))
     return written

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from spartan_py.errors import InputError
 from spartan_py.result_files import read_summary
-from spartan_py.trained_maps.figures import pyplot
+from spartan_py.trained_maps.figures import pyplot, save_png
 from spartan_py.trained_maps.table_record import TABLE_GRAINS
 
 #: Spartan's profiling-overhead figure: software profiling over its hardware monitor
@@ -181,8 +181,5 @@ def step_figures(table: dict, out: str | Path, point: str = "late") -> list[Path
         handles, labels = fig.axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
         fig.tight_layout(rect=(0, 0.08, 1, 1))
-        path = out / f"step-{network}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_png(fig, out / f"step-{network}.png"))
     return written

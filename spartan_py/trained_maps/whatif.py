@@ -19,7 +19,7 @@ from spartan_py.costmodel.spartan_hardware import (
 )
 from spartan_py.errors import InputError
 from spartan_py.sparsity.granularity import GRAINS
-from spartan_py.trained_maps.figures import pyplot
+from spartan_py.trained_maps.figures import pyplot, save_png
 from spartan_py.trained_maps.models import LAYERS_NETWORK
 from spartan_py.workloads.conv.layers import SPARTAN_TRAINING_SPEEDUP
 
@@ -166,8 +166,5 @@ def whatif_figures(rows: list[dict], out: str | Path) -> list[Path]:
         ax.set_title(f"{network}: Spartan's units on {first['machine']}, {first['precision']}, batch {first['batch']}")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        path = out / f"whatif-{network}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_png(fig, out / f"whatif-{network}.png"))
     return written
