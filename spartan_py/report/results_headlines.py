@@ -161,6 +161,22 @@ def _gc_monitor(data: dict) -> list[str]:
     ]
 
 
+def _gc_against_tree(data: dict) -> list[str]:
+    rows = [
+        (
+            f"`{name}`",
+            _g(e["median_ms"]["baseline"], 4),
+            _g(e["median_ms"]["this"], 4),
+            _g(e["change_pct"]),
+            "yes" if e["truth_every_round"] else "no",
+        )
+        for name, e in data["engines"].items()
+    ]
+    header = ("engine", f"{data['baseline_commit']} (ms)", "this commit (ms)", "change (%)", "truth")
+    note = f"Proxy by turns, {data['rounds']} rounds; bar: within {_g(data['bar_pct'])}%."
+    return [note, "", *_table(header, rows)]
+
+
 def _host_latency(data: dict) -> list[str]:
     return [
         f"Launch {data['launch_us']} us, synchronisation round trip {data['sync_us']} us (median of "
@@ -355,6 +371,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_multi_gpu": _gc_multi_gpu,
     "gc_setup": _gc_setup,
     "gc_monitor": _gc_monitor,
+    "gc_against_tree": _gc_against_tree,
     "host_latency": _host_latency,
     "memory_latency": _memory_latency,
     "repeatability": _repeatability,

@@ -34,7 +34,7 @@ PAGE = Path("docs") / "results.md"
 SECTIONS = (
     (
         "Graph Challenge on one GPU and the CPU",
-        ("gc_gpu", "gc_cpu", "gc_families", "gc_gpu_generated", "graph-challenge-all", "model"),
+        ("gc_gpu", "gc_cpu", "gc_families", "gc_gpu_generated", "gc_against_tree", "graph-challenge-all", "model"),
     ),
     ("Set-up and whole commands", ("gc_setup",)),
     ("Scale-out", ("gc_multi_gpu",)),
