@@ -8,21 +8,13 @@ import pytest
 from spartan_py.costmodel.machine import load_machine
 from spartan_py.workloads.launched_instances import shipped_instances, unfitted_instances
 
-#: The instances launched today that the H100's fit prices by the family-wide fallback, until
-#: `spartan model calibrate` has the runs of experiments/calibrate-instances.yaml. A test below
+#: The instances launched today that the H100's fit prices by the family-wide fallback: row
+#: compaction's `add` pass (fp32x3 with cuBLAS kept dense) is launched only by the one point of
+#: experiments/calibrate-instances.yaml the H100 call ran out of time for. A test below
 #: fails when this set grows (a new launch shape without a fit) or shrinks (a fit arrived:
 #: remove it here, and the xfail once the set is empty).
 UNFITTED_TODAY = {
     "gpu.compact/add",
-    "gpu.compact/split",
-    "gpu.gc_merged/B1xW16384:unmerged",
-    "gpu.gc_merged/B4xW1024:unmerged",
-    "gpu.gc_merged/R16S8T1024xW256",
-    "gpu.gc_merged/R1T1024xW16384:unmerged",
-    "gpu.gc_merged/R4S2T1024xW4096",
-    "gpu.gc_merged/R4S2T1024xW4096:unmerged",
-    "gpu.gc_merged/R8S4T1024xW1024",
-    "gpu.gc_merged/R8S4T1024xW1024:unmerged",
 }
 
 

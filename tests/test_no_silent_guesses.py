@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -91,10 +92,35 @@ def test_each_prediction_says_how_its_family_was_calibrated(capsys, tmp_path):
     assert "warning: totals include launches priced by family-wide fallback parameters: gpu.gc_layer" in text
 
 
-def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
+#: an instance the 16384-neuron network's later launches take (the merged kernel's split
+#: 1024-thread blocks)
+UNFITTED_HERE = "gpu.gc_merged/R8S4T1024xW1024"
+
+
+@pytest.fixture
+def h100_missing_an_instance_fit(monkeypatch):
+    """The H100's fit with :data:`UNFITTED_HERE` taken out, so that its launches take the
+    family-wide fallback: no launch of a shipped engine does any more (tests/test_launched_instances.py),
+    and the warnings below must still be shown when one does."""
+    from spartan_py.costmodel import machine as machine_module
+
+    read = machine_module.read_fit
+
+    def without(datasheet):
+        fit = read(datasheet)
+        if fit is None or Path(datasheet).stem != "h100-sxm":
+            return fit
+        assert UNFITTED_HERE in fit.calibration, "pick an instance the fit has"
+        kept = {key: value for key, value in fit.calibration.items() if key != UNFITTED_HERE}
+        return fit.model_copy(update={"calibration": kept})
+
+    monkeypatch.setattr(machine_module, "read_fit", without)
+
+
+def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys, h100_missing_an_instance_fit):
     """`spartan infer --mode simulated` warns as `spartan simulate` does: a 16384-neuron
-    network's later launches (the merged kernel's split 1024-thread blocks, `R8S4T1024xW1024`) have no
-    fit of their own on the H100; a 1024-neuron network's launches all have one."""
+    network's later launches (`R8S4T1024xW1024`) without a fit of their own on the H100; a
+    1024-neuron network's launches all have one."""
     common = ["infer", "--layers", "4", "--inputs", "generated:300", "--backend", "gpu-merged", "--mode", "simulated"]
     assert cli.main([*common, "--network", "generated:16384"]) == 0
     text = capsys.readouterr().out
@@ -103,7 +129,7 @@ def test_a_simulated_inference_says_when_its_time_includes_a_guess(capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["guessed"] == {}
 
 
-def test_a_simulated_experiment_says_which_predictions_include_a_guess(tmp_path, capsys):
+def test_a_simulated_experiment_says_which_predictions_include_a_guess(tmp_path, capsys, h100_missing_an_instance_fit):
     """`spartan run` of a simulated experiment: simulated.csv names the families each prediction
     priced by a guess (``guessed``), the command warns when any did, and the report shows it."""
     for neurons, warned in ((16384, True), (1024, False)):

@@ -177,6 +177,29 @@ def _gc_against_tree(data: dict) -> list[str]:
     return [note, "", *_table(header, rows)]
 
 
+def _gc_merged_variants(data: dict) -> list[str]:
+    rows = [
+        (
+            f"`{e['variant']}`",
+            e["monitor"],
+            e["status"],
+            _g(e["median_seconds"] * 1e6 if e.get("median_seconds") else None, 4),
+            _g(e.get("vs_default")),
+            _g(100 * e["monitor_share_of_fused"]) if e.get("monitor_share_of_fused") is not None else "-",
+        )
+        for e in data["engines"]
+    ]
+    bars = data["bars"]
+    note = (
+        f"{data['workload']}, {data['rounds']} rounds by turns. Fastest with the monitor: `{bars['fastest_fused']}` "
+        f"{_g(bars['fastest_fused_seconds'] * 1e6, 4)} us (bar {_g(bars['bar_seconds'] * 1e6)} us: "
+        f"{'met' if bars['meets_time_bar'] else 'not met'}; its monitor within {_g(100 * bars['bar_monitor_share'])}%: "
+        f"{'met' if bars['meets_monitor_bar'] else 'not met'})."
+    )
+    header = ("variant", "monitor", "check", "median (us)", "vs default", "monitor (% of run)")
+    return [note, "", *_table(header, rows)]
+
+
 def _host_latency(data: dict) -> list[str]:
     return [
         f"Launch {data['launch_us']} us, synchronisation round trip {data['sync_us']} us (median of "
@@ -372,6 +395,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_setup": _gc_setup,
     "gc_monitor": _gc_monitor,
     "gc_against_tree": _gc_against_tree,
+    "gc_merged_variants": _gc_merged_variants,
     "host_latency": _host_latency,
     "memory_latency": _memory_latency,
     "repeatability": _repeatability,
