@@ -55,7 +55,8 @@ def _summary(name: str, tables: dict) -> str:
 
 
 def _calibration(data: dict) -> list[str]:
-    refit = ", ".join(f"`{f}`" for f in data["families_refitted"]) or "every family"
+    families = data["families_refitted"]  # a list of families, or "all" (spartan model calibrate)
+    refit = "every family" if families in ("all", []) else ", ".join(f"`{f}`" for f in families)
     return [
         f"Refitted: {refit}; {len(data['fit_points'])} fitted points, {len(data['held_out_points'])} held out.",
         "",

@@ -169,11 +169,16 @@ def _gc_against_tree(data: dict) -> list[str]:
             _g(e["median_ms"]["this"], 4),
             _g(e["change_pct"]),
             "yes" if e["truth_every_round"] else "no",
+            "yes" if e["within_bar"] else "no",
         )
         for name, e in data["engines"].items()
     ]
-    header = ("engine", f"{data['baseline_commit']} (ms)", "this commit (ms)", "change (%)", "truth")
-    note = f"Proxy by turns, {data['rounds']} rounds; bar: within {_g(data['bar_pct'])}%."
+    header = ("engine", f"{data['baseline_commit']} (ms)", "this commit (ms)", "change (%)", "truth", "within bar")
+    failed = len(data["failures"])
+    note = (
+        f"Proxy by turns, {data['rounds']} rounds, {failed} failed; bar: within {_g(data['bar_pct'])}% "
+        "with every round run."
+    )
     return [note, "", *_table(header, rows)]
 
 
