@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.harness import DEFAULT_DATA, RESULTS, ROOT, log, write_result
 from spartan_py.engines.shared.cuda import device_name
+from spartan_py.timing import turn_order
 
 WORKER = Path(__file__).with_name("_tree_worker.py")
 #: the engines each round times (benchmarks/_tree_worker.py's BACKENDS)
@@ -58,18 +59,17 @@ def take_rounds(trees: dict[str, Path], rounds: int, run: Callable[[Path], dict]
     recorded in the failures instead."""
     results: dict[str, list[dict]] = {name: [] for name in trees}
     failures = []
-    for r in range(rounds):
-        for name in list(trees) if r % 2 == 0 else list(trees)[::-1]:
-            result = run(trees[name])
-            if "error" not in result and Path(result["module"]).resolve().parent.parent != trees[name]:
-                result = {"error": f"imported {result['module']}, not the tree's spartan_py"}
-            if "error" in result:
-                failures.append({"round": r, "tree": name, "error": result["error"]})
-                log(f"round {r + 1} {name}: {result['error']}")
-                continue
-            results[name].append(result)
-            times = ", ".join(f"{b} {result[b]['median_ms']:.4f} ms" for b in BACKENDS)
-            log(f"round {r + 1} {name}: {times}")
+    for r, name in turn_order(list(trees), rounds):
+        result = run(trees[name])
+        if "error" not in result and Path(result["module"]).resolve().parent.parent != trees[name]:
+            result = {"error": f"imported {result['module']}, not the tree's spartan_py"}
+        if "error" in result:
+            failures.append({"round": r, "tree": name, "error": result["error"]})
+            log(f"round {r + 1} {name}: {result['error']}")
+            continue
+        results[name].append(result)
+        times = ", ".join(f"{b} {result[b]['median_ms']:.4f} ms" for b in BACKENDS)
+        log(f"round {r + 1} {name}: {times}")
     return results, failures
 
 

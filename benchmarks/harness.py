@@ -49,6 +49,7 @@ from spartan_py.timing import (
     time_cpu,
     time_interleaved,
     time_interleaved_cpu,
+    turn_order,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,9 +208,8 @@ def take_turns(cases: Mapping[str, Callable[[], float]], *, rounds: int) -> dict
     turn and their order reversed every other round: for work that times itself."""
     names = list(cases)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(float(cases[name]()))
+    for _, name in turn_order(names, rounds):
+        times[name].append(float(cases[name]()))
     return times
 
 

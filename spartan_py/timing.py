@@ -109,6 +109,12 @@ class GpuTimer:
         return _stats(times, repeats)
 
 
+def turn_order(names: list[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, name) in the order cases take turns: every name once a round, the order reversed
+    every other round, so that a slow stretch does not always land on the same case."""
+    return [(r, name) for r in range(rounds) for name in (names if r % 2 == 0 else names[::-1])]
+
+
 def time_interleaved(
     cases: dict, *, rounds: int = 20, calls: int = 8, warmup: int = 2, flush_bytes: int = 0
 ) -> dict[str, list[float]]:
@@ -143,9 +149,8 @@ def time_interleaved(
         for _ in range(warmup):
             once(cases[name])
     times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(once(cases[name]))
+    for _, name in turn_order(names, rounds):
+        times[name].append(once(cases[name]))
     return times
 
 
@@ -177,12 +182,11 @@ def time_interleaved_cpu(cases: dict, *, rounds: int = 5, calls: int = 1, warmup
         for _ in range(warmup):
             cases[name](0)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            for i in range(calls):
-                cases[name](i)
-            times[name].append((time.perf_counter() - start) * 1e6 / calls)
+    for _, name in turn_order(names, rounds):
+        start = time.perf_counter()
+        for i in range(calls):
+            cases[name](i)
+        times[name].append((time.perf_counter() - start) * 1e6 / calls)
     return times
 
 
