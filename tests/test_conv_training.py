@@ -139,6 +139,30 @@ def test_fp32x3_with_every_launch_traced_is_refused(tmp_path):
         load_experiment(path)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp32x3"])
+@pytest.mark.parametrize("kernel", ["dense", "tile_sparse"])
+def test_a_time_lands_on_a_launch_only_where_the_launch_was_timed_alone(kernel, precision):
+    """The GPU times a candidate whole (cuBLAS or the tile GEMM, the tile list apart): each
+    launch gets its time only where the timed parts are its launches one to one. fp32x3's split,
+    three products and adds are one timed part, so none of them carries its time (they did: the
+    whole product's time on the split pass, which the H100's fit then took for the split's)."""
+    from spartan_py.sparsity.candidates import candidate_records
+    from spartan_py.workloads.conv.operands import with_own_times
+
+    tile = TileShape(32, 32) if precision == "fp32" else TileShape(64, 32)
+    records = candidate_records(
+        kernel, 1024, 576, 64, nnz=50_000, tiles_active=100, live_rows=1000, precision=precision, tile=tile
+    )
+    listed = sum(record.kernel == "gpu.list_tiles" for record in records)
+    times = [5.0] * listed + [300.0]
+    timed = with_own_times(records, times)
+    if precision == "fp32x3":
+        assert len(records) > len(times)
+        assert all(math.isnan(record.measured_us) for record in timed)
+    else:
+        assert [record.measured_us for record in timed] == times
+
+
 def test_the_transposed_profile_counts_x_transposed():
     """X^T's tile counts are X's transposed; its rows are live where their tile row is."""
     rng = np.random.default_rng(0)

@@ -40,7 +40,13 @@ from spartan_py.sparsity.policy import Decision
 from spartan_py.sparsity.tiles import counts_utilization, tile_counts
 from spartan_py.timing import GpuTimer, difference_by_turns_cpu_us, difference_by_turns_us, time_cpu
 from spartan_py.trace import TraceRecord
-from spartan_py.workloads.conv.operands import layer_operands, map_columns, predicted_us, relative_diff
+from spartan_py.workloads.conv.operands import (
+    layer_operands,
+    map_columns,
+    predicted_us,
+    relative_diff,
+    with_own_times,
+)
 from spartan_py.workloads.conv.schema import ConvLayersWorkload
 from spartan_py.workloads.conv.trace import every_kernel_plan, every_kernel_records, tile_operand
 from spartan_py.workloads.conv.training import cudnn_baseline, run_training_layer, step_totals
@@ -187,7 +193,7 @@ def run_layer(label: str, config: Experiment, xp, clock: _Clock | None, policy) 
             "tile_sparse": [row["tile_list_us"]] * len(list_records) + [row["tile_sparse_us"]],
         }
         if decision.kernel in own and xp is not np:  # CPU times say nothing of the GPU launches
-            chosen_records = [replace(r, measured_us=us) for r, us in zip(chosen_records, own[decision.kernel])]
+            chosen_records = with_own_times(chosen_records, own[decision.kernel])
     if config.trace == "all" and clock is not None and xp is not np:
         chosen_records = every_kernel_records(a, w, counted, policy, clock, tiles)
     elif config.trace == "all" and clock is None:  # simulated: the same launches, priced by the model

@@ -67,6 +67,7 @@ from spartan_py.workloads.conv.operands import (
     map_columns,
     predicted_us,
     relative_diff,
+    with_own_times,
     workload_layer,
 )
 from spartan_py.workloads.conv.saved_maps_check import image_side, saved_gradient_mask
@@ -341,7 +342,7 @@ def run_training_layer(label: str, config, xp, clock, policy, machine: str) -> t
             row["monitor_us"] = monitor_us if first else 0.0
             row["software_monitor_us"] = software_us if first else 0.0
             if decision.kernel == "dense" and xp is not np:
-                chosen_records = [replace(r, measured_us=row["dense_us"]) for r in chosen_records]
+                chosen_records = with_own_times(chosen_records, [row["dense_us"]])
             if xp is not np:
                 chosen_records = with_algorithms(chosen_records, transposed_a=gemm.transposed)
         row["bound_us"] = row["dense_us"] * tile_density if profile is not None else row["dense_us"]
