@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,20 +74,27 @@ def nvcc_version() -> str | None:
         return None
 
 
-def merge(out: Path, inputs: list[Path]) -> dict:
+def merge(out: Path, inputs: list[Path], command: str) -> dict:
     """Merge several ``run`` files into one: networks side by side (a network in two files:
-    the later file's), each call's provenance kept; written atomically."""
+    the later file's), each call's provenance kept (its commit, date and command where it names
+    them), the merged file's date the latest call's (today where none names one), its commit the
+    calls' and ``command`` the merge's; written atomically."""
     records = [json.loads(p.read_text()) for p in inputs]
     if not records:
         raise SystemExit("merge: no input files")
     devices = {r.get("device") for r in records}
+    dates = sorted(str(r["date"]) for r in records if r.get("date"))
+    commits = list(dict.fromkeys(str(r.get("commit")) for r in records))
     merged: dict = {
         "benchmark": "peers",
         "device": records[0].get("device") if len(devices) == 1 else sorted(map(str, devices)),
+        "date": dates[-1] if dates else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": ", ".join(commits),
+        "command": command,
         "calls": [
-            {k: r.get(k) for k in ("commit", "peers_commit", "patch_sha256", "device_info", "build")}
+            {k: r.get(k) for k in ("commit", "date", "command", "peers_commit", "patch_sha256", "device_info", "build")}
             | {"file": p.name, "networks": sorted(r.get("networks", {}))}
-            for p, r in zip(inputs, records)
+            for p, r in zip(inputs, records, strict=True)
         ],
         "networks": {},
     }

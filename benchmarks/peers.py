@@ -5,6 +5,7 @@ BF-2019 (public repository IDEA-CUHK/SNICIT, ``src/SDGC/``) beside our ``gpu-mer
     python -m benchmarks.peers prepare --git-dir PATH/TO/SNICIT.git        # -> .peers/src
     python -m benchmarks.peers run --networks 1024x120,1024x480 [--data .peers/data] [--check]
     python -m benchmarks.peers merge OUT.json IN1.json IN2.json ...
+    python -m benchmarks.peers table benchmarks/results/peers-h100.json.gz --out docs/snippets/peers-table.md
 
 ``run`` builds the peers with ``nvcc`` (``benchmarks/peer_patches``; ``_peers_build``), writes
 their inputs with our code (layer TSVs, input TSV, our categories as their golden file) under
@@ -24,23 +25,26 @@ and compares what both print.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import _peers_networks as pn
+from benchmarks import _peers_ours as po
 from benchmarks.harness import ROOT, commit
 from spartan_py.files import atomic_write_text
+from spartan_py.report.peers_table import peers_table
 
 DEFAULT_NETWORKS = "1024x120,1024x480,1024x1920"
 ALL_NETWORKS = ",".join(f"{n}x{layers}" for n in (1024, 4096, 16384, 65536) for layers in (120, 480, 1920))
@@ -115,42 +119,6 @@ def write_peer_inputs(folder: Path, network, inputs, first: int = 1, last: int |
     if not source.exists():
         write_triples(source, inputs)
     return {"weights": weights, "input": source}
-
-
-def time_ours(name: str, network, inputs, repeats: int) -> tuple[dict, np.ndarray | None]:
-    """One of our engines: set-up (engine made, inputs uploaded), the median of ``repeats``
-    event-timed inferences after warm-up, the categories (1-based). The device memory it held
-    is given back before the peers (other processes) run."""
-    import cupy as cp
-
-    try:
-        entry, categories = _time_engine(name, network, inputs, repeats)
-    except Exception as exc:  # an engine that cannot run this network says why
-        entry, categories = {"error": f"{type(exc).__name__}: {exc}"}, None
-    cp.get_default_memory_pool().free_all_blocks()
-    cp.get_default_pinned_memory_pool().free_all_blocks()
-    return entry, categories
-
-
-def _time_engine(name: str, network, inputs, repeats: int) -> tuple[dict, np.ndarray]:
-    import spartan_py as sp
-
-    started = time.perf_counter()
-    engine: Any = sp.make_engine(name, network)
-    batch = engine.upload(inputs)
-    setup = time.perf_counter() - started
-    times = engine.time(batch, repeats=repeats, warmup=2)
-    ids, values, _ = batch.final_rows(engine)
-    entry = {
-        "engine": engine.name,
-        "inference_seconds": statistics.median(times),
-        "min_seconds": min(times),
-        "repeats": len(times),
-        "setup_seconds": setup,
-        "categories": int(ids.size),
-        "poison_left": int(np.isnan(values).sum()),
-    }
-    return entry, ids.astype(np.int64) + 1
 
 
 def read_categories(path: Path) -> np.ndarray | None:
@@ -243,7 +211,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
     systems: dict = {}
     reference = None
     for name in args.ours:
-        systems[name], categories = time_ours(name, network, inputs, args.repeats)
+        systems[name], categories = po.time_ours(name, network, inputs, args.repeats)
         if categories is not None:
             if reference is None:
                 reference, entry["reference"] = categories, name
@@ -337,6 +305,11 @@ def build_all(args) -> tuple[dict, Path | None, dict]:
     return binaries, built.get("compat"), info
 
 
+def _command_line(argv: list[str] | None) -> str:
+    """The command as run from the repository root (``argv``: None for this process's)."""
+    return shlex.join(["python", "-m", "benchmarks.peers", *(sys.argv[1:] if argv is None else argv)])
+
+
 def run(args) -> int:
     """The ``run`` subcommand."""
     import cupy as cp
@@ -366,7 +339,14 @@ def run(args) -> int:
             log(f"{key}: already in {out}, skipped")
             continue
         networks[key] = run_network(neurons, layers, args, binaries, check_binary)
-        record = {"benchmark": "peers", "device": device, "commit": commit(), **payload}
+        record = {
+            "benchmark": "peers",
+            "device": device,
+            "commit": commit(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": _command_line(None),
+            **payload,
+        }
         atomic_write_text(out, json.dumps(record, indent=2) + "\n")
         log(f"{key}: written to {out}")
     return 0
@@ -408,6 +388,9 @@ def parser() -> argparse.ArgumentParser:
     mer = sub.add_parser("merge", help="merge result files")
     mer.add_argument("out", type=Path)
     mer.add_argument("inputs", type=Path, nargs="+")
+    tab = sub.add_parser("table", help="a merged result file as the docs' Markdown table")
+    tab.add_argument("result", type=Path)
+    tab.add_argument("--out", type=Path, help="write the table here (default: print it)")
     return main
 
 
@@ -436,8 +419,17 @@ def main(argv: list[str] | None = None) -> int:
         log(f"peers at {full[:12]} in {args.dest}")
         return 0
     if args.command == "merge":
-        merged = pc.merge(args.out, args.inputs)
+        merged = pc.merge(args.out, args.inputs, command=_command_line(argv))
         log(f"{len(merged['networks'])} networks in {args.out}")
+        return 0
+    if args.command == "table":
+        opener = gzip.open if args.result.suffix == ".gz" else open
+        with opener(args.result, "rt") as handle:
+            text = "\n".join(peers_table(json.load(handle))) + "\n"
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.out, text)
         return 0
     if args.command == "build":
         _, _, info = build_all(args)

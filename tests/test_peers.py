@@ -4,6 +4,7 @@ round-tripping through our readers, the disk plan, what a peer prints, the merge
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import pytest
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import peers
+from spartan_py.report.peers_table import peers_table
 
 MIRROR = Path(os.environ.get("SNICIT_GIT_DIR", "/work/.mirror/IDEA-CUHK+SNICIT/repo"))
 needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"the peers' repository is not at {MIRROR}")
@@ -107,9 +109,11 @@ def test_merge_keeps_every_call(tmp_path):
     for name, record in (("one.json", one), ("two.json", two)):
         paths.append(tmp_path / name)
         paths[-1].write_text(json.dumps(record))
-    merged = pc.merge(tmp_path / "all.json", paths)
+    merged = pc.merge(tmp_path / "all.json", paths, command="python -m benchmarks.peers merge all.json a.json b.json")
     assert set(merged["networks"]) == {"1024x120", "65536x1920"}
     assert [c["commit"] for c in merged["calls"]] == ["a", "b"] and merged["device"] == "H100"
+    assert merged["commit"] == "a, b" and merged["command"].endswith("merge all.json a.json b.json")
+    assert len(merged["date"]) == 20  # no call names its date: the merge's, UTC
     assert json.loads((tmp_path / "all.json").read_text()) == merged
 
 
@@ -191,3 +195,28 @@ def test_lane_ordered_network_is_the_same_network_renumbered():
     last = renumbered.weights[8].tocsc()  # a relabelled layer: outputs of one lane read the same inputs
     columns = [tuple(last.indices[last.indptr[c] : last.indptr[c + 1]]) for c in range(1024)]
     assert [c for c in range(1024) if columns[c] == columns[5]] == list(range(5, 1024, 64))
+
+
+def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
+    """docs/snippets/peers-table.md is the committed peers result rendered; a time from a log
+    is starred, a failed category check says FAILED, a system that did not run is '-'."""
+    root = Path(__file__).resolve().parents[1]
+    result = json.loads(gzip.decompress((root / "benchmarks/results/peers-h100.json.gz").read_bytes()))
+    assert (root / "docs/snippets/peers-table.md").read_text() == "\n".join(peers_table(result)) + "\n", (
+        "stale: run python -m benchmarks.peers table benchmarks/results/peers-h100.json.gz "
+        "--out docs/snippets/peers-table.md"
+    )
+    made_up = {
+        "networks": {
+            "4096x120": {
+                "network": "generated",
+                "systems": {
+                    "auto": {"inference_seconds": 0.004, "setup_seconds": 0.5, "categories_equal": True},
+                    "SNICIT": {"inference_seconds": 0.030, "categories_equal": True, "from_log": "log"},
+                    "BF-2019": {"inference_seconds": 0.8, "categories_equal": False, "categories_passed": False},
+                },
+            }
+        }
+    }
+    row = peers_table(made_up)[2]
+    assert row == "| 4096x120 (generated) | - | - | 4 | 30* | - | - | 800 | 0.5 | 7.5x | FAILED: BF-2019 |"

@@ -9,25 +9,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Any
 
 import pandas as pd
 
+from spartan_py.report.cells import markdown_table as _table
+from spartan_py.report.cells import ms as _ms
+from spartan_py.report.cells import sig as _g
 from spartan_py.report.model_headlines import MODEL_EXTRACTORS
-
-
-def _g(value: float | None, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant figures (``-`` for none)."""
-    return "-" if value is None or value != value else f"{value:.{digits}g}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else _g(seconds * 1e3, 4)
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+from spartan_py.report.peers_table import peers_table
 
 
 def _gc_gpu(data: dict) -> list[str]:
@@ -401,6 +390,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_monitor": _gc_monitor,
     "gc_against_tree": _gc_against_tree,
     "gc_merged_variants": _gc_merged_variants,
+    "peers": peers_table,
     "host_latency": _host_latency,
     "memory_latency": _memory_latency,
     "repeatability": _repeatability,

@@ -36,6 +36,7 @@ SECTIONS = (
         "Graph Challenge on one GPU and the CPU",
         ("gc_gpu", "gc_cpu", "gc_families", "gc_gpu_generated", "gc_against_tree", "graph-challenge-all", "model"),
     ),
+    ("Against the published peers", ("peers",)),
     ("Set-up and whole commands", ("gc_setup",)),
     ("Scale-out", ("gc_multi_gpu",)),
     ("The sparsity monitor", ("gc_monitor",)),
