@@ -34,6 +34,7 @@ EXPECTED_FIGURES = {
     "calibrate-instances": {"live-rows.png"},
     "calibrate-conv": {"tile-sweep.png", "what-if.png"},
     "spartan-table": {"training-step.png"},
+    "calibrate-gradients": {"training-step.png"},
     "repeatability": {"live-rows.png"},
 }
 GPU_MISSING = re.compile(r"CuPy|cupy|GPU|CUDA", re.I)
