@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from spartan_py.costmodel.families import LIST_TILES
 from spartan_py.costmodel.machine import sim_folder
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.simulate import resolve_machine
@@ -99,10 +100,23 @@ def relative_diff(got, reference) -> float:
 
 
 def with_own_times(records: list[TraceRecord], times_us: list[float]) -> list[TraceRecord]:
-    """``records`` each given its time from ``times_us`` where the two are one to one (each timed
-    part one launch), else unchanged: an ``fp32x3`` product (operands split, three TF32 products,
-    the tile GEMM's adds) is timed whole, and its time on one of its launches would calibrate that
-    launch's kernel on the whole product's."""
-    if len(records) != len(times_us):
+    """``records`` (one candidate's launches) with the times a GPU run took of them: ``times_us``
+    holds one time per tile-list launch (each timed alone), then the time of the rest taken
+    whole. That whole time lands on a launch only where it is the rest's one launch: an
+    ``fp32x3`` product (operands split, three TF32 products, the tile GEMM's adds) is timed whole,
+    and its time on one of its launches would calibrate that launch's kernel on the product's.
+    Where ``times_us`` does not have that form, ``records`` come back unchanged."""
+    listed = sum(record.kernel == LIST_TILES for record in records)
+    if len(times_us) != listed + 1:
         return records
-    return [replace(record, measured_us=us) for record, us in zip(records, times_us, strict=True)]
+    rest = len(records) - listed
+    list_times = iter(times_us[:listed])
+    out = []
+    for record in records:
+        if record.kernel == LIST_TILES:
+            out.append(replace(record, measured_us=next(list_times)))
+        elif rest == 1:
+            out.append(replace(record, measured_us=times_us[-1]))
+        else:
+            out.append(record)
+    return out
