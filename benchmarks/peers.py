@@ -12,7 +12,8 @@ their inputs with our code (layer TSVs, input TSV, our categories as their golde
 ``--work``, runs ours (CUDA events, median of ``--repeats`` after warm-up; set-up apart) and
 each peer (the inference time it prints, as its paper reports it; the process's wall time
 and, for XY and SNICIT, the scheduling of their weights apart), compares categories, and
-rewrites one result file after each network (``--resume`` skips networks already in it).
+rewrites one result file after each system, so a call cut short keeps what ran (``--resume``
+skips the networks it holds whole and, of one cut short, runs ours again and the peers that did not run).
 1024 x 120 is the official network with the 60000-row proxy input (``--data``: a folder with
 ``neuron1024/``, ``sparse-images-1024-proxy60k.tsv.gz`` and its truth); the others are
 generated (``generated:N``, seed 0; ``generated:60000`` inputs), as in
@@ -27,11 +28,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +43,7 @@ from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import _peers_networks as pn
 from benchmarks import _peers_ours as po
+from benchmarks._peers_inputs import plan_disk, schedule, tsv_bytes, write_peer_inputs
 from benchmarks.harness import ROOT, commit
 from spartan_py.files import atomic_write_text
 from spartan_py.report.peers_table import peers_table
@@ -50,8 +52,6 @@ DEFAULT_NETWORKS = "1024x120,1024x480,1024x1920"
 ALL_NETWORKS = ",".join(f"{n}x{layers}" for n in (1024, 4096, 16384, 65536) for layers in (120, 480, 1920))
 OURS = ("gpu-merged", "gpu", "auto")
 ROWS = 60000
-#: Bytes of one TSV line (``row<TAB>col<TAB>0.0625<LF>``) for a width's row and column digits.
-VALUE_CHARS = 6
 
 
 def log(message: str) -> None:
@@ -74,17 +74,6 @@ def parse_networks(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
-def tsv_bytes(neurons: int, layers: int) -> int:
-    """About how many bytes the challenge's layer TSVs of a network take (32 entries a row)."""
-    digits = len(str(neurons))
-    return layers * neurons * 32 * (2 * digits + VALUE_CHARS + 3)
-
-
-def schedule_bytes(neurons: int, layers: int) -> int:
-    """About how many bytes XY's and SNICIT's scheduled weights take (one value a line)."""
-    return layers * neurons * 32 * (VALUE_CHARS + 1) + layers * neurons * 3 * (len(str(neurons)) + 1)
-
-
 def is_official(neurons: int, layers: int, data: Path | None) -> bool:
     """1024 x 120 from the official files when ``data`` has them."""
     return neurons == 1024 and layers == 120 and data is not None and (data / "neuron1024").is_dir()
@@ -101,24 +90,6 @@ def load_case(neurons: int, layers: int, data: Path | None):
         truth_path = data / "neuron1024-l120-categories-proxy60k.tsv"
         return "official", network, inputs, sp.read_truth(truth_path) if truth_path.exists() else None
     return "generated", sp.generate_network(neurons, layers, seed=0), sp.generate_inputs(ROWS, neurons, seed=0), None
-
-
-def write_peer_inputs(folder: Path, network, inputs, first: int = 1, last: int | None = None) -> dict:
-    """Write layers ``first..last`` (1-based; default all) as ``n{N}-l{i}.tsv`` (missing ones
-    only) and the input rows as ``sparse-images-{N}.tsv`` with our writers. Returns paths."""
-    from spartan_py.graph_challenge import write_triples
-
-    weights = folder / "weights"
-    weights.mkdir(parents=True, exist_ok=True)
-    wanted = range(first, (network.layers if last is None else last) + 1)
-    paths = {i: weights / f"n{network.neurons}-l{i}.tsv" for i in wanted}
-    missing = [i for i, path in paths.items() if not path.exists()]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the formatter releases the GIL
-        list(pool.map(lambda i: write_triples(paths[i], network.weights[i - 1]), missing))
-    source = folder / f"sparse-images-{network.neurons}.tsv"
-    if not source.exists():
-        write_triples(source, inputs)
-    return {"weights": weights, "input": source}
 
 
 def read_categories(path: Path) -> np.ndarray | None:
@@ -143,72 +114,26 @@ def peer_entry(run: pb.PeerRun, mine: np.ndarray | None, written: Path | None, n
     return entry
 
 
-def plan_disk(neurons: int, layers: int, modes: list[str], free: int, chunk: int) -> tuple[list, list, dict]:
-    """Which peers run, and whether their layer TSVs are written all at once or streamed
-    (XY and SNICIT schedule ``chunk`` layers' TSVs at a time, deleted once scheduled; BF
-    and SNIG read every TSV at start). Returns (runnable, streamed, why not by mode)."""
-    tsv = tsv_bytes(neurons, layers)
-    sched = schedule_bytes(neurons, layers) if set(modes) & set(pb.SCHEDULING) else 0
-    if tsv + sched <= free:
-        return modes, [], {}
-    why = {m: f"its layer TSVs ({tsv / 1e9:.0f} GB) do not fit the {free / 1e9:.0f} GB free" for m in modes}
-    streamable = sched + tsv_bytes(neurons, chunk) * 2 <= free
-    streamed = [m for m in modes if m in pb.SCHEDULING and streamable]
-    return streamed, streamed, {m: w for m, w in why.items() if m not in streamed}
-
-
-def schedule(binary: Path, mode: str, case: dict, args) -> dict:
-    """Schedule XY's / SNICIT's weights into the cache (their set-up; both read the same
-    files): ``--schedule-workers`` processes at a time, ``--schedule-chunk`` layers each,
-    only the layers not scheduled yet (a call cut short goes on where it stopped). Streamed:
-    each wave's layer TSVs are written before it and deleted after it."""
-    neurons, layers, folder = case["neurons"], case["layers"], case["folder"]
-    cache = folder / "scheduled"
-    cache.mkdir(parents=True, exist_ok=True)
-
-    def done(layer: int) -> bool:
-        return (cache / f"neuron{neurons}" / f"n{neurons}-row-l{layer}.tsv").exists()
-
-    missing = [layer for layer in range(layers) if not done(layer)]
-    if not missing:
-        return {"seconds": 0.0, "cached": True}
-    started = time.perf_counter()
-    step = args.schedule_chunk
-    ranges = [(a, min(a + step, layers)) for a in range(missing[0], layers, step)]
-    tiny = folder / "schedule-input.tsv"  # scheduling reads an input file but not its rows
-    tiny.write_text("1\t1\t1\n")
-    common = ["--input", str(tiny), "--cache", str(cache), "--schedule-only", "-b", "1000"]
-    for at in range(0, len(ranges), args.schedule_workers):
-        wave = [r for r in ranges[at : at + args.schedule_workers] if not all(done(x) for x in range(*r))]
-        if not wave:
-            continue
-        if case["streamed"]:
-            write_peer_inputs(folder, case["network"], case["inputs"], wave[0][0] + 1, wave[-1][1])
-        left = args.timeout_s - (time.perf_counter() - started)
-        commands = [
-            [str(binary), "-m", mode, "-n", str(neurons), "-l", str(b), "--schedule-from", str(a)]
-            + ["--weights", str(case["files"]["weights"]), *common]
-            for a, b in wave
-        ]
-        pb.run_all(commands, binary.parent, left)
-        if case["streamed"]:
-            for index in range(wave[0][0] + 1, wave[-1][1] + 1):
-                (case["files"]["weights"] / f"n{neurons}-l{index}.tsv").unlink(missing_ok=True)
-        if time.perf_counter() - started > args.timeout_s:
-            break
-    left = sum(not done(layer) for layer in range(layers))
-    result = {"seconds": time.perf_counter() - started, "cached": False, "ok": left == 0}
-    return result if left == 0 else {**result, "layers_left": left, "note": "run again to go on"}
-
-
-def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: Path | None) -> dict:
-    """Every system on one network; the network's entry of the result file."""
+def run_network(
+    neurons: int,
+    layers: int,
+    args,
+    binaries: dict,
+    check_binary: Path | None,
+    save: Callable[[dict], None] = lambda entry: None,
+    kept: dict | None = None,
+) -> dict:
+    """Every system on one network; the network's entry of the result file. ``save(entry)`` is
+    called after each system with the entry so far (``complete`` False until the end), so a call
+    cut short keeps what ran; ``kept``: such an entry's systems, whose peers that ran are kept
+    rather than run again (ours run again: the peers' categories are compared with theirs)."""
     key = f"{neurons}x{layers}"
     started = time.perf_counter()
     family, network, inputs, truth = load_case(neurons, layers, args.data)
     entry: dict = {"network": family, "neurons": neurons, "layers": layers, "rows": int(inputs.shape[0])}
     entry["load_seconds"] = time.perf_counter() - started
     systems: dict = {}
+    entry |= {"systems": systems, "complete": False}
     reference = None
     for name in args.ours:
         systems[name], categories = po.time_ours(name, network, inputs, args.repeats)
@@ -219,6 +144,7 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
             if truth is not None:
                 systems[name]["passed_truth"] = bool(np.array_equal(categories, truth))
         log(f"{key} {name}: {systems[name]}")
+        save(entry)
     if reference is None and truth is not None:
         reference, entry["reference"] = truth, "truth"
     folder = args.work / f"{family}-{neurons}"
@@ -232,6 +158,9 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
     else:
         peers, streamed, why = plan_disk(neurons, layers, available, free, args.schedule_chunk)
     systems.update({pb.PEERS[m]: {"error": f"not run: {w}"} for m, w in why.items()})
+    done = {m for m in peers if "error" not in (kept or {}).get(pb.PEERS[m], {"error": "none"})}
+    systems.update({pb.PEERS[m]: kept[pb.PEERS[m]] for m in peers if m in done and kept})
+    peers = [m for m in peers if m not in done]
     if peers:
         files = write_peer_inputs(folder, peer_network, inputs, last=0 if streamed else None)
         golden = folder / f"ours-l{layers}-categories.tsv"
@@ -275,12 +204,13 @@ def run_network(neurons: int, layers: int, args, binaries: dict, check_binary: P
             result["error"] = runs[-1].get("error")
         systems[pb.PEERS[mode]] = result
         log(f"{key} {pb.PEERS[mode]}: {result['inference_seconds']} s, equal {result['categories_equal']}")
+        save(entry)
     if check_binary is not None and peers and family == "official":
         case.update(files=files, golden=golden)
         entry["unpatched_check"] = pc.unpatched_check(check_binary, case, systems, peers, args.timeout_s)
         log(f"{key} unpatched check: {entry['unpatched_check']}")
-    entry["systems"] = systems
     entry["seconds"] = time.perf_counter() - started
+    entry["complete"] = True
     return entry
 
 
@@ -333,12 +263,9 @@ def run(args) -> int:
     }
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     out = args.resume or args.out / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for neurons, layers in parse_networks(args.networks):
-        key = f"{neurons}x{layers}"
-        if key in networks:
-            log(f"{key}: already in {out}, skipped")
-            continue
-        networks[key] = run_network(neurons, layers, args, binaries, check_binary)
+
+    def write(key: str, entry: dict) -> None:
+        networks[key] = entry
         record = {
             "benchmark": "peers",
             "device": device,
@@ -348,6 +275,15 @@ def run(args) -> int:
             **payload,
         }
         atomic_write_text(out, json.dumps(record, indent=2) + "\n")
+
+    for neurons, layers in parse_networks(args.networks):
+        key = f"{neurons}x{layers}"
+        before = networks.get(key)
+        if before is not None and before.get("complete", True):  # files before 2026-12-07 hold whole networks
+            log(f"{key}: already in {out}, skipped")
+            continue
+        kept = before["systems"] if before is not None else None
+        write(key, run_network(neurons, layers, args, binaries, check_binary, lambda e, k=key: write(k, e), kept))
         log(f"{key}: written to {out}")
     return 0
 
@@ -367,7 +303,9 @@ def parser() -> argparse.ArgumentParser:
     go.add_argument("--peers-src", type=Path, default=ROOT / ".peers" / "src")
     go.add_argument("--work", type=Path, default=ROOT / ".peers" / "work")
     go.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    go.add_argument("--resume", type=Path, help="a result file to add to (networks in it are skipped)")
+    go.add_argument(
+        "--resume", type=Path, help="a result file to add to (whole networks skipped; one cut short goes on)"
+    )
     go.add_argument("--peers", default="SNICIT,XY,SNIG,BF", help="modes, comma-separated ('' for none)")
     go.add_argument("--ours", default=",".join(OURS))
     go.add_argument("--repeats", type=int, default=5)

@@ -210,6 +210,7 @@ def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
         "networks": {
             "4096x120": {
                 "network": "generated",
+                "complete": False,
                 "systems": {
                     "auto": {"inference_seconds": 0.004, "setup_seconds": 0.5, "categories_equal": True},
                     "SNICIT": {"inference_seconds": 0.030, "categories_equal": True, "from_log": "log"},
@@ -219,4 +220,41 @@ def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
         }
     }
     row = peers_table(made_up)[2]
-    assert row == "| 4096x120 (generated) | - | - | 4 | 30* | - | - | 800 | 0.5 | 7.5x | FAILED: BF-2019 |"
+    assert row == "| 4096x120 (generated, cut short) | - | - | 4 | 30* | - | - | 800 | 0.5 | 7.5x | FAILED: BF-2019 |"
+
+
+def test_a_cut_call_keeps_what_ran_and_the_resumed_one_runs_only_the_rest(tmp_path, monkeypatch):
+    """run_network saves the entry after each system, so a call whose time runs out mid-network
+    keeps what ran (``complete`` False); given those systems back (``kept``), it runs ours again
+    (the reference) and only the peers that had not run."""
+    import spartan_py as sp
+
+    network, inputs = sp.generate_network(1024, 2, seed=0), sp.generate_inputs(50, 1024, seed=0)
+    monkeypatch.setattr(peers, "load_case", lambda *_: ("generated", network, inputs, None))
+    monkeypatch.setattr(peers.po, "time_ours", lambda *_: ({"inference_seconds": 0.001}, np.array([1, 3, 7])))
+    monkeypatch.setattr(peers.pc, "category_verdict", lambda *_: {"categories_equal": True, "categories_passed": True})
+    monkeypatch.setattr(peers.pb, "free_bytes", lambda _: 1 << 40)
+    ran: list[str] = []
+
+    def run_peer(binary, mode, neurons, layers, extra, timeout_s, cut=("BF",)):
+        ran.append(mode)
+        if mode in cut:
+            raise TimeoutError("the call's time ran out")
+        Path(extra[extra.index("--categories-out") + 1]).write_text("1\n3\n7\n")
+        return pb.PeerRun(mode, 0, 1.0, 0.01, 0, "PASSED", 3, "")
+
+    monkeypatch.setattr(peers.pb, "run_peer", run_peer)
+    args = peers.parse_args(["run", "--networks", "1024x480", "--peers", "snig,bf", "--data", str(tmp_path / "none")])
+    args.work, args.peer_repeats = tmp_path / "work", 1
+    binaries = {"SNIG": tmp_path / "snig", "BF": tmp_path / "bf"}
+    saved: list[dict] = []
+    with pytest.raises(TimeoutError):
+        peers.run_network(1024, 480, args, binaries, None, save=lambda e: saved.append(json.loads(json.dumps(e))))
+    cut = saved[-1]
+    assert cut["complete"] is False and list(cut["systems"]) == ["gpu-merged", "gpu", "auto", "SNIG-2020"]
+    ran.clear()
+    monkeypatch.setattr(peers.pb, "run_peer", lambda *a: run_peer(*a, cut=()))
+    entry = peers.run_network(1024, 480, args, binaries, None, kept=cut["systems"])
+    assert ran == ["BF"] and entry["complete"] is True
+    assert entry["systems"]["SNIG-2020"] == cut["systems"]["SNIG-2020"]
+    assert entry["systems"]["BF-2019"]["inference_seconds"] == pytest.approx(0.01)

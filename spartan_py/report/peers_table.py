@@ -19,7 +19,8 @@ def _network_size(key: str) -> tuple[int, int]:
 
 def peers_table(data: dict) -> list[str]:
     """A peers result (``benchmarks/peers.py``) as a table: each system's inference time in ms
-    per network (``-``: it did not run there; ``*``: the time comes from the call's log), ``auto``'s
+    per network (``-``: it did not run there; ``*``: the time comes from the call's log; a network
+    whose call was cut short says so), ``auto``'s
     set-up, the fastest peer's time over ``auto``'s, and which systems' categories differed."""
     header = (
         "network",
@@ -52,7 +53,7 @@ def peers_table(data: dict) -> list[str]:
         )
         rows.append(
             (
-                f"{key} ({entry['network']})",
+                f"{key} ({entry['network']}{', cut short' if entry.get('complete') is False else ''})",
                 *cells,
                 _g(auto.get("setup_seconds"), 2),
                 "-" if ratio is None else f"{_g(ratio, 3)}x",
