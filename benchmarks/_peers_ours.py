@@ -1,10 +1,16 @@
 """Our engines' side of the peer harness (``benchmarks/peers.py``): each engine made, its
-inputs uploaded and its inferences timed with CUDA events on the network the peers run."""
+inputs uploaded and its inferences timed with CUDA events on the network the peers run; and
+the whole ``spartan infer`` command a user would run for it, timed as a process."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,3 +50,34 @@ def _time_engine(name: str, network, inputs, repeats: int) -> tuple[dict, np.nda
         "poison_left": int(np.isnan(values).sum()),
     }
     return entry, ids.astype(np.int64) + 1
+
+
+def infer_command(neurons: int, layers: int, data: Path | None, official: bool, rows: int) -> list[str]:
+    """The ``spartan infer`` command a user runs for the network the harness times (``auto``
+    backend, ``rows`` input rows: the official proxy's from ``data``, else generated with seed 0,
+    as :func:`benchmarks.peers.load_case` makes them)."""
+    if official:
+        assert data is not None
+        network, inputs = str(data / "neuron1024"), str(data / "sparse-images-1024-proxy60k.tsv.gz")
+    else:
+        network, inputs = f"generated:{neurons}:0", f"generated:{rows}:0"
+    command = [sys.executable, "-m", "spartan_py", "infer", "--network", network, "--inputs", inputs]
+    return command + ["--layers", str(layers), "--rows", str(rows), "--backend", "auto", "--json", "--quiet"]
+
+
+def time_command(command: list[str], timeout_s: float) -> dict:
+    """The whole command's wall time (a fresh process: imports, loading, set-up, inference) and
+    what it reported (``seconds`` is its inference, ``categories`` its count); an ``error`` where it
+    failed or ran past ``timeout_s``."""
+    shown = shlex.join(["python", *command[1:]])
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"command": shown, "error": f"ran past {timeout_s:g} s"}
+    entry: dict[str, Any] = {"command": shown, "wall_seconds": time.perf_counter() - started}
+    if done.returncode != 0:
+        return entry | {"error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
+    reported = json.loads(done.stdout)
+    keys = ("backend", "seconds", "load_seconds", "prepare_seconds", "categories")
+    return entry | {key: reported.get(key) for key in keys}

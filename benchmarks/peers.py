@@ -147,6 +147,12 @@ def run_network(
         save(entry)
     if reference is None and truth is not None:
         reference, entry["reference"] = truth, "truth"
+    if "auto" in args.ours:
+        official = family == "official"
+        command = po.infer_command(neurons, layers, args.data, official, int(inputs.shape[0]))
+        entry["auto_command"] = po.time_command(command, args.timeout_s)
+        log(f"{key} spartan infer: {entry['auto_command']}")
+        save(entry)
     folder = args.work / f"{family}-{neurons}"
     # XY and SNICIT need the official numbering: the peers get the same network renumbered
     peer_network = network if family == "official" else pn.lane_ordered(network)

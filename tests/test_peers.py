@@ -211,6 +211,7 @@ def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
             "4096x120": {
                 "network": "generated",
                 "complete": False,
+                "auto_command": {"wall_seconds": 12.34},
                 "systems": {
                     "auto": {"inference_seconds": 0.004, "setup_seconds": 0.5, "categories_equal": True},
                     "SNICIT": {"inference_seconds": 0.030, "categories_equal": True, "from_log": "log"},
@@ -220,7 +221,10 @@ def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
         }
     }
     row = peers_table(made_up)[2]
-    assert row == "| 4096x120 (generated, cut short) | - | - | 4 | 30* | - | - | 800 | 0.5 | 7.5x | FAILED: BF-2019 |"
+    assert (
+        row
+        == "| 4096x120 (generated, cut short) | - | - | 4 | 30* | - | - | 800 | 0.5 | 12.3 | 7.5x | FAILED: BF-2019 |"
+    )
 
 
 def test_a_cut_call_keeps_what_ran_and_the_resumed_one_runs_only_the_rest(tmp_path, monkeypatch):
@@ -234,6 +238,7 @@ def test_a_cut_call_keeps_what_ran_and_the_resumed_one_runs_only_the_rest(tmp_pa
     monkeypatch.setattr(peers.po, "time_ours", lambda *_: ({"inference_seconds": 0.001}, np.array([1, 3, 7])))
     monkeypatch.setattr(peers.pc, "category_verdict", lambda *_: {"categories_equal": True, "categories_passed": True})
     monkeypatch.setattr(peers.pb, "free_bytes", lambda _: 1 << 40)
+    monkeypatch.setattr(peers.po, "time_command", lambda *_: {"wall_seconds": 1.0})
     ran: list[str] = []
 
     def run_peer(binary, mode, neurons, layers, extra, timeout_s, cut=("BF",)):
@@ -258,3 +263,16 @@ def test_a_cut_call_keeps_what_ran_and_the_resumed_one_runs_only_the_rest(tmp_pa
     assert ran == ["BF"] and entry["complete"] is True
     assert entry["systems"]["SNIG-2020"] == cut["systems"]["SNIG-2020"]
     assert entry["systems"]["BF-2019"]["inference_seconds"] == pytest.approx(0.01)
+
+
+def test_the_whole_command_is_the_one_a_user_runs_and_its_failure_is_said():
+    """``auto``'s whole command: ``spartan infer`` on the same generated network and rows, timed
+    as a process, with what it reported; a command that fails says how."""
+    from benchmarks import _peers_ours as po
+
+    command = po.infer_command(1024, 3, None, False, 200)
+    assert command[command.index("--network") + 1] == "generated:1024:0" and "--json" in command
+    done = po.time_command(command, 120)
+    assert done["wall_seconds"] > 0 and done["categories"] > 0 and done["command"].startswith("python -m spartan_py")
+    failed = po.time_command([*command[:-2], "--backend", "no-such-backend"], 120)
+    assert "exit 2" in failed["error"]

@@ -20,12 +20,13 @@ def _network_size(key: str) -> tuple[int, int]:
 def peers_table(data: dict) -> list[str]:
     """A peers result (``benchmarks/peers.py``) as a table: each system's inference time in ms
     per network (``-``: it did not run there; ``*``: the time comes from the call's log; a network
-    whose call was cut short says so), ``auto``'s
-    set-up, the fastest peer's time over ``auto``'s, and which systems' categories differed."""
+    whose call was cut short says so), ``auto``'s set-up and its whole ``spartan infer`` command's
+    wall time, the fastest peer's time over ``auto``'s, and which systems' categories differed."""
     header = (
         "network",
         *PEERS_TABLE_SYSTEMS,
         "auto: set-up s",
+        "auto: whole command s",
         "fastest peer / auto",
         "categories",
     )
@@ -56,6 +57,7 @@ def peers_table(data: dict) -> list[str]:
                 f"{key} ({entry['network']}{', cut short' if entry.get('complete') is False else ''})",
                 *cells,
                 _g(auto.get("setup_seconds"), 2),
+                _g(entry.get("auto_command", {}).get("wall_seconds"), 3),
                 "-" if ratio is None else f"{_g(ratio, 3)}x",
                 verdict or "identical",
             )
