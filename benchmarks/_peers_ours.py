@@ -78,6 +78,9 @@ def time_command(command: list[str], timeout_s: float) -> dict:
     entry: dict[str, Any] = {"command": shown, "wall_seconds": time.perf_counter() - started}
     if done.returncode != 0:
         return entry | {"error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
-    reported = json.loads(done.stdout)
+    try:
+        reported = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return entry | {"error": f"no JSON object on its output: {done.stdout.strip()[-300:]}"}
     keys = ("backend", "seconds", "load_seconds", "prepare_seconds", "categories")
     return entry | {key: reported.get(key) for key in keys}
