@@ -74,6 +74,11 @@ def nvcc_version() -> str | None:
         return None
 
 
+def utc_now() -> str:
+    """The time now, UTC, as the peers' result files give their dates (``2026-12-07T11:26:31Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def merge(out: Path, inputs: list[Path], command: str) -> dict:
     """Merge several ``run`` files into one: networks side by side (a network in two files:
     the later file's), each call's provenance kept (its commit, date and command where it names
@@ -88,7 +93,7 @@ def merge(out: Path, inputs: list[Path], command: str) -> dict:
     merged: dict = {
         "benchmark": "peers",
         "device": records[0].get("device") if len(devices) == 1 else sorted(map(str, devices)),
-        "date": dates[-1] if dates else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "date": dates[-1] if dates else utc_now(),
         "commit": ", ".join(commits),
         "command": command,
         "calls": [

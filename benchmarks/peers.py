@@ -26,7 +26,6 @@ and compares what both print.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shlex
 import statistics
@@ -47,6 +46,7 @@ from benchmarks._peers_inputs import plan_disk, schedule, tsv_bytes, write_peer_
 from benchmarks.harness import ROOT, commit
 from spartan_py.files import atomic_write_text
 from spartan_py.report.peers_table import peers_table
+from spartan_py.result_files import read_summary
 
 DEFAULT_NETWORKS = "1024x120,1024x480,1024x1920"
 ALL_NETWORKS = ",".join(f"{n}x{layers}" for n in (1024, 4096, 16384, 65536) for layers in (120, 480, 1920))
@@ -164,8 +164,9 @@ def run_network(
     else:
         peers, streamed, why = plan_disk(neurons, layers, available, free, args.schedule_chunk)
     systems.update({pb.PEERS[m]: {"error": f"not run: {w}"} for m, w in why.items()})
-    done = {m for m in peers if "error" not in (kept or {}).get(pb.PEERS[m], {"error": "none"})}
-    systems.update({pb.PEERS[m]: kept[pb.PEERS[m]] for m in peers if m in done and kept})
+    kept = kept or {}
+    done = [m for m in peers if pb.PEERS[m] in kept and "error" not in kept[pb.PEERS[m]]]
+    systems.update({pb.PEERS[m]: kept[pb.PEERS[m]] for m in done})
     peers = [m for m in peers if m not in done]
     if peers:
         files = write_peer_inputs(folder, peer_network, inputs, last=0 if streamed else None)
@@ -276,7 +277,7 @@ def run(args) -> int:
             "benchmark": "peers",
             "device": device,
             "commit": commit(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "date": pc.utc_now(),
             "command": _command_line(None),
             **payload,
         }
@@ -367,9 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(merged['networks'])} networks in {args.out}")
         return 0
     if args.command == "table":
-        opener = gzip.open if args.result.suffix == ".gz" else open
-        with opener(args.result, "rt") as handle:
-            text = "\n".join(peers_table(json.load(handle))) + "\n"
+        text = "\n".join(peers_table(read_summary(args.result))) + "\n"
         if args.out is None:
             sys.stdout.write(text)
         else:

@@ -4,7 +4,6 @@ round-tripping through our readers, the disk plan, what a peer prints, the merge
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import peers
 from spartan_py.report.peers_table import peers_table
+from spartan_py.result_files import read_summary
 
 MIRROR = Path(os.environ.get("SNICIT_GIT_DIR", "/work/.mirror/IDEA-CUHK+SNICIT/repo"))
 needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"the peers' repository is not at {MIRROR}")
@@ -201,7 +201,7 @@ def test_the_docs_table_is_the_committed_result_and_marks_what_it_should():
     """docs/snippets/peers-table.md is the committed peers result rendered; a time from a log
     is starred, a failed category check says FAILED, a system that did not run is '-'."""
     root = Path(__file__).resolve().parents[1]
-    result = json.loads(gzip.decompress((root / "benchmarks/results/peers-h100.json.gz").read_bytes()))
+    result = read_summary(root / "benchmarks/results/peers-h100.json.gz")
     assert (root / "docs/snippets/peers-table.md").read_text() == "\n".join(peers_table(result)) + "\n", (
         "stale: run python -m benchmarks.peers table benchmarks/results/peers-h100.json.gz "
         "--out docs/snippets/peers-table.md"

@@ -13,7 +13,6 @@ and fails when the committed one differs. Rewrite it after adding a result file:
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import json
 import re
 import sys
@@ -24,6 +23,7 @@ import pandas as pd
 
 from spartan_py.files import atomic_write_text
 from spartan_py.report.results_headlines import headlines, training_table
+from spartan_py.result_files import read_summary
 
 RESULTS = Path("benchmarks") / "results"
 """The result files, relative to the repository."""
@@ -105,12 +105,6 @@ def anchor(key: str) -> str:
     return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
 
 
-def _load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:
-        return json.load(handle)
-
-
 def _key(relative: str) -> str:
     return re.sub(r"(\.trace)?\.(json|csv)(\.gz)?$", "", relative)
 
@@ -180,7 +174,7 @@ def entries(root: Path) -> list[Entry]:
     found = []
     for path in sorted((root / RESULTS).rglob("*")):
         if re.search(r"\.json(\.gz)?$", path.name) and not path.name.startswith("environment"):
-            data = _load(path)
+            data = read_summary(path)
             if isinstance(data, dict) and "benchmark" in data:
                 found.append(_json_entry(root, path, data))
             elif isinstance(data, dict) and (kind := _maps_kind(path, data)) is not None:

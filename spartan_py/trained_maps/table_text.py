@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from spartan_py.errors import InputError
+from spartan_py.report.cells import markdown_table
 from spartan_py.result_files import read_summary
 from spartan_py.trained_maps.figures import pyplot, save_png
 from spartan_py.trained_maps.table_record import TABLE_GRAINS
@@ -36,11 +37,6 @@ def _pct(value) -> str:
     if value is None or not math.isfinite(value):
         return "not priced"
     return f"{value:+.1%}"
-
-
-def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
 def _point(record: dict) -> str:
@@ -79,7 +75,7 @@ def step_rows(records: list[dict]) -> list[str]:
         "adaptive / faster dense", "layers on cuDNN", "model: cuBLAS GEMMs ms (error)", "H200 predicted ms",
         "max diff from cuBLAS: adaptive / cuDNN", "sparse picks", "Spartan",
     )  # fmt: skip
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def grain_rows(records: list[dict]) -> list[str]:
@@ -92,7 +88,7 @@ def grain_rows(records: list[dict]) -> list[str]:
         cells = [f"{r['bound']['chw'][g]:.2f} / {r['whatif'][g]['speedup']:.2f}" for g in TABLE_GRAINS]
         rows.append((_NAMES.get(r["network"], r["network"]), _point(r), r["precision"].upper(), *cells,
                      f"{r['spartan_published']:g}"))  # fmt: skip
-    return _table(("network", "point", "precision", *TABLE_GRAINS, "Spartan"), rows)
+    return markdown_table(("network", "point", "precision", *TABLE_GRAINS, "Spartan"), rows)
 
 
 def profiling_rows(records: list[dict]) -> list[str]:
@@ -118,7 +114,7 @@ def profiling_rows(records: list[dict]) -> list[str]:
             )
         )
     header = ("network", "precision", "runs", "fused monitor ms a step", "software / fused (range)", "Spartan")
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def table_lines(table: dict) -> str:
