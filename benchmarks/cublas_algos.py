@@ -29,7 +29,7 @@ def gemm_shapes() -> list[tuple[int, int, int, str, bool]]:
     shapes = set()
     for path in sorted((RESULTS / "fidelity").glob("*.trace.csv.gz")):
         shapes |= set(forward_shapes(pd.read_csv(path, comment="#")).dropna())
-    table = pd.read_csv(RESULTS / "spartan-table-h100" / "gemms.csv")
+    table = pd.read_csv(RESULTS / "spartan-table-h100" / "gemms.csv.gz")
     for row in table.itertuples():
         for precision in PRECISIONS:
             shapes.add((int(row.M), int(row.N), int(row.K), precision, row.gemm == "weight_grad"))

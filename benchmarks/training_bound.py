@@ -11,7 +11,7 @@ BatchNorm). The weights are the dense GEMM times measured on the H100 run of
 precision and density.
 
     python -m benchmarks.training_bound [--batch 2] [--clusters 1,2,4,8,16]
-        [--times benchmarks/results/spartan-table-h100/gemms.csv] [--out DIR]
+        [--times benchmarks/results/spartan-table-h100/gemms.csv.gz] [--out DIR]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--clusters", default="1,2,4,8,16")
     parser.add_argument("--densities", default="0.1,0.3")
-    parser.add_argument("--times", type=Path, default=Path("benchmarks/results/spartan-table-h100/gemms.csv"))
+    parser.add_argument("--times", type=Path, default=Path("benchmarks/results/spartan-table-h100/gemms.csv.gz"))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     times = pd.read_csv(args.times)
