@@ -14,7 +14,7 @@ from spartan_py.files import atomic_write_text, json_ready
 from spartan_py.trained_maps.figures import bound_figures, load_summary
 from spartan_py.trained_maps.job import JobSettings, run_job
 from spartan_py.trained_maps.models import NETWORKS
-from spartan_py.trained_maps.reprice import read_gemms, reprice_dense_steps
+from spartan_py.trained_maps.reprice import read_gemms, reprice_dense_steps, table_machine
 from spartan_py.trained_maps.table import TableSettings, run_table
 from spartan_py.trained_maps.table_text import load_table, step_figures, table_lines
 from spartan_py.trained_maps.whatif import measured_dense, whatif_figures, whatif_rows, whatif_table
@@ -183,15 +183,18 @@ def _add_table(sub, common) -> None:
 
 def _cmd_reprice(args) -> int:
     gemms, path = read_gemms(args.table)
-    steps = reprice_dense_steps(gemms, args.machine, path)
-    print(f"{path}: the dense step's cuBLAS GEMMs measured, priced by the run, and priced on {args.machine} now")
+    machine = args.machine or table_machine(args.table)
+    if machine is None:
+        raise InputError("name the machine to price on (--machine): the folder holds no table.json", path=args.table)
+    steps = reprice_dense_steps(gemms, machine, path)
+    print(f"{path}: the dense step's cuBLAS GEMMs measured, priced by the run, and priced on {machine} now")
     for row in steps.itertuples():
         print(
             f"  {row.network} {row.training_point} {row.precision}: measured {row.measured_ms:.3f} ms, "
             f"the run's price {row.table_model_ms:.3f} ms ({row.table_error:+.1%}), now {row.model_ms:.3f} ms "
             f"({row.error:+.1%})"
         )
-    print("errors are against the GPU that ran the table: read them only for its machine file")
+    print("errors are against the GPU that ran the table: they mean something only on its machine file")
     return 0
 
 
@@ -202,7 +205,9 @@ def _add_reprice(sub, common) -> None:
         help="a committed table's dense GEMMs priced again with today's machine files (CPU)",
     )
     reprice.add_argument("table", help="spartan maps table's output folder (gemms.csv or .csv.gz) or the file")
-    reprice.add_argument("--machine", default="h100-sxm", help="machine file to price on (default h100-sxm)")
+    reprice.add_argument(
+        "--machine", default=None, help="machine file to price on (default: the one the table's run priced on)"
+    )
     reprice.set_defaults(handler=_cmd_reprice)
 
 

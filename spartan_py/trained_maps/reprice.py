@@ -17,6 +17,7 @@ import pandas as pd
 from spartan_py.errors import InputError
 from spartan_py.sparsity.candidates import candidate_records
 from spartan_py.sparsity.tiles import TileShape
+from spartan_py.trained_maps.table_text import load_table
 from spartan_py.workloads.conv.operands import predicted_us
 
 #: one step of the table: a network at a training point and a precision
@@ -57,6 +58,18 @@ def reprice_dense_steps(gemms: pd.DataFrame, machine: str, path: str | Path = "g
     out["error"] = out["model_ms"] / out["measured_ms"] - 1
     out.insert(0, "machine", machine)
     return out.reset_index()
+
+
+def table_machine(folder: str | Path) -> str | None:
+    """The machine file a table folder's run priced on (``model_machine`` of its ``table.json``),
+    or None where the folder holds no table.json."""
+    path = Path(folder)
+    for name in ("table.json", "table.json.gz"):
+        if (path / name).is_file():
+            records = load_table(path / name).get("records") or [{}]
+            machine = records[0].get("model_machine")
+            return str(machine) if machine else None
+    return None
 
 
 def read_gemms(folder: str | Path) -> tuple[pd.DataFrame, Path]:
