@@ -76,6 +76,7 @@ def test_a_folder_without_its_table_asks_for_the_machine(tmp_path, capsys):
 
 def test_the_committed_table_reprices_from_the_command_line(capsys):
     assert table_machine(COMMITTED) == "h100-sxm"  # the machine its run priced on, the default
+    assert table_machine(COMMITTED / "gemms.csv.gz") == "h100-sxm"  # named by its file too
     assert spartan(["maps", "reprice", str(COMMITTED)]) == 0
     out = capsys.readouterr().out
     assert "priced on h100-sxm now" in out

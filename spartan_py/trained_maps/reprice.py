@@ -61,9 +61,10 @@ def reprice_dense_steps(gemms: pd.DataFrame, machine: str, path: str | Path = "g
 
 
 def table_machine(folder: str | Path) -> str | None:
-    """The machine file a table folder's run priced on (``model_machine`` of its ``table.json``),
-    or None where the folder holds no table.json."""
+    """The machine file a table folder's run priced on (``model_machine`` of its ``table.json``;
+    given a file, its folder's), or None where the folder holds no table.json."""
     path = Path(folder)
+    path = path if path.is_dir() else path.parent
     for name in ("table.json", "table.json.gz"):
         if (path / name).is_file():
             records = load_table(path / name).get("records") or [{}]
