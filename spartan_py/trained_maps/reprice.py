@@ -42,12 +42,13 @@ def reprice_dense_steps(gemms: pd.DataFrame, machine: str, path: str | Path = "g
     missing = [c for c in _NEEDED if c not in gemms.columns]
     if missing:
         raise InputError(f"expected the columns {', '.join(missing)} of spartan maps table's gemms.csv", path=path)
-    priced = gemms.assign(
-        model_us=[
-            dense_gemm_price_us(int(m), int(k), int(n), str(p), machine)
-            for m, k, n, p in zip(gemms["M"], gemms["K"], gemms["N"], gemms["precision"], strict=True)
-        ]
-    )
+    # a table repeats its shapes at every training point: price each shape once
+    shapes = [
+        (int(m), int(k), int(n), str(p))
+        for m, k, n, p in zip(gemms["M"], gemms["K"], gemms["N"], gemms["precision"], strict=True)
+    ]
+    prices = {shape: dense_gemm_price_us(*shape, machine) for shape in dict.fromkeys(shapes)}
+    priced = gemms.assign(model_us=[prices[shape] for shape in shapes])
     if "predicted_dense_us" not in priced.columns:
         priced["predicted_dense_us"] = float("nan")
     steps = priced.groupby(STEP_KEYS, sort=True)[["dense_us", "predicted_dense_us", "model_us"]].sum(min_count=1)
