@@ -66,9 +66,13 @@ def rewrite_result(path: Path, record: Mapping[str, Any]) -> Path:
 
 
 def read_result(path: Path) -> dict:
-    """A result file written by :func:`write_result` (gzipped or not)."""
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    """A result file written by :func:`write_result` (gzipped or not); a missing or unreadable
+    one is an :class:`~spartan_py.errors.InputError` naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+        return json.loads(gzip.decompress(raw) if Path(path).suffix == ".gz" else raw)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable result file ({exc})", path=path) from None
 
 
 def read_summary(path: str | Path) -> Any:

@@ -70,6 +70,19 @@ def test_a_point_is_one_whole_run_its_candidates_a_per_kernel_view(compared):
     assert {c["interval_from"] for c in blind["candidate_runs"].values()} - {"all runs"} <= set(timed["kernel"])
 
 
+def test_a_measured_point_without_a_prediction_is_named_and_counted_nowhere(compared):
+    measured, blind, found = compared
+    assert found["unpredicted_points"] == []
+    cut = json.loads(json.dumps(blind))
+    dropped = sorted(cut["runs"])[0]  # a record pass that stopped before this point
+    del cut["runs"][dropped]
+    short = compare_release(measured, load_machine("h100-sxm"), cut)
+    assert short["unpredicted_points"] == [dropped]
+    assert dropped not in {r["run"] for r in short["whole_runs"]}
+    runs = sum(short["blind"][w]["runs"] for w in (GRAPH_CHALLENGE, CONV))
+    assert runs == sum(found["blind"][w]["runs"] for w in (GRAPH_CHALLENGE, CONV)) - 1
+
+
 def _pooled(result: dict) -> tuple[int, int]:
     """(within 10%, runs) as the first four releases counted them: Graph Challenge runs and conv
     candidate runs pooled."""

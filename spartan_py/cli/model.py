@@ -187,6 +187,9 @@ def _cmd_compare(args) -> int:
         host_figures=figures,
         first=(first, predictions["machines"][args.first_machine]) if first is not None else None,
     )
+    if payload["unpredicted_points"]:
+        missing = payload["unpredicted_points"]
+        print(f"{len(missing)} measured points have no prediction, left out: {'; '.join(missing)}", file=sys.stderr)
     _write(args, f"drawn-fidelity-{name}", "cpu (the cost model's replay)", {**head, **payload}, packed=True)
     return 0
 

@@ -167,10 +167,12 @@ def compare_release(
     run's ``environment``: where its driver reported other clocks, power limit or node than the
     machine file assumes. With ``host_figures`` (``launch_us``, ``sync_us`` measured on that GPU's
     machine): the same with the predictions moved to that host. With ``first`` (the calibration
-    GPU's measured run of the same set and its predictions): speed-ups per family. Graph
+    GPU's measured run of the same set and its predictions): speed-ups per family. Measured
+    points without a prediction are listed (``unpredicted_points``) and counted nowhere. Graph
     Challenge and conv whole runs are told apart (:data:`WORKLOADS`); the conv points' candidate
     runs only per family (``candidates``, ``candidate_runs``)."""
     frame = attach_predictions(measured, blind)
+    unpredicted = sorted(set(measured["point"].astype(str)) - set(blind["runs"]))
     coverage = interval_coverage(frame, blind)
     candidates = candidate_coverage(frame, blind)
     differences = machine.assumes.differences(environment) if machine.assumes and environment else []
@@ -179,6 +181,8 @@ def compare_release(
         "machine": machine.name,
         "host_assumed": blind["host"],
         "assumption_differences": differences,
+        # measured points the predictions do not hold (a record pass cut short): in no figure
+        "unpredicted_points": unpredicted,
         "blind": _summary(frame, coverage, machine),
         "families": family_errors(frame, machine).round(3).to_dict(orient="records"),
         "whole_runs": json_ready(coverage.round(4).to_dict(orient="records")),
