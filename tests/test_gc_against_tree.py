@@ -73,10 +73,11 @@ def test_result_pages_headlines_name_what_was_refitted_and_the_bar():
     import json
 
     from spartan_py.report.results_headlines import headlines
+    from spartan_py.result_files import read_result
     from tests.conftest import ROOT
 
     results = ROOT / "benchmarks" / "results"
-    fit = json.loads((results / "fidelity" / "h100-calibration-20261207-115935.json").read_text())
+    fit = read_result(results / "fidelity" / "h100-calibration-20261207-115935.json.gz")
     assert fit["families_refitted"] == "all" and headlines(fit)[0].startswith("Refitted: every family;")
     turns = json.loads((results / "gc_against_tree-20261207-054747.json").read_text())
     assert any(line.endswith("| yes | yes |") for line in headlines(turns))
