@@ -16,7 +16,7 @@ import pytest
 from spartan_py import cli
 from spartan_py.costmodel import load_machine
 from spartan_py.costmodel.fidelity import predictions
-from spartan_py.costmodel.maintain import measured_records
+from spartan_py.costmodel.maintain import keep_trace, measured_records
 from spartan_py.costmodel.release import blind_for, compare_release, regroup
 from spartan_py.costmodel.whole_runs import CONV, GRAPH_CHALLENGE, WHOLE_RUN_FAMILIES
 from spartan_py.errors import InputError
@@ -83,6 +83,26 @@ def test_a_measured_point_without_a_prediction_is_named_and_counted_nowhere(comp
     assert dropped not in {r["run"] for r in short["whole_runs"]}
     runs = sum(short["blind"][w]["runs"] for w in (GRAPH_CHALLENGE, CONV))
     assert runs == sum(found["blind"][w]["runs"] for w in (GRAPH_CHALLENGE, CONV)) - 1
+
+
+def test_speedups_sum_each_family_over_the_points_both_gpus_predicted(compared):
+    measured, blind, _ = compared
+    cut = json.loads(json.dumps(blind))
+    del cut["runs"][sorted(cut["runs"])[0]]  # the first GPU's record pass stopped before this point
+    found = compare_release(measured, load_machine("h100-sxm"), blind, first=(measured, cut))
+    # the same launches on both sides: every family's measured and predicted speed-up is exactly 1
+    assert found["speedups"] and all(row["measured"] == row["predicted"] == 1.0 for row in found["speedups"])
+
+
+def test_compare_refuses_a_first_gpu_the_predictions_do_not_hold(tmp_path, capsys):
+    predictions = read_result(FIDELITY / "drawn-predictions-20261207-165257.json.gz")  # the H200's alone
+    assert list(predictions["machines"]) == ["h200-sxm"]
+    h200_run = tmp_path / "h200.trace.csv.gz"
+    trace = measured_records(H100_TRACE).assign(device="NVIDIA H200")
+    keep_trace(trace, h200_run)
+    args = ["model", "compare", h200_run, "--predictions", FIDELITY / "drawn-predictions-20261207-165257.json.gz"]
+    assert cli.main([str(a) for a in [*args, "--first", H100_TRACE, "--out", tmp_path]]) != 0
+    assert "holds no predictions for h100-sxm (only h200-sxm)" in capsys.readouterr().err
 
 
 def _pooled(result: dict) -> tuple[int, int]:

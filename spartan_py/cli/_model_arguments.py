@@ -77,6 +77,9 @@ def add_subcommands(sub, common, handlers: dict, out: Path) -> None:
     cmp_.add_argument("--host-latency", type=Path, help="host_latency-*.json measured on that GPU's machine")
     cmp_.add_argument("--first", type=Path, help="the calibration GPU's run of the same points (speed-ups)")
     cmp_.add_argument("--first-machine", default="h100-sxm")
+    cmp_.add_argument(
+        "--first-predictions", type=Path, help="the predictions of --first's machine, where --predictions lacks them"
+    )
     cmp_.add_argument("--cross", action="store_true", help="cross-machine tables with a reverse fit (needs --first)")
     cmp_.add_argument("--holdout", help=f"with --cross: {HOLDOUT_HELP}")
     cmp_.add_argument("--keep", default="validate-h200.trace.csv.gz", help="with --cross: the measured trace kept")

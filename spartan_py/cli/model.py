@@ -185,13 +185,26 @@ def _cmd_compare(args) -> int:
         blind,
         environment=run_environment(args.run) if args.run.is_dir() else None,
         host_figures=figures,
-        first=(first, predictions["machines"][args.first_machine]) if first is not None else None,
+        first=(first, _first_predictions(args, predictions)) if first is not None else None,
     )
+    if first is not None:
+        head["first"] = {"run": shown(args.first), "predictions": shown(args.first_predictions or args.predictions)}
     if payload["unpredicted_points"]:
         missing = payload["unpredicted_points"]
         print(f"{len(missing)} measured points have no prediction, left out: {'; '.join(missing)}", file=sys.stderr)
     _write(args, f"drawn-fidelity-{name}", "cpu (the cost model's replay)", {**head, **payload}, packed=True)
     return 0
+
+
+def _first_predictions(args, predictions: dict) -> dict:
+    """The committed predictions of ``--first``'s machine: in ``--first-predictions`` where named
+    (a set predicted for the second GPU apart), else in the ``--predictions`` file."""
+    source = read_result(args.first_predictions) if args.first_predictions else predictions
+    held = source.get("machines", {})
+    if args.first_machine not in held:
+        where = args.first_predictions or getattr(args, "predictions", None)
+        raise InputError(f"holds no predictions for {args.first_machine} (only {', '.join(held)})", path=where)
+    return held[args.first_machine]
 
 
 def _cmd_regroup(args) -> int:
@@ -201,13 +214,14 @@ def _cmd_regroup(args) -> int:
     name, blind = blind_for(predictions, str(measured["device"].iloc[0]))
     host = result.get("host_measured")
     first = measured_records(args.first) if args.first else None
+    args.first_predictions = Path(result["first"]["predictions"]) if "first" in result else None
     regrouped = regroup(
         result,
         measured,
         load_machine(name),
         blind,
         host_figures=read_result(Path(host["file"])) if host else None,
-        first=(first, predictions["machines"][args.first_machine]) if first is not None else None,
+        first=(first, _first_predictions(args, predictions)) if first is not None else None,
     )
     command = shlex.join(["spartan", *sys.argv[1:]])
     regrouped["regrouped"] = {"commit": _commit(), "command": command, "measured_trace": shown(args.measured)}

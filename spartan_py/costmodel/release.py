@@ -167,7 +167,8 @@ def compare_release(
     run's ``environment``: where its driver reported other clocks, power limit or node than the
     machine file assumes. With ``host_figures`` (``launch_us``, ``sync_us`` measured on that GPU's
     machine): the same with the predictions moved to that host. With ``first`` (the calibration
-    GPU's measured run of the same set and its predictions): speed-ups per family. Measured
+    GPU's measured run of the same set and its predictions): speed-ups per family, over the points
+    both have predictions for. Measured
     points without a prediction are listed (``unpredicted_points``) and counted nowhere. Graph
     Challenge and conv whole runs are told apart (:data:`WORKLOADS`); the conv points' candidate
     runs only per family (``candidates``, ``candidate_runs``)."""
@@ -195,7 +196,9 @@ def compare_release(
         payload["with_measured_host"] = _summary(adjusted, whole_with(adjusted, coverage), machine)
         payload["host_part_us"] = round(float(shift), 3)
     if first is not None:
-        table = speedups(attach_predictions(*first), frame).rename(
+        before = attach_predictions(*first)
+        common = set(before["point"]) & set(frame["point"])  # a family's sums over the same points on both
+        table = speedups(before[before["point"].isin(common)], frame[frame["point"].isin(common)]).rename(
             columns={"measured_speedup": "measured", "predicted_speedup": "predicted"}
         )
         payload["speedups"] = table.round(4).to_dict(orient="records")
