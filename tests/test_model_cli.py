@@ -108,6 +108,21 @@ def test_predict_compare_and_release_round_trip(tmp_path, capsys):
     assert len(load_machine(datasheet).validation) == len(load_machine("h100-sxm").validation) + 1
 
 
+def test_predict_names_the_drawn_points_a_record_pass_did_not_reach(tmp_path, capsys):
+    kept = read_trace(ROOT / "benchmarks" / "results" / "fidelity" / "drawn-a0959e4-h100.trace.csv.gz")
+    labels = list(dict.fromkeys(kept["run"]))
+    assert len(labels) == 48
+    reached = kept[kept["run"].isin(labels[:-2])].assign(measured_us=np.nan)  # stopped before the last two
+    blank = _run_folder(tmp_path / "blank", reached)
+    drawn = ROOT / "experiments" / "drawn" / "validate-a0959e4630c8.yaml"
+    words = ["model", "predict", str(blank), "--experiment", str(drawn), "--machines", "h100-sxm"]
+    assert spartan([*words, "--records-from", "t", "--out", str(tmp_path / "results")]) == 0
+    out, err = capsys.readouterr()
+    payload = read_result(Path(out.split()[-1]))
+    assert payload["points"] == 46 and sorted(payload["not_recorded"]) == sorted(labels[-2:])
+    assert f"2 points of {drawn} have no records" in err
+
+
 def test_timed_records_are_refused_for_a_release(tmp_path):
     run = _run_folder(tmp_path / "measured", _tiny_measured())
     words = ["model", "predict", str(run), "--machines", "h100-sxm", "--records-from", "t", "--out", str(tmp_path)]

@@ -57,7 +57,9 @@ def add_subcommands(sub, common, handlers: dict, out: Path) -> None:
 
     pre = add("predict", "the frozen model's predictions of a drawn set, per machine: commit before measuring")
     pre.add_argument("records", type=Path, help="a simulated run of the drawn set, or a measured run's blanked records")
-    pre.add_argument("--experiment", type=Path, help="the drawn (measured) experiment file")
+    pre.add_argument(
+        "--experiment", type=Path, help="the drawn (measured) experiment file; its points without records are named"
+    )
     pre.add_argument("--machines", default="h100-sxm,h200-sxm")
     pre.add_argument("--records-from", required=True, help="where the records came from, in words (kept in the file)")
     pre.add_argument(

@@ -48,6 +48,7 @@ from spartan_py.costmodel.release import (
     launch_records,
     regroup,
     release_predictions,
+    unrecorded_points,
     validation_entry,
 )
 from spartan_py.costmodel.repeatability import family_spreads, launch_spreads
@@ -145,14 +146,21 @@ def _cmd_predict(args) -> int:
     else:
         records, failed = launch_records(args.records)
     machines = [load_machine(name) for name in args.machines.split(",")]
+    missing = unrecorded_points(args.experiment, records, failed) if args.experiment else []
     payload = {
         "drawn_set": str(args.experiment) if args.experiment else None,
         "model_commit": _commit().removesuffix("+dirty"),
         "records_from": args.records_from,
         "points": int(records["point"].nunique()),
         "not_run": failed,
+        "not_recorded": missing,
         "machines": release_predictions(records, machines, allow_measured=args.measured),
     }
+    if missing:
+        print(
+            f"{len(missing)} points of {args.experiment} have no records, left out: {'; '.join(missing)}",
+            file=sys.stderr,
+        )
     _write(args, "drawn-predictions", "cpu (the cost model's replay)", payload, packed=True)
     return 0
 

@@ -38,6 +38,7 @@ from spartan_py.costmodel.repeatability import FAMILY_MEDIAN_BAR_PCT
 from spartan_py.costmodel.whole_runs import GRAPH_CHALLENGE, WITHIN_PCT, WORKLOADS, workload_figures
 from spartan_py.errors import InputError
 from spartan_py.files import atomic_write_bytes, json_ready
+from spartan_py.runner.sweep import load_experiment
 from spartan_py.trace import read_trace, write_trace
 
 
@@ -68,6 +69,14 @@ def launch_records(run_dir: Path) -> tuple[pd.DataFrame, dict[str, str]]:
     if not frames:
         raise InputError("no finished points in the run folder", path=run_dir)
     return pd.concat(frames, ignore_index=True), failed
+
+
+def unrecorded_points(experiment: Path, records: pd.DataFrame, failed: dict[str, str]) -> list[str]:
+    """The points of the drawn ``experiment`` file that neither have launch records nor failed
+    (a record pass stopped before them), by their measured labels."""
+    _, points = load_experiment(experiment)
+    seen = set(records["point"].astype(str)) | set(failed)
+    return [label for label in (point_label(p.label) for p in points) if label not in seen]
 
 
 def blank_run(run: Path, out: Path) -> int:
