@@ -7,6 +7,7 @@ import datetime as _dt
 import gzip
 import json
 import platform
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,8 @@ def read_result(path: Path) -> dict:
     try:
         raw = Path(path).read_bytes()
         return json.loads(gzip.decompress(raw) if Path(path).suffix == ".gz" else raw)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable result file ({exc})", path=path) from None
+    except (OSError, ValueError, EOFError, zlib.error) as exc:  # missing, truncated or corrupt
+        raise InputError(f"not a readable result file ({exc or type(exc).__name__})", path=path) from None
 
 
 def read_summary(path: str | Path) -> Any:

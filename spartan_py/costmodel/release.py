@@ -228,7 +228,16 @@ def whole_with(adjusted: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-REGROUPED_KEYS = ("blind", "families", "whole_runs", "candidates", "candidate_runs", "with_measured_host", "speedups")
+REGROUPED_KEYS = (
+    "blind",
+    "families",
+    "whole_runs",
+    "candidates",
+    "candidate_runs",
+    "with_measured_host",
+    "speedups",
+    "unpredicted_points",
+)
 """What :func:`regroup` recomputes of a drawn set's comparison; the rest (provenance, the
 measurement's host and driver facts) stays as measured."""
 
