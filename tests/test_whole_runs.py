@@ -103,6 +103,9 @@ def test_compare_refuses_a_first_gpu_the_predictions_do_not_hold(tmp_path, capsy
     args = ["model", "compare", h200_run, "--predictions", FIDELITY / "drawn-predictions-20261207-165257.json.gz"]
     assert cli.main([str(a) for a in [*args, "--first", H100_TRACE, "--out", tmp_path]]) != 0
     assert "holds no predictions for h100-sxm (only h200-sxm)" in capsys.readouterr().err
+    alone = [*args, "--first-predictions", FIDELITY / "drawn-predictions-20261207-164031.json.gz"]
+    assert cli.main([str(a) for a in [*alone, "--out", tmp_path]]) != 0  # nothing to price it for
+    assert "--first-predictions prices --first's run" in capsys.readouterr().err
 
 
 def _pooled(result: dict) -> tuple[int, int]:

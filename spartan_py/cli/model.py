@@ -172,6 +172,8 @@ def _cmd_compare(args) -> int:
     name, blind = blind_for(predictions, device)
     machine = load_machine(name)
     head = {"predictions": shown(args.predictions), "predictions_commit": predictions.get("model_commit")}
+    if args.first_predictions and (args.first is None or args.cross):
+        raise InputError("--first-predictions prices --first's run for speed-ups: name --first, and not --cross")
     first = measured_records(args.first) if args.first else None
     if args.cross:
         if first is None:
