@@ -195,7 +195,9 @@ def _cmd_compare(args) -> int:
         blind,
         environment=run_environment(args.run) if args.run.is_dir() else None,
         host_figures=figures,
-        first=(first, _first_predictions(args, predictions)) if first is not None else None,
+        first=(first, _first_predictions(args.first_machine, predictions, args.predictions, args.first_predictions))
+        if first is not None
+        else None,
     )
     if first is not None:
         head["first"] = {"run": shown(args.first), "predictions": shown(args.first_predictions or args.predictions)}
@@ -206,15 +208,13 @@ def _cmd_compare(args) -> int:
     return 0
 
 
-def _first_predictions(args, predictions: dict) -> dict:
-    """The committed predictions of ``--first``'s machine: in ``--first-predictions`` where named
-    (a set predicted for the second GPU apart), else in the ``--predictions`` file."""
-    source = read_result(args.first_predictions) if args.first_predictions else predictions
-    held = source.get("machines", {})
-    if args.first_machine not in held:
-        where = args.first_predictions or getattr(args, "predictions", None)
-        raise InputError(f"holds no predictions for {args.first_machine} (only {', '.join(held)})", path=where)
-    return held[args.first_machine]
+def _first_predictions(machine: str, predictions: dict, path: Path, own: Path | None) -> dict:
+    """The committed predictions of the first GPU's ``machine``: in their ``own`` file where one
+    is named (a set predicted for the second GPU apart), else in ``predictions`` (read from ``path``)."""
+    held = (read_result(own) if own else predictions).get("machines", {})
+    if machine not in held:
+        raise InputError(f"holds no predictions for {machine} (only {', '.join(held)})", path=own or path)
+    return held[machine]
 
 
 def _cmd_regroup(args) -> int:
@@ -224,14 +224,16 @@ def _cmd_regroup(args) -> int:
     name, blind = blind_for(predictions, str(measured["device"].iloc[0]))
     host = result.get("host_measured")
     first = measured_records(args.first) if args.first else None
-    args.first_predictions = Path(result["first"]["predictions"]) if "first" in result else None
+    own = Path(result["first"]["predictions"]) if "first" in result else None
     regrouped = regroup(
         result,
         measured,
         load_machine(name),
         blind,
         host_figures=read_result(Path(host["file"])) if host else None,
-        first=(first, _first_predictions(args, predictions)) if first is not None else None,
+        first=(first, _first_predictions(args.first_machine, predictions, Path(result["predictions"]), own))
+        if first is not None
+        else None,
     )
     command = shlex.join(["spartan", *sys.argv[1:]])
     regrouped["regrouped"] = {"commit": _commit(), "command": command, "measured_trace": shown(args.measured)}

@@ -177,10 +177,10 @@ def compare_release(
     machine file assumes. With ``host_figures`` (``launch_us``, ``sync_us`` measured on that GPU's
     machine): the same with the predictions moved to that host. With ``first`` (the calibration
     GPU's measured run of the same set and its predictions): speed-ups per family, over the points
-    both have predictions for. Measured
-    points without a prediction are listed (``unpredicted_points``) and counted nowhere. Graph
-    Challenge and conv whole runs are told apart (:data:`WORKLOADS`); the conv points' candidate
-    runs only per family (``candidates``, ``candidate_runs``)."""
+    both have predictions for. Measured points without a prediction are listed
+    (``unpredicted_points``) and counted nowhere. Graph Challenge and conv whole runs are told
+    apart (:data:`WORKLOADS`); the conv points' candidate runs only per family (``candidates``,
+    ``candidate_runs``)."""
     frame = attach_predictions(measured, blind)
     unpredicted = sorted(set(measured["point"].astype(str)) - set(blind["runs"]))
     coverage = interval_coverage(frame, blind)
