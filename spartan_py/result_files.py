@@ -66,21 +66,23 @@ def rewrite_result(path: Path, record: Mapping[str, Any]) -> Path:
     return atomic_write_text(path, text)
 
 
+def _read_json(path: str | Path, what: str) -> Any:
+    """The JSON in ``path``, gzipped where its name ends in ``.gz``; a missing, truncated or
+    corrupt file is an :class:`~spartan_py.errors.InputError` naming it (``what`` it should be)."""
+    try:
+        raw = Path(path).read_bytes()
+        return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
+        raise InputError(f"not a readable {what} ({exc or type(exc).__name__})", path=path) from None
+
+
 def read_result(path: Path) -> dict:
     """A result file written by :func:`write_result` (gzipped or not); a missing or unreadable
     one is an :class:`~spartan_py.errors.InputError` naming the file."""
-    try:
-        raw = Path(path).read_bytes()
-        return json.loads(gzip.decompress(raw) if Path(path).suffix == ".gz" else raw)
-    except (OSError, ValueError, EOFError, zlib.error) as exc:  # missing, truncated or corrupt
-        raise InputError(f"not a readable result file ({exc or type(exc).__name__})", path=path) from None
+    return _read_json(path, "result file")
 
 
 def read_summary(path: str | Path) -> Any:
     """A JSON summary file, plain or gzipped (``.gz``); an unreadable one is an
     :class:`~spartan_py.errors.InputError` naming the file."""
-    try:
-        raw = Path(path).read_bytes()
-        return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable JSON summary ({exc})", path=path) from None
+    return _read_json(path, "JSON summary")
