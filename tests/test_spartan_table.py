@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -328,3 +329,56 @@ def test_the_table_job_on_the_gpu_runs_cudnn_beside_cublas(tmp_path, capsys):
         assert r["cudnn_max_rel_diff"] < bound and r["max_rel_diff"] < bound
         assert r["dense_cudnn_ms"] > 0 and r["dense_cublas_step_ms"] > r["dense_cublas_gemms_ms"] > 0
         assert r["adaptive_ms"] <= r["faster_dense_ms"] + r["monitor_ms"] + 1e-9
+
+
+def _step_record(network, point, precision, timed_on, adaptive_ms, predicted=None):
+    return {
+        "network": network, "training_point": point, "step": 0, "precision": precision, "timed_on": timed_on,
+        "simulated": False, "adaptive_gemms_ms": adaptive_ms, "model_machine": "h100-sxm",
+        "predicted_ms": predicted or {},
+    }  # fmt: skip
+
+
+def test_the_blind_h200_check_holds_each_measured_step_against_the_committed_column(tmp_path, monkeypatch):
+    """The H200's measured adaptive GEMMs against the H100 table's blind H200 column, step by
+    step; the count within 10% and the speed-ups; the page gains the check where the H200
+    folder holds a table; a step the H100 table lacks, or one not timed on an H200, is refused
+    by name."""
+    from spartan_py.errors import InputError
+    from spartan_py.report import maps_tables
+    from spartan_py.trained_maps.blind_check import blind_rows, blind_summary
+
+    h100 = {
+        "records": [
+            _step_record("vgg16", "late", "tf32", "NVIDIA H100", 17.4, {"h100-sxm": 19.3, "h200-sxm": 15.2}),
+            _step_record("alexnet", "init", "fp32", "NVIDIA H100", 4.2, {"h100-sxm": 4.1, "h200-sxm": 4.0}),
+            {"network": "resnet18", "error": "out of memory"},
+        ]
+    }
+    h200 = {
+        "records": [
+            _step_record("vgg16", "late", "tf32", "NVIDIA H200", 13.0),
+            _step_record("alexnet", "init", "fp32", "NVIDIA H200", 4.1),
+        ]
+    }
+    rows = {r["network"]: r for r in blind_rows(h100, h200)}
+    assert rows["vgg16"]["error"] == pytest.approx(15.2 / 13.0 - 1)  # +16.9%: outside
+    assert rows["alexnet"]["error"] == pytest.approx(4.0 / 4.1 - 1)
+    assert rows["vgg16"]["measured_speedup"] == pytest.approx(17.4 / 13.0)
+    assert rows["vgg16"]["predicted_speedup"] == pytest.approx(19.3 / 15.2)
+    summary = blind_summary(list(rows.values()))
+    assert (summary["within"], summary["predicted"]) == (1, 2)
+    with pytest.raises(InputError, match="timed on 'NVIDIA H100'"):
+        blind_rows(h100, h100)
+    stray = {"records": [_step_record("alexnet", "late", "tf32", "NVIDIA H200", 1.0)]}
+    with pytest.raises(InputError, match="alexnet late tf32 is not among"):
+        blind_rows(h100, stray)
+    monkeypatch.setattr(maps_tables, "table_lines", lambda table: "(the tables)")
+    for name, table in (("h100", h100), ("h200", h200)):
+        (tmp_path / name).mkdir()
+        with gzip.open(tmp_path / name / "table.json.gz", "wt") as handle:
+            json.dump({"schema": "spartan-table/1", **table}, handle)
+    text = maps_tables.table_snippet(tmp_path, Path("h100"), Path("h200"))
+    assert "H200: measured on 2 of 2 steps (NVIDIA H200)" in text
+    assert "within 10%: **1 of 2** steps (errors -2.4% to +16.9%" in text
+    assert "| VGG-16 | late (step 0) | TF32 | 15.2 | 13 | +16.9% | 1.270 | 1.338 |" in text

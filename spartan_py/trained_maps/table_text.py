@@ -16,7 +16,8 @@ from spartan_py.trained_maps.table_record import TABLE_GRAINS
 
 #: Spartan's profiling-overhead figure: software profiling over its hardware monitor
 SPARTAN_PROFILING_RATIO = 52.5
-_NAMES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "vgg16_bn": "VGG-16 (BN)", "resnet18": "ResNet-18"}
+#: how the tables name each network
+NETWORK_NAMES = {"alexnet": "AlexNet", "vgg16": "VGG-16", "vgg16_bn": "VGG-16 (BN)", "resnet18": "ResNet-18"}
 
 
 def load_table(path: str | Path) -> dict:
@@ -50,12 +51,12 @@ def step_rows(records: list[dict]) -> list[str]:
     rows = []
     for r in records:
         if "error" in r:
-            rows.append((_NAMES.get(r["network"], r["network"]), "failed", r["error"][:80], *["-"] * 10))
+            rows.append((NETWORK_NAMES.get(r["network"], r["network"]), "failed", r["error"][:80], *["-"] * 10))
             continue
         h200 = r["predicted_ms"].get("h200-sxm")
         rows.append(
             (
-                _NAMES.get(r["network"], r["network"]),
+                NETWORK_NAMES.get(r["network"], r["network"]),
                 _point(r),
                 r["precision"].upper(),
                 f"{_num(r['dense_cublas_step_ms'])} ({_num(r['dense_cublas_gemms_ms'])})",
@@ -86,7 +87,7 @@ def grain_rows(records: list[dict]) -> list[str]:
         if "error" in r:
             continue
         cells = [f"{r['bound']['chw'][g]:.2f} / {r['whatif'][g]['speedup']:.2f}" for g in TABLE_GRAINS]
-        rows.append((_NAMES.get(r["network"], r["network"]), _point(r), r["precision"].upper(), *cells,
+        rows.append((NETWORK_NAMES.get(r["network"], r["network"]), _point(r), r["precision"].upper(), *cells,
                      f"{r['spartan_published']:g}"))  # fmt: skip
     return markdown_table(("network", "point", "precision", *TABLE_GRAINS, "Spartan"), rows)
 
@@ -105,7 +106,7 @@ def profiling_rows(records: list[dict]) -> list[str]:
         shown = f"{ratios[len(ratios) // 2]:.0f}x ({ratios[0]:.0f}-{ratios[-1]:.0f}x)" if ratios else "not measured"
         rows.append(
             (
-                _NAMES.get(network, network),
+                NETWORK_NAMES.get(network, network),
                 precision.upper(),
                 len(mine),
                 f"{min(fused):.3g}-{max(fused):.3g}",
@@ -171,7 +172,7 @@ def step_figures(table: dict, out: str | Path, point: str = "late") -> list[Path
             ax.set_yticks(list(ys), [layer["layer"].split("/", 1)[1] for layer in layers])
             ax.invert_yaxis()
             ax.set_xlabel("ms a step")
-            ax.set_title(f"{_NAMES.get(network, network)}, {point}, {record['precision'].upper()}")
+            ax.set_title(f"{NETWORK_NAMES.get(network, network)}, {point}, {record['precision'].upper()}")
             longest = max([*adaptive, *(g + i + c for g, i, c in zip(gemms, im2col, col2im, strict=True))], default=0)
             ax.set_xlim(0, 1.08 * max(longest, *(_ms_or_0(layer["cudnn_us"]) for layer in layers)) or 1)
         handles, labels = fig.axes[0].get_legend_handles_labels()
