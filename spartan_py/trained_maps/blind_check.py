@@ -54,9 +54,8 @@ def blind_rows(
         p = first.get(key)
         if p is None:
             raise InputError(f"{' '.join(map(str, key))} is not among the predicted table's steps", path=paths[1])
-        guess = p.get("predicted_ms", {}).get(machine)
-        guess = guess if isinstance(guess, (int, float)) and math.isfinite(guess) else None
-        on_first = p["predicted_ms"].get(p["model_machine"])
+        column = p.get("predicted_ms", {})
+        guess, on_first = (_finite(column.get(name)) for name in (machine, p.get("model_machine")))
         rows.append(
             {
                 **dict(zip(_KEY, key)),
@@ -69,6 +68,10 @@ def blind_rows(
             }
         )
     return rows
+
+
+def _finite(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def blind_summary(rows: list[dict]) -> dict[str, Any]:
