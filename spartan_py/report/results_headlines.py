@@ -208,6 +208,25 @@ def _memory_latency(data: dict) -> list[str]:
     ]
 
 
+def _ncu_probe(data: dict) -> list[str]:
+    header = (
+        "launch",
+        "layers",
+        "tile rows",
+        "time (us)",
+        "DRAM read (KB)",
+        "L2 hit %",
+        "L1 hit %",
+        "warp cycles / issue",
+    )
+    keys = ("time_ns", "dram_read_bytes", "l2_hit_pct", "l1_hit_pct", "warp_cycles_per_issue")
+    rows = [
+        (r["launch"], r["layers"], r["tile_rows"], *(_g(r[k] / (1e3 if k in keys[:2] else 1)) for k in keys))
+        for r in data["launches"]
+    ]
+    return [data["reading"], "", *_table(header, rows)]
+
+
 def _families(families: list[dict], columns: tuple[str, ...]) -> list[str]:
     return _table(("family", *columns), [(f"`{f['family']}`", *(f.get(c, "-") for c in columns)) for f in families])
 
@@ -393,6 +412,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "peers": peers_table,
     "host_latency": _host_latency,
     "memory_latency": _memory_latency,
+    "ncu-merged-later": _ncu_probe,
     "repeatability": _repeatability,
     "col2im": _col2im,
     "tile-gemm": _tile_gemm,

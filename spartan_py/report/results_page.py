@@ -40,7 +40,7 @@ SECTIONS = (
     ("Set-up and whole commands", ("gc_setup",)),
     ("Scale-out", ("gc_multi_gpu",)),
     ("The sparsity monitor", ("gc_monitor",)),
-    ("The merged kernel's variants", ("gc_merged_variants",)),
+    ("The merged kernel's variants", ("gc_merged_variants", "ncu-merged-later")),
     (
         "Spartan machinery and the training step",
         (
