@@ -109,3 +109,34 @@ def test_narrow_rows_are_latency_bound_and_gain_little_from_faster_dram():
     datasheet = h200.specs.memory_bandwidth_gb_s / h100.specs.memory_bandwidth_gb_s
     assert narrow < 1.15
     assert wide == pytest.approx(datasheet, rel=0.06)
+
+
+def test_a_later_merged_launch_pays_its_layers_cold_once_not_per_wave():
+    """``cold_layer_us``: a later merged launch's first wave waits on DRAM for each layer it
+    reads unstaged (``benchmarks/results/ncu-merged-later-h100.json``), later waves find the
+    layers in L2: the term is priced once a launch, per fused layer, whatever its waves; only
+    the later launches' instances free it, and the H100's fitted value of the 4096-neuron
+    instance is what ~22-25 dependent round trips a layer at DRAM rather than L2 latency
+    (~0.2-0.3 us more each) come to."""
+    from spartan_py.costmodel.parameters import reads_layers_cold
+    from spartan_py.trace import read_trace
+
+    assert reads_layers_cold("R16S8T1024xW256") and reads_layers_cold("R1T1024xW16384:unmerged")
+    assert not reads_layers_cold("R16xW256") and not reads_layers_cold("C1xW64") and not reads_layers_cold("P16xW256")
+    layered = roles(GC_MERGED, _records(blocks=[10, 20], fused_layers=[1, 8]))
+    assert layered is not None and "cold_layer_us" in owned(layered, 32, "R16S8T1024xW256")
+    assert "cold_layer_us" not in owned(layered, 200, "R16xW256")
+    trace = read_trace(ROOT / "benchmarks/results/fidelity/drawn-a0959e4-h100.trace.csv.gz")
+    row = trace[trace["variant"].str.startswith("R16S8T1024xW256") & (trace["blocks"] == 33)].iloc[[0]]
+    one_wave, eight_waves = row.copy(), row.assign(blocks=1020)
+    frame = pd.concat([one_wave, eight_waves], ignore_index=True)
+    h100 = load_machine("h100-sxm")
+    key = "gpu.gc_merged/R16S8T1024xW256"
+    cold = h100.calibration[key].cold_layer_us
+    assert 2.0 < cold < 10.0
+    warm = h100.model_copy(
+        update={"calibration": {**h100.calibration, key: h100.calibration[key].model_copy(update={"cold_layer_us": 0})}}
+    )
+    saved = (predict(frame, h100)["predicted_us"] - predict(frame, warm)["predicted_us"]).tolist()
+    layers = float(row["fused_layers"].iloc[0])
+    assert saved == pytest.approx([layers * cold, layers * cold])

@@ -229,10 +229,8 @@ def test_machines_tells_the_newest_blind_release_first_workloads_apart(capsys):
     # the H100's newest release first, marked where it was fitted on since
     h100 = load_machine("h100-sxm")
     latest = entries(h100)[0]
-    marked = " (now calibration data)" if latest.calibration_data else ""
-    assert trust_lines(h100)[0].startswith(
-        f"validated on the calibration GPU: held-out release {latest.drawn}{marked}: "
-    )
+    marked = " (now fitted on)" if latest.calibration_data else ""
+    assert trust_lines(h100)[0].startswith(f"validated on the calibration GPU: held-out {latest.drawn}{marked}: ")
 
 
 def test_a_release_whose_traces_became_calibration_data_is_marked():
@@ -248,7 +246,7 @@ def test_a_release_whose_traces_became_calibration_data_is_marked():
     )
     marked = entries(fitted)[0]
     assert marked.calibration_data and marked.as_dict()["now_calibration_data"]
-    assert trust_lines(fitted)[0].startswith(f"validated: newest blind release {newest.drawn} (now calibration data) ")
+    assert trust_lines(fitted)[0].startswith(f"validated: newest blind release {newest.drawn} (now fitted on) ")
     assert "(traces now calibration data)" in marked.label()
 
 

@@ -19,7 +19,16 @@ from scipy.optimize import least_squares
 from spartan_py.costmodel.families import FAMILIES, calibration_key, record_instances
 from spartan_py.costmodel.machine import FamilyCalibration, Machine
 from spartan_py.costmodel.model import predict
-from spartan_py.costmodel.parameters import BOUNDS, FIXED, MIN_INSTANCE_RECORDS, Roles, near_bound, owned, roles
+from spartan_py.costmodel.parameters import (
+    BOUNDS,
+    FIXED,
+    INSTANCE_ONLY,
+    MIN_INSTANCE_RECORDS,
+    Roles,
+    near_bound,
+    owned,
+    roles,
+)
 from spartan_py.errors import InputError
 
 
@@ -95,10 +104,10 @@ def _plan(
     instances = np.array(record_instances(rows), dtype=object)
     counts = pd.Series(instances).value_counts()
     per_instance = FAMILIES[kernel].per_instance and not pooled
-    entries: dict[str, tuple[str, ...]] = {"": found.shared + found.own}
+    entries: dict[str, tuple[str, ...]] = {"": found.shared + tuple(n for n in found.own if n not in INSTANCE_ONLY)}
     for instance, n in counts.items():
         if per_instance and instance and n >= MIN_INSTANCE_RECORDS:
-            entries[str(instance)] = owned(found, int(n))
+            entries[str(instance)] = owned(found, int(n), str(instance))
     of_rows = np.array([i if i in entries else "" for i in instances], dtype=object)
     plan = _Plan(kernel, found, entries, of_rows)
     for entry, names in entries.items():
@@ -113,7 +122,7 @@ def _plan(
             plan.slots.append(_Slot(name, None, np.ones(len(rows), bool)))
     for name in found.own:
         holders = [e for e, names in entries.items() if e and name in names]
-        users = ~np.isin(of_rows, holders)
+        users = ~np.isin(of_rows, holders) & (name not in INSTANCE_ONLY)
         if users.any():
             plan.family_used.add(name)
         if shared_free and users.any():
@@ -266,7 +275,7 @@ def _fit_family(
             or (key.startswith(kernel + "/") and free_entries is not None and key.split("/", 1)[1] not in free_entries)
         }
         return fitted.model_copy(update={"calibration": {**fitted.calibration, **kept}})
-    unfitted = [n for n in plan.roles.own if n not in plan.family_used]
+    unfitted = [n for n in plan.roles.own if n not in plan.family_used and n not in INSTANCE_ONLY]
     if not unfitted or len(plan.entries) == 1:
         return fitted
     pooled = _plan(kernel, rows, fitted.calibration, None, shared_free=False, pooled=True)

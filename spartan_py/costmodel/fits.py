@@ -38,6 +38,12 @@ class FamilyCalibration(_Frozen):
         description="per work item and fused layer, at every SM busy (scaled by the share busy): staging "
         "through L2, which the busy SMs share",
     )
+    cold_layer_us: float = Field(
+        0.0,
+        ge=0,
+        description="per fused layer, once a launch: the first wave's dependent loads of a layer's indices and "
+        "weights miss in L2 (later waves find them there)",
+    )
     wave_overhead_us: float = Field(
         0.0,
         ge=0,

@@ -11,6 +11,8 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
                          + wave_overhead)
+              + fused_layers x cold_layer   (once a launch: a later launch's first wave waits on DRAM
+                                             for each layer's loads, later waves find them in L2)
     rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))   (a "balanced" record, whose blocks
                 are work items spread evenly: at least 1, not rounded up)
@@ -259,7 +261,8 @@ def _predict_kernels(
         busy = resident / (specs.sm_count * np.maximum(per_sm, 1))  # share of the SMs staging at once
         step = params.step_overhead_us + params.shared_step_us * busy
         steps = rows["fused_layers"].to_numpy(float) * step + params.wave_overhead_us
-        compute = np.where(geometry, waves * (per_item + steps), executed / (rate * specs.sm_count))
+        cold = rows["fused_layers"].to_numpy(float) * params.cold_layer_us  # once a launch: its first wave
+        compute = np.where(geometry, waves * (per_item + steps) + cold, executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
         note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"
         if np.isnan(rate):

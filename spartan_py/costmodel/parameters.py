@@ -12,7 +12,9 @@ The physics decides the structure, before any fit:
   block sizes; row compaction's gather or expansion; a cuBLAS kernel that names its
   algorithm): what its code changes, most telling first: its rate on the bound unit
   (registers, occupancy, instruction mix: ``compute_efficiency``), its block's start and
-  finish (rows in and out: ``wave_overhead_us``), the cost of a weight load
+  finish (rows in and out: ``wave_overhead_us``), a later merged launch's first wave waiting on
+  DRAM for each layer it reads unstaged (``cold_layer_us``: those instances alone,
+  :func:`reads_layers_cold`), the cost of a weight load
   (``weight_load_cost``), its launch's fixed cost (a chain launch stages every layer's
   indices once), the resident warps an SM needs to issue at its rate, a fused layer's
   barriers. An instance frees as many of them as its records carry (:func:`owned`); the rest
@@ -49,6 +51,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "step_overhead_us": (0.0, 200.0, 1.0),
     "wave_overhead_us": (0.0, 500.0, 1.0),
     "shared_step_us": (0.0, 200.0, 1.0),
+    "cold_layer_us": (0.0, 200.0, 1.0),
     "weight_load_cost": (0.0, 16.0, 0.5),
     "saturating_warps": (1.0, 64.0, 4.0),
     "overlap": (0.0, 1.0, 0.5),
@@ -81,6 +84,7 @@ FIXED = {
     "step_overhead_us": 0.0,
     "wave_overhead_us": 0.0,
     "shared_step_us": 0.0,
+    "cold_layer_us": 0.0,
     "weight_load_cost": 0.0,
     "overlap": 1.0,
     "saturating_warps": 0.0,
@@ -92,6 +96,7 @@ FIXED = {
 _OWN_ORDER = (
     "compute_efficiency",
     "wave_overhead_us",
+    "cold_layer_us",
     "weight_load_cost",
     "launch_us",
     "saturating_warps",
@@ -129,22 +134,39 @@ def roles(kernel: str, records: pd.DataFrame) -> Roles | None:
         return Roles((), names) if family.per_instance else Roles(names, ())
     layered = bool((records["fused_layers"] > 1).any()) if "fused_layers" in records else False
     shared = ("memory_efficiency", "overlap") + (("shared_step_us",) if layered else ())
-    own = tuple(name for name in _OWN_ORDER if layered or name != "step_overhead_us")
+    own = tuple(name for name in _OWN_ORDER if layered or name not in ("step_overhead_us", "cold_layer_us"))
+    own = own if family.per_instance else tuple(n for n in own if n not in INSTANCE_ONLY)
     if not family.per_instance:
         return Roles(shared + own, ())
     return Roles(shared, own)
 
 
-def owned(roles_: Roles, records: int) -> tuple[str, ...]:
+#: Own parameters whose family value stays neutral (:data:`FIXED`): only the instances that free
+#: them pay the term, and the records priced by the family's entry do not.
+INSTANCE_ONLY = frozenset({"cold_layer_us"})
+
+
+def reads_layers_cold(instance: str) -> bool:
+    """Whether ``instance`` is a later launch of the merged kernel (``T<threads>`` in its label,
+    spartan_py/engines/merged/trace.py): its layers are read for the first time in the launch, by
+    dependent loads inside the k-loop where a layer does not fit the stage, so its first wave
+    waits on DRAM and later waves on L2 (``benchmarks/results/ncu-merged-later-h100.json``). Only
+    these free ``cold_layer_us``."""
+    return "T" in instance.split("x", 1)[0]
+
+
+def owned(roles_: Roles, records: int, instance: str = "") -> tuple[str, ...]:
     """The parameters an instance of ``records`` records frees of its own, in the family's order:
     where the family shares none, :data:`MIN_RECORDS_PER_PARAMETER` records each; where it shares
     some, the first at :data:`MIN_RECORDS_PER_PARAMETER` records and each further one at
-    :data:`RECORDS_PER_OWN_PARAMETER` more (its records fit the shared ones too)."""
+    :data:`RECORDS_PER_OWN_PARAMETER` more (its records fit the shared ones too).
+    ``cold_layer_us`` only for :func:`reads_layers_cold` instances."""
+    own = tuple(n for n in roles_.own if n != "cold_layer_us" or reads_layers_cold(instance))
     if not roles_.shared:
-        return roles_.own[: records // MIN_RECORDS_PER_PARAMETER]
+        return own[: records // MIN_RECORDS_PER_PARAMETER]
     if records < MIN_RECORDS_PER_PARAMETER:
         return ()
-    return roles_.own[: 1 + (records - MIN_RECORDS_PER_PARAMETER) // RECORDS_PER_OWN_PARAMETER]
+    return own[: 1 + (records - MIN_RECORDS_PER_PARAMETER) // RECORDS_PER_OWN_PARAMETER]
 
 
 def near_bound(name: str, value: float) -> bool:

@@ -127,14 +127,18 @@ def _counted(v: Validation) -> str:
     return f"whole runs within 10%: {counts}" + (f"; in 80% interval: {inside}" if inside else "")
 
 
+FITTED_ON_MARK = "now fitted on"
+"""The trust line's mark of a release whose traces became calibration data."""
+
+
 def _first_line(entry: Entry) -> str:
     v = entry.validation
     if entry.kind == DEVELOPMENT:
         return f"validated by development rounds only (not blind): newest {entry.name()} on {v.device}: {_counted(v)}"
-    mark = " (now calibration data)" if entry.calibration_data else ""
+    mark = f" ({FITTED_ON_MARK})" if entry.calibration_data else ""  # short: the line must fit a terminal
     if entry.kind == BLIND_RELEASE:
         return f"validated: newest blind release {entry.drawn}{mark} on {v.device}: {_counted(v)}"
-    return f"validated on the calibration GPU: held-out release {entry.drawn}{mark}: {_counted(v)}"
+    return f"validated on the calibration GPU: held-out {entry.drawn}{mark}: {_counted(v)}"
 
 
 def _earlier_line(rest: list[Entry]) -> str:
