@@ -371,8 +371,26 @@ def test_the_blind_h200_check_holds_each_measured_step_against_the_committed_col
     with pytest.raises(InputError, match="timed on 'NVIDIA H100'"):
         blind_rows(h100, h100)
     stray = {"records": [_step_record("alexnet", "late", "tf32", "NVIDIA H200", 1.0)]}
-    with pytest.raises(InputError, match="alexnet late tf32 is not among"):
-        blind_rows(h100, stray)
+    with pytest.raises(InputError, match="alexnet late tf32 is not among the steps of the predicted table h100.json"):
+        blind_rows(h100, stray, paths=("h100.json", "h200.json"))
+    later = {"records": [{**_step_record("alexnet", "init", "fp32", "NVIDIA H200", 4.1), "step": 750}]}
+    with pytest.raises(InputError, match="training step 750 here and 0 in"):
+        blind_rows(h100, later)
+    for bad in (0.0, math.nan, None):
+        with pytest.raises(InputError, match="h200.json.*expected a positive adaptive_gemms_ms"):
+            blind_rows(
+                h100,
+                {"records": [_step_record("alexnet", "init", "fp32", "NVIDIA H200", bad)]},
+                paths=("", "h200.json"),
+            )
+    twice = {"records": [h200["records"][0], h200["records"][0]]}
+    with pytest.raises(InputError, match="two steps of vgg16 late tf32"):
+        blind_rows(h100, twice)
+    unpredicted = {"records": [{**h100["records"][1], "predicted_ms": None}]}
+    assert blind_rows(unpredicted, {"records": [h200["records"][1]]})[0]["error"] is None
+    from spartan_py.trained_maps.blind_check import unmeasured_steps
+
+    assert unmeasured_steps(h100, {"records": [h200["records"][0]]}) == ["alexnet init fp32"]
     monkeypatch.setattr(maps_tables, "table_lines", lambda table: "(the tables)")
     for name, table in (("h100", h100), ("h200", h200)):
         (tmp_path / name).mkdir()

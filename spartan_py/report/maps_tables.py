@@ -15,7 +15,7 @@ from pathlib import Path
 from spartan_py.files import atomic_write_text
 from spartan_py.report.cells import markdown_table
 from spartan_py.result_files import read_summary
-from spartan_py.trained_maps.blind_check import blind_lines, blind_rows
+from spartan_py.trained_maps.blind_check import blind_lines, blind_rows, unmeasured_steps
 from spartan_py.trained_maps.table_text import table_lines
 
 FOLDER = Path("benchmarks") / "results" / "maps-h100-20261207"
@@ -119,7 +119,8 @@ def table_snippet(root: Path, folder: Path = TABLE_FOLDER, h200_folder: Path = H
         return "\n".join([note, "", table_lines(table), "", h200_line(table)]) + "\n"
     measured = read_summary(h200_path)
     rows = blind_rows(table, measured, "h200-sxm", (path, h200_path))
-    check = [f"The same job on an H200 (`{h200_folder.as_posix()}`), against the column above:", "", *blind_lines(rows)]
+    said = f"The same job on an H200 (`{h200_folder.as_posix()}`), against the column above:"
+    check = [said, "", *blind_lines(rows, "h200-sxm", unmeasured_steps(table, measured))]
     return "\n".join([note, "", table_lines(table), "", h200_line(table, measured), "", *check]) + "\n"
 
 

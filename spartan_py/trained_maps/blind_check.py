@@ -21,21 +21,41 @@ _KEY = ("network", "training_point", "precision")
 _DEVICES = {"h200-sxm": "H200", "h100-sxm": "H100"}
 
 
-def _measured(table: dict, machine: str, path: str | Path) -> dict[tuple, dict]:
-    """``table``'s finished steps by key, each timed (not simulated) on ``machine``'s GPU."""
-    device = _DEVICES.get(machine, machine).upper()
-    out = {}
+def _steps(table: dict, path: str | Path) -> dict[tuple, dict]:
+    """``table``'s finished steps by (network, training point, precision); two of one key are
+    refused (the check would keep one silently)."""
+    out: dict[tuple, dict] = {}
     for r in table.get("records", []):
         if "error" in r:
             continue
+        key = tuple(r.get(k) for k in _KEY)
+        if key in out:
+            raise InputError(f"two steps of {' '.join(map(str, key))}: expected one each", path=path)
+        out[key] = r
+    return out
+
+
+def _measured(table: dict, machine: str, path: str | Path) -> dict[tuple, dict]:
+    """``table``'s finished steps by key, each timed (not simulated) on ``machine``'s GPU."""
+    device = _DEVICES.get(machine, machine).upper()
+    out = _steps(table, path)
+    for r in out.values():
         if r.get("simulated") or device not in str(r.get("timed_on", "")).upper():
             raise InputError(
                 f"expected every step timed on an {device} (not simulated); {r.get('network')} "
                 f"{r.get('training_point')} {r.get('precision')} was timed on {r.get('timed_on')!r}",
                 path=path,
             )
-        out[tuple(r[k] for k in _KEY)] = r
     return out
+
+
+def _positive(record: dict, name: str, path: str | Path) -> float:
+    """``record[name]``, a time that must be finite and above 0."""
+    value = _finite(record.get(name))
+    if value is None or value <= 0:
+        said = " ".join(str(record.get(k)) for k in _KEY)
+        raise InputError(f"{said}: expected a positive {name}, got {record.get(name)!r}", path=path)
+    return value
 
 
 def blind_rows(
@@ -44,30 +64,52 @@ def blind_rows(
     """One row per step both tables finished: ``predicted``'s blind ``machine`` column against
     ``measured``'s adaptive GEMMs (the launches the column replays), and the predicted and
     measured speed-up from ``predicted``'s GPU to ``machine``. ``paths`` name the two files in
-    errors. Steps without a prediction are kept with ``error`` None."""
-    first = {tuple(r[k] for k in _KEY): r for r in predicted.get("records", []) if "error" not in r}
+    errors. A step must be the same training step in both (both runs train from the seed);
+    a step without a prediction is kept with ``error`` None; the predicted table's steps the
+    measured one lacks are listed by :func:`unmeasured_steps`."""
+    first = _steps(predicted, paths[0])
     second = _measured(measured, machine, paths[1])
     if not second:
         raise InputError("expected at least one finished step", path=paths[1])
     rows = []
     for key, m in second.items():
         p = first.get(key)
+        named = " ".join(map(str, key))
         if p is None:
-            raise InputError(f"{' '.join(map(str, key))} is not among the predicted table's steps", path=paths[1])
-        column = p.get("predicted_ms", {})
+            raise InputError(f"{named} is not among the steps of the predicted table {paths[0]}", path=paths[1])
+        if p.get("step") != m.get("step"):
+            raise InputError(
+                f"{named} is training step {m.get('step')} here and {p.get('step')} in {paths[0]}: "
+                "expected the same maps (both runs train from the seed for the same steps)",
+                path=paths[1],
+            )
+        column = p.get("predicted_ms") or {}
         guess, on_first = (_finite(column.get(name)) for name in (machine, p.get("model_machine")))
+        guess = guess if guess is not None and guess > 0 else None
+        measured_ms = _positive(m, "adaptive_gemms_ms", paths[1])
         rows.append(
             {
                 **dict(zip(_KEY, key)),
                 "step": m["step"],
                 "predicted_ms": guess,
-                "measured_ms": m["adaptive_gemms_ms"],
-                "error": guess / m["adaptive_gemms_ms"] - 1 if guess else None,
-                "measured_speedup": p["adaptive_gemms_ms"] / m["adaptive_gemms_ms"],
+                "measured_ms": measured_ms,
+                "error": guess / measured_ms - 1 if guess else None,
+                "measured_speedup": _positive(p, "adaptive_gemms_ms", paths[0]) / measured_ms,
                 "predicted_speedup": on_first / guess if guess and on_first else None,
             }
         )
     return rows
+
+
+def unmeasured_steps(predicted: dict, measured: dict) -> list[str]:
+    """The predicted table's finished steps that the measured table did not finish (failed or
+    not run there), by name."""
+    done = {tuple(r.get(k) for k in _KEY) for r in measured.get("records", []) if "error" not in r}
+    return [
+        " ".join(map(str, key))
+        for key in (tuple(r.get(k) for k in _KEY) for r in predicted.get("records", []) if "error" not in r)
+        if key not in done
+    ]
 
 
 def _finite(value) -> float | None:
@@ -86,8 +128,9 @@ def blind_summary(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def blind_lines(rows: list[dict], machine: str = "h200-sxm") -> list[str]:
-    """The check as Markdown: one row per step, then the count within 10%."""
+def blind_lines(rows: list[dict], machine: str = "h200-sxm", unmeasured: list[str] | None = None) -> list[str]:
+    """The check as Markdown: one row per step, then the count within 10% and the predicted
+    steps not measured there (``unmeasured``)."""
     device = _DEVICES.get(machine, machine)
     body = [
         (
@@ -107,11 +150,12 @@ def blind_lines(rows: list[dict], machine: str = "h200-sxm") -> list[str]:
         "speed-up predicted", "speed-up measured",
     )  # fmt: skip
     s = blind_summary(rows)
+    missing = f" Not measured on the {device}: {', '.join(unmeasured)}." if unmeasured else ""
     if not s["predicted"]:
-        return [*markdown_table(header, body), "", f"No step had a blind {device} prediction."]
+        return [*markdown_table(header, body), "", f"No step had a blind {device} prediction.{missing}"]
     low, high = s["range"]
     said = (
         f"Blind {device} predictions within {BLIND_WITHIN:.0%}: **{s['within']} of {s['predicted']}** steps "
-        f"(errors {low:+.1%} to {high:+.1%}; the adaptive step's GEMM launches, as the column replays them)."
+        f"(errors {low:+.1%} to {high:+.1%}; the adaptive step's GEMM launches, as the column replays them).{missing}"
     )
     return [*markdown_table(header, body), "", said]
