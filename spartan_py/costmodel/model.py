@@ -260,8 +260,9 @@ def _predict_kernels(
         per_item = np.where(geometry, work / np.maximum(blocks, 1) / (rate * fill / np.maximum(per_sm, 1)), 0)
         busy = resident / (specs.sm_count * np.maximum(per_sm, 1))  # share of the SMs staging at once
         step = params.step_overhead_us + params.shared_step_us * busy
-        steps = rows["fused_layers"].to_numpy(float) * step + params.wave_overhead_us
-        cold = rows["fused_layers"].to_numpy(float) * params.cold_layer_us  # once a launch: its first wave
+        layers = rows["fused_layers"].to_numpy(float)
+        steps = layers * step + params.wave_overhead_us
+        cold = layers * params.cold_layer_us  # once a launch: its first wave
         compute = np.where(geometry, waves * (per_item + steps) + cold, executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
         note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"

@@ -135,9 +135,8 @@ def roles(kernel: str, records: pd.DataFrame) -> Roles | None:
     layered = bool((records["fused_layers"] > 1).any()) if "fused_layers" in records else False
     shared = ("memory_efficiency", "overlap") + (("shared_step_us",) if layered else ())
     own = tuple(name for name in _OWN_ORDER if layered or name not in ("step_overhead_us", "cold_layer_us"))
-    own = own if family.per_instance else tuple(n for n in own if n not in INSTANCE_ONLY)
     if not family.per_instance:
-        return Roles(shared + own, ())
+        return Roles(shared + tuple(n for n in own if n not in INSTANCE_ONLY), ())
     return Roles(shared, own)
 
 

@@ -8,14 +8,13 @@ the snippets and fails when the committed ones differ. Rewrite them after a new 
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 from spartan_py.files import atomic_write_text
 from spartan_py.report.cells import markdown_table
 from spartan_py.result_files import read_summary
-from spartan_py.trained_maps.blind_check import blind_lines, blind_rows, unmeasured_steps
+from spartan_py.trained_maps.blind_check import blind_lines, blind_rows, finite_or_none, unmeasured_steps
 from spartan_py.trained_maps.table_text import table_lines
 
 FOLDER = Path("benchmarks") / "results" / "maps-h100-20261207"
@@ -124,10 +123,6 @@ def table_snippet(root: Path, folder: Path = TABLE_FOLDER, h200_folder: Path = H
     return "\n".join([note, "", table_lines(table), "", h200_line(table, measured), "", *check]) + "\n"
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def h200_line(table: dict, h200_table: dict | None = None) -> str:
     """What ``table`` (``table.json``'s content) holds of the H200: the steps timed on one (not
     simulated, an H200 in ``timed_on``; ``h200_table``'s too, the job run on an H200) or "not
@@ -135,7 +130,7 @@ def h200_line(table: dict, h200_table: dict | None = None) -> str:
     records = [r for r in table.get("records", []) if "error" not in r]
     timed = records + [r for r in (h200_table or {}).get("records", []) if "error" not in r]
     measured = [r for r in timed if not r.get("simulated") and "H200" in str(r.get("timed_on", "")).upper()]
-    predicted = sum(_finite(r.get("predicted_ms", {}).get("h200-sxm")) for r in records)
+    predicted = sum(finite_or_none(r.get("predicted_ms", {}).get("h200-sxm")) is not None for r in records)
     devices = ", ".join(sorted({str(r["timed_on"]) for r in measured}))
     shown = f"measured on {len(measured)} of {len(records)} steps ({devices})" if measured else "not measured yet"
     said = f"the model's, for {predicted} of {len(records)} steps" if predicted else "no model predictions"

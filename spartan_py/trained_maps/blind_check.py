@@ -10,15 +10,22 @@ import math
 from pathlib import Path
 from typing import Any
 
+from spartan_py.costmodel.machine import machine_for_device
+from spartan_py.costmodel.whole_runs import WITHIN_PCT
 from spartan_py.errors import InputError
 from spartan_py.report.cells import markdown_table
 from spartan_py.trained_maps.table_text import NETWORK_NAMES
 
-BLIND_WITHIN = 0.10
+BLIND_WITHIN = WITHIN_PCT / 100
 """The bar: a blind prediction within 10% of the measured step (issue 77)."""
 
 _KEY = ("network", "training_point", "precision")
-_DEVICES = {"h200-sxm": "H200", "h100-sxm": "H100"}
+_DEVICES = {"h200-sxm": "H200", "h100-sxm": "H100"}  # how the text names each machine's GPU
+
+
+def _key(record: dict) -> tuple:
+    """A step's (network, training point, precision)."""
+    return tuple(record.get(k) for k in _KEY)
 
 
 def _steps(table: dict, path: str | Path) -> dict[tuple, dict]:
@@ -28,7 +35,7 @@ def _steps(table: dict, path: str | Path) -> dict[tuple, dict]:
     for r in table.get("records", []):
         if "error" in r:
             continue
-        key = tuple(r.get(k) for k in _KEY)
+        key = _key(r)
         if key in out:
             raise InputError(f"two steps of {' '.join(map(str, key))}: expected one each", path=path)
         out[key] = r
@@ -36,11 +43,12 @@ def _steps(table: dict, path: str | Path) -> dict[tuple, dict]:
 
 
 def _measured(table: dict, machine: str, path: str | Path) -> dict[tuple, dict]:
-    """``table``'s finished steps by key, each timed (not simulated) on ``machine``'s GPU."""
-    device = _DEVICES.get(machine, machine).upper()
+    """``table``'s finished steps by key, each timed (not simulated) on ``machine``'s GPU (one of
+    its ``device_names``)."""
+    device = _DEVICES.get(machine, machine)
     out = _steps(table, path)
     for r in out.values():
-        if r.get("simulated") or device not in str(r.get("timed_on", "")).upper():
+        if r.get("simulated") or machine_for_device(str(r.get("timed_on", "")), [machine]) != machine:
             raise InputError(
                 f"expected every step timed on an {device} (not simulated); {r.get('network')} "
                 f"{r.get('training_point')} {r.get('precision')} was timed on {r.get('timed_on')!r}",
@@ -51,7 +59,7 @@ def _measured(table: dict, machine: str, path: str | Path) -> dict[tuple, dict]:
 
 def _positive(record: dict, name: str, path: str | Path) -> float:
     """``record[name]``, a time that must be finite and above 0."""
-    value = _finite(record.get(name))
+    value = finite_or_none(record.get(name))
     if value is None or value <= 0:
         said = " ".join(str(record.get(k)) for k in _KEY)
         raise InputError(f"{said}: expected a positive {name}, got {record.get(name)!r}", path=path)
@@ -84,7 +92,7 @@ def blind_rows(
                 path=paths[1],
             )
         column = p.get("predicted_ms") or {}
-        guess, on_first = (_finite(column.get(name)) for name in (machine, p.get("model_machine")))
+        guess, on_first = (finite_or_none(column.get(name)) for name in (machine, p.get("model_machine")))
         guess = guess if guess is not None and guess > 0 else None
         measured_ms = _positive(m, "adaptive_gemms_ms", paths[1])
         rows.append(
@@ -104,15 +112,14 @@ def blind_rows(
 def unmeasured_steps(predicted: dict, measured: dict) -> list[str]:
     """The predicted table's finished steps that the measured table did not finish (failed or
     not run there), by name."""
-    done = {tuple(r.get(k) for k in _KEY) for r in measured.get("records", []) if "error" not in r}
-    return [
-        " ".join(map(str, key))
-        for key in (tuple(r.get(k) for k in _KEY) for r in predicted.get("records", []) if "error" not in r)
-        if key not in done
-    ]
+    done = {_key(r) for r in measured.get("records", []) if "error" not in r}
+    keys = [_key(r) for r in predicted.get("records", []) if "error" not in r]
+    return [" ".join(map(str, key)) for key in keys if key not in done]
 
 
-def _finite(value) -> float | None:
+def finite_or_none(value) -> float | None:
+    """``value`` as a float where it is a finite number (a time the tables may hold as NaN or
+    None where none was taken), else None."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
