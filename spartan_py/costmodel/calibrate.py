@@ -22,7 +22,6 @@ from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.parameters import (
     BOUNDS,
     FIXED,
-    INSTANCE_ONLY,
     MIN_INSTANCE_RECORDS,
     Roles,
     near_bound,
@@ -104,7 +103,7 @@ def _plan(
     instances = np.array(record_instances(rows), dtype=object)
     counts = pd.Series(instances).value_counts()
     per_instance = FAMILIES[kernel].per_instance and not pooled
-    entries: dict[str, tuple[str, ...]] = {"": found.shared + tuple(n for n in found.own if n not in INSTANCE_ONLY)}
+    entries: dict[str, tuple[str, ...]] = {"": found.shared + found.family_own}
     for instance, n in counts.items():
         if per_instance and instance and n >= MIN_INSTANCE_RECORDS:
             entries[str(instance)] = owned(found, int(n), str(instance))
@@ -122,7 +121,7 @@ def _plan(
             plan.slots.append(_Slot(name, None, np.ones(len(rows), bool)))
     for name in found.own:
         holders = [e for e, names in entries.items() if e and name in names]
-        users = ~np.isin(of_rows, holders) & (name not in INSTANCE_ONLY)
+        users = ~np.isin(of_rows, holders) & (name in found.family_own)
         if users.any():
             plan.family_used.add(name)
         if shared_free and users.any():
@@ -275,7 +274,7 @@ def _fit_family(
             or (key.startswith(kernel + "/") and free_entries is not None and key.split("/", 1)[1] not in free_entries)
         }
         return fitted.model_copy(update={"calibration": {**fitted.calibration, **kept}})
-    unfitted = [n for n in plan.roles.own if n not in plan.family_used and n not in INSTANCE_ONLY]
+    unfitted = [n for n in plan.roles.family_own if n not in plan.family_used]
     if not unfitted or len(plan.entries) == 1:
         return fitted
     pooled = _plan(kernel, rows, fitted.calibration, None, shared_free=False, pooled=True)

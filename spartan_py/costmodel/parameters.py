@@ -33,6 +33,7 @@ The physics decides the structure, before any fit:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,6 +113,12 @@ class Roles:
     shared: tuple[str, ...]
     own: tuple[str, ...]
 
+    @property
+    def family_own(self) -> tuple[str, ...]:
+        """The own parameters the family's entry holds for the records no instance entry takes:
+        all but :data:`INSTANCE_ONLY`, whose family value stays neutral."""
+        return _family_held(self.own)
+
 
 def roles(kernel: str, records: pd.DataFrame) -> Roles | None:
     """The free parameters of ``kernel``'s family on its ``records`` (None: a family with none,
@@ -136,13 +143,8 @@ def roles(kernel: str, records: pd.DataFrame) -> Roles | None:
     shared = ("memory_efficiency", "overlap") + (("shared_step_us",) if layered else ())
     own = tuple(name for name in _OWN_ORDER if layered or name not in ("step_overhead_us", "cold_layer_us"))
     if not family.per_instance:
-        return Roles(shared + tuple(n for n in own if n not in INSTANCE_ONLY), ())
+        return Roles(shared + _family_held(own), ())
     return Roles(shared, own)
-
-
-#: Own parameters whose family value stays neutral (:data:`FIXED`): only the instances that free
-#: them pay the term, and the records priced by the family's entry do not.
-INSTANCE_ONLY = frozenset({"cold_layer_us"})
 
 
 def reads_layers_cold(instance: str) -> bool:
@@ -154,13 +156,26 @@ def reads_layers_cold(instance: str) -> bool:
     return "T" in instance.split("x", 1)[0]
 
 
+_FREED_BY: dict[str, Callable[[str], bool]] = {"cold_layer_us": reads_layers_cold}
+"""Own parameters only some instances free, each with the test of an instance's label."""
+
+#: Own parameters whose family value stays neutral (:data:`FIXED`): only the instances that free
+#: them (:data:`_FREED_BY`) pay the term, and the records priced by the family's entry do not.
+INSTANCE_ONLY = frozenset(_FREED_BY)
+
+
+def _family_held(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` without :data:`INSTANCE_ONLY`, in their order."""
+    return tuple(n for n in names if n not in INSTANCE_ONLY)
+
+
 def owned(roles_: Roles, records: int, instance: str = "") -> tuple[str, ...]:
     """The parameters an instance of ``records`` records frees of its own, in the family's order:
     where the family shares none, :data:`MIN_RECORDS_PER_PARAMETER` records each; where it shares
     some, the first at :data:`MIN_RECORDS_PER_PARAMETER` records and each further one at
     :data:`RECORDS_PER_OWN_PARAMETER` more (its records fit the shared ones too).
-    ``cold_layer_us`` only for :func:`reads_layers_cold` instances."""
-    own = tuple(n for n in roles_.own if n != "cold_layer_us" or reads_layers_cold(instance))
+    An :data:`INSTANCE_ONLY` parameter only where ``instance`` passes its test (:data:`_FREED_BY`)."""
+    own = tuple(n for n in roles_.own if n not in _FREED_BY or _FREED_BY[n](instance))
     if not roles_.shared:
         return own[: records // MIN_RECORDS_PER_PARAMETER]
     if records < MIN_RECORDS_PER_PARAMETER:

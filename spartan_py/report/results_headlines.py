@@ -219,11 +219,14 @@ def _ncu_probe(data: dict) -> list[str]:
         "L1 hit %",
         "warp cycles / issue",
     )
-    keys = ("time_ns", "dram_read_bytes", "l2_hit_pct", "l1_hit_pct", "warp_cycles_per_issue")
-    rows = [
-        (r["launch"], r["layers"], r["tile_rows"], *(_g(r[k] / (1e3 if k in keys[:2] else 1)) for k in keys))
-        for r in data["launches"]
-    ]
+    scaled = (
+        ("time_ns", 1e3),
+        ("dram_read_bytes", 1e3),
+        ("l2_hit_pct", 1),
+        ("l1_hit_pct", 1),
+        ("warp_cycles_per_issue", 1),
+    )
+    rows = [(r["launch"], r["layers"], r["tile_rows"], *(_g(r[k] / by) for k, by in scaled)) for r in data["launches"]]
     return [data["reading"], "", *_table(header, rows)]
 
 
