@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -111,13 +112,16 @@ def test_narrow_rows_are_latency_bound_and_gain_little_from_faster_dram():
     assert wide == pytest.approx(datasheet, rel=0.06)
 
 
-def test_a_later_merged_launch_pays_its_layers_cold_once_not_per_wave():
+def test_a_later_merged_launch_pays_its_layers_cold_once_a_launch_while_l2_keeps_them():
     """``cold_layer_us``: a later merged launch's first wave waits on DRAM for each layer it
-    reads unstaged (``benchmarks/results/ncu-merged-later-h100.json``), later waves find the
-    layers in L2: the term is priced once a launch, per fused layer, whatever its waves; only
-    the later launches' instances free it, and the H100's fitted value of the 4096-neuron
-    instance is what ~22-25 dependent round trips a layer at DRAM rather than L2 latency
-    (~0.2-0.3 us more each) come to."""
+    reads unstaged (``benchmarks/results/ncu-merged-later-h100.json``); later waves find the
+    layers in L2 while the launch's reuse distance (its layers and a wave's rows) fits it, and
+    wait on DRAM again where it does not (the 65536-neuron network's 32 layers, 49 MB, with a
+    wave's rows: the sixth drawn set's H100 launches of 7 waves, 13-14% slow when priced once).
+    Only the later launches' instances free the term, and the H100's fitted value of the
+    256-column instance is what ~22-25 dependent round trips a layer at DRAM rather than L2
+    latency (~0.2-0.3 us more each) come to."""
+    from spartan_py.costmodel.memory_terms import cold_waves
     from spartan_py.costmodel.parameters import reads_layers_cold
     from spartan_py.trace import read_trace
 
@@ -126,17 +130,30 @@ def test_a_later_merged_launch_pays_its_layers_cold_once_not_per_wave():
     layered = roles(GC_MERGED, _records(blocks=[10, 20], fused_layers=[1, 8]))
     assert layered is not None and "cold_layer_us" in owned(layered, 32, "R16S8T1024xW256")
     assert "cold_layer_us" not in owned(layered, 200, "R16xW256")
-    trace = read_trace(ROOT / "benchmarks/results/fidelity/drawn-a0959e4-h100.trace.csv.gz")
-    row = trace[trace["variant"].str.startswith("R16S8T1024xW256") & (trace["blocks"] == 33)].iloc[[0]]
-    one_wave, eight_waves = row.copy(), row.assign(blocks=1020)
-    frame = pd.concat([one_wave, eight_waves], ignore_index=True)
     h100 = load_machine("h100-sxm")
+
+    def saved_us(row: pd.DataFrame, blocks: list[int], key: str) -> list[float]:
+        frame = pd.concat([row.assign(blocks=b) for b in blocks], ignore_index=True)
+        warm_fit = h100.calibration[key].model_copy(update={"cold_layer_us": 0})
+        warm = h100.model_copy(update={"calibration": {**h100.calibration, key: warm_fit}})
+        return (predict(frame, h100)["predicted_us"] - predict(frame, warm)["predicted_us"]).tolist()
+
+    fifth = read_trace(ROOT / "benchmarks/results/fidelity/drawn-a0959e4-h100.trace.csv.gz")
+    small = fifth[fifth["variant"].str.startswith("R16S8T1024xW256") & (fifth["blocks"] == 33)].iloc[[0]]
     key = "gpu.gc_merged/R16S8T1024xW256"
     cold = h100.calibration[key].cold_layer_us
     assert 2.0 < cold < 10.0
-    warm = h100.model_copy(
-        update={"calibration": {**h100.calibration, key: h100.calibration[key].model_copy(update={"cold_layer_us": 0})}}
-    )
-    saved = (predict(frame, h100)["predicted_us"] - predict(frame, warm)["predicted_us"]).tolist()
-    layers = float(row["fused_layers"].iloc[0])
-    assert saved == pytest.approx([layers * cold, layers * cold])
+    layers = float(small["fused_layers"].iloc[0])
+    assert saved_us(small, [33, 1020], key) == pytest.approx([layers * cold, layers * cold])
+
+    sixth = read_trace(ROOT / "benchmarks/results/fidelity/drawn-7e917c5-h100.trace.csv.gz")
+    wide = sixth[
+        sixth["variant"].str.startswith("R4S2T1024xW4096-") & (sixth["blocks"] == 831) & (sixth["fused_layers"] == 32)
+    ].iloc[[0]]
+    key = "gpu.gc_merged/R4S2T1024xW4096"
+    cold = h100.calibration[key].cold_layer_us
+    assert cold > 0
+    one_wave, seven_waves = saved_us(wide, [95, 831], key)
+    assert one_wave == pytest.approx(32 * cold)
+    assert seven_waves == pytest.approx(7 * 32 * cold)
+    assert cold_waves(wide, np.array([7.0]), 1e6).tolist() == [1.0]  # an L2 of a TiB keeps them

@@ -25,7 +25,8 @@ from spartan_py.costmodel.intervals import (
     run_kind,
 )
 from spartan_py.costmodel.machine import FamilyCalibration
-from spartan_py.costmodel.model import dram_time_us, host_shift_us
+from spartan_py.costmodel.memory_terms import dram_time_us
+from spartan_py.costmodel.model import host_shift_us
 from spartan_py.errors import InputError
 from spartan_py.trace import TraceRecord, to_frame
 from tests.conftest import ROOT

@@ -93,7 +93,7 @@ class KernelFamily:
     #: (``move_rows`` of ``kernels/spartan_tiles.cu``: row compaction's gather and expansion's
     #: scatter), or 0. Such a block waits DRAM round trips of its own (its row's id, then its
     #: loads), and only so many blocks are resident: narrow rows make it latency-bound, which a
-    #: GPU with faster DRAM does not speed up (:func:`spartan_py.costmodel.model.row_block_rounds`)
+    #: GPU with faster DRAM does not speed up (:func:`spartan_py.costmodel.memory_terms.row_block_rounds`)
     row_block_threads: int = 0
 
 

@@ -41,8 +41,8 @@ class FamilyCalibration(_Frozen):
     cold_layer_us: float = Field(
         0.0,
         ge=0,
-        description="per fused layer, once a launch: the first wave's dependent loads of a layer's indices and "
-        "weights miss in L2 (later waves find them there)",
+        description="per fused layer and cold wave: the first wave's dependent loads of a layer's indices and "
+        "weights miss in L2 (later waves find them there unless the launch outgrows it: memory_terms.cold_waves)",
     )
     wave_overhead_us: float = Field(
         0.0,

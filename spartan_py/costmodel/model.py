@@ -11,8 +11,9 @@ For a kernel record (terms in microseconds; see ``sim/README.md`` for the deriva
     compute   = waves x ((MACs + weight_load_cost x weight loads) per work item / rate per work item
                          + fused_layers x (step_overhead + shared_step x share of SMs busy)
                          + wave_overhead)
-              + fused_layers x cold_layer   (once a launch: a later launch's first wave waits on DRAM
-                                             for each layer's loads, later waves find them in L2)
+              + fused_layers x cold_layer x cold waves   (a later launch's first wave waits on DRAM
+                                             for each layer's loads; later waves find them in L2
+                                             unless the launch's reuse distance outgrows it: :func:`cold_waves`)
     rate per work item = SM rate x min(1, resident warps / saturating_warps) / co-resident blocks
     waves     = ceil(blocks / (SMs x co-resident blocks per SM))   (a "balanced" record, whose blocks
                 are work items spread evenly: at least 1, not rounded up)
@@ -60,6 +61,7 @@ from spartan_py.costmodel.families import (
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.library_gemm import ALGORITHM_INSTANCE, algorithm_terms
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
+from spartan_py.costmodel.memory_terms import cold_waves, dram_time_us, row_block_rounds
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
 
@@ -129,52 +131,6 @@ def unit_rate_per_sm(machine: Machine, family: KernelFamily) -> float:
         return specs.shared_memory_bytes_per_clock_per_sm * specs.boost_clock_mhz * 1e6 / family.bytes_per_mac
     tflops = {"fp32": specs.fp32_tflops, "tf32": specs.tf32_tflops, "bf16": specs.bf16_tflops}.get(family.unit)
     return np.nan if tflops is None else tflops * 1e12 / 2 / specs.sm_count
-
-
-def dram_time_us(machine: Machine, params: FamilyCalibration, moved_bytes: np.ndarray) -> np.ndarray:
-    """Microseconds to move ``moved_bytes`` through DRAM.
-
-    With a fitted ``bytes_in_flight_kib`` (a memory-bound family), Little's law: the family keeps
-    that many bytes of requests in flight, each round trip takes the machine's memory latency,
-    so it moves them at ``in flight / latency`` at most; the transfer itself runs at the share of
-    the datasheet bandwidth a large copy reaches (``streaming_efficiency``) times the family's
-    ``memory_efficiency``. Per byte the two add (a round trip is the latency plus the time its
-    bytes take on the bus), and a launch that moves less than one round's worth still waits one
-    latency. Neither term depends on the GPU the parameters were fitted on, so a GPU with faster
-    DRAM speeds up only the transfer. Without it, bytes at ``memory_efficiency`` of the peak.
-    """
-    specs = machine.specs
-    if params.bytes_in_flight_kib <= 0 or specs.memory_latency_ns is None:
-        return moved_bytes / (specs.memory_bandwidth_gb_s * 1e3 * params.memory_efficiency)
-    transfer = moved_bytes / (
-        specs.memory_bandwidth_gb_s * 1e3 * (specs.streaming_efficiency or 1.0) * params.memory_efficiency
-    )
-    rounds = np.where(moved_bytes > 0, np.maximum(1.0, moved_bytes / (params.bytes_in_flight_kib * 1024)), 0.0)
-    return transfer + rounds * specs.memory_latency_ns / 1e3
-
-
-#: Bytes a thread of a row-block kernel loads at once (a float4): a block's row takes one
-#: step per ``threads x 16`` bytes.
-ROW_BLOCK_LOAD_BYTES = 16
-
-
-def row_block_rounds(
-    machine: Machine, family: KernelFamily, params: FamilyCalibration, rows: pd.DataFrame
-) -> np.ndarray:
-    """DRAM round trips one after another of a launch of ``family``'s row-block kernel
-    (:attr:`~spartan_py.costmodel.families.KernelFamily.row_block_threads`): its blocks, one per
-    moved row (the fewer of ``rows_in`` and ``rows_out``), run in waves of as many as the SMs hold;
-    each waits ``block_round_trips`` (its row's id, its first loads) and ``row_round_trips`` per
-    step of its row (``threads x 16`` bytes of ``bytes_read`` over the rows). None of it is
-    DRAM bandwidth: latency on the chip and in the memory, the same on a GPU with faster DRAM."""
-    specs = machine.specs
-    threads = family.row_block_threads
-    moved = np.minimum(rows["rows_in"].to_numpy(float), rows["rows_out"].to_numpy(float))
-    moved = np.where(moved > 0, moved, 0.0)
-    resident = specs.sm_count * min(specs.max_threads_per_sm // threads, specs.max_blocks_per_sm)
-    waves = np.ceil(moved / resident)
-    steps = np.ceil(rows["bytes_read"].to_numpy(float) / np.maximum(moved, 1) / (threads * ROW_BLOCK_LOAD_BYTES))
-    return waves * (params.block_round_trips + params.row_round_trips * steps)
 
 
 def apply_variant_to_records(frame: pd.DataFrame, variant: Variant | None) -> pd.DataFrame:
@@ -262,7 +218,9 @@ def _predict_kernels(
         step = params.step_overhead_us + params.shared_step_us * busy
         layers = rows["fused_layers"].to_numpy(float)
         steps = layers * step + params.wave_overhead_us
-        cold = layers * params.cold_layer_us  # once a launch: its first wave
+        cold = layers * params.cold_layer_us
+        if params.cold_layer_us > 0:
+            cold = cold * cold_waves(rows, waves, specs.l2_cache_mib)
         compute = np.where(geometry, waves * (per_item + steps) + cold, executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
         note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"

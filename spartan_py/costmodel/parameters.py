@@ -12,8 +12,9 @@ The physics decides the structure, before any fit:
   block sizes; row compaction's gather or expansion; a cuBLAS kernel that names its
   algorithm): what its code changes, most telling first: its rate on the bound unit
   (registers, occupancy, instruction mix: ``compute_efficiency``), its block's start and
-  finish (rows in and out: ``wave_overhead_us``), a later merged launch's first wave waiting on
-  DRAM for each layer it reads unstaged (``cold_layer_us``: those instances alone,
+  finish (rows in and out: ``wave_overhead_us``), a later merged launch's first wave (and each
+  later one where L2 cannot keep the layers) waiting on DRAM for each layer it reads unstaged
+  (``cold_layer_us``: those instances alone,
   :func:`reads_layers_cold`), the cost of a weight load
   (``weight_load_cost``), its launch's fixed cost (a chain launch stages every layer's
   indices once), the resident warps an SM needs to issue at its rate, a fused layer's
@@ -151,7 +152,8 @@ def reads_layers_cold(instance: str) -> bool:
     """Whether ``instance`` is a later launch of the merged kernel (``T<threads>`` in its label,
     spartan_py/engines/merged/trace.py): its layers are read for the first time in the launch, by
     dependent loads inside the k-loop where a layer does not fit the stage, so its first wave
-    waits on DRAM and later waves on L2 (``benchmarks/results/ncu-merged-later-h100.json``). Only
+    waits on DRAM and later waves on L2 (``benchmarks/results/ncu-merged-later-h100.json``), or
+    on DRAM again where L2 cannot keep them (:func:`spartan_py.costmodel.memory_terms.cold_waves`). Only
     these free ``cold_layer_us``."""
     return "T" in instance.split("x", 1)[0]
 
