@@ -115,9 +115,9 @@ def test_narrow_rows_are_latency_bound_and_gain_little_from_faster_dram():
 def test_a_later_merged_launch_pays_its_layers_cold_once_a_launch_while_l2_keeps_them():
     """``cold_layer_us``: a later merged launch's first wave waits on DRAM for each layer it
     reads unstaged (``benchmarks/results/ncu-merged-later-h100.json``); later waves find the
-    layers in L2 while the launch's reuse distance (its layers and a wave's rows) fits it, and
-    wait on DRAM again where it does not (the 65536-neuron network's 32 layers, 49 MB, with a
-    wave's rows: the sixth drawn set's H100 launches of 7 waves, 13-14% slow when priced once).
+    layers in L2 while the launch's reuse distance (its layers and a wave's rows) fits a half of
+    it, and wait on DRAM again where it does not (the 65536-neuron network's 32 layers, 49 MB,
+    with a wave's rows: the sixth drawn set's H100 launches of 7 waves, 13-14% slow when priced once).
     Only the later launches' instances free the term, and the H100's fitted value of the
     256-column instance is what ~22-25 dependent round trips a layer at DRAM rather than L2
     latency (~0.2-0.3 us more each) come to."""
@@ -156,4 +156,32 @@ def test_a_later_merged_launch_pays_its_layers_cold_once_a_launch_while_l2_keeps
     one_wave, seven_waves = saved_us(wide, [95, 831], key)
     assert one_wave == pytest.approx(32 * cold)
     assert seven_waves == pytest.approx(7 * 32 * cold)
-    assert cold_waves(wide, np.array([7.0]), 1e6).tolist() == [1.0]  # an L2 of a TiB keeps them
+    assert cold_waves(wide, np.array([7.0]), h100.specs.model_copy(update={"l2_cache_mib": 1e6})).tolist() == [1.0]
+    # its 16-layer launch (25 MB of layers, 8 MB of a wave's rows a half) outgrows a half of the
+    # L2, which every SM's reads fill, not the whole 50 MiB
+    sixteen = sixth[sixth["variant"].str.startswith("R4S2T1024xW4096-") & (sixth["blocks"] == 834)].iloc[[0]]
+    assert cold_waves(sixteen, np.array([7.0]), h100.specs).tolist() == [7.0]
+    assert cold_waves(sixteen, np.array([7.0]), h100.specs.model_copy(update={"l2_partitions": None})).tolist() == [1.0]
+
+
+def test_a_merged_launch_reads_rows_as_wide_as_the_launch_before_wrote_them():
+    """The layers' bytes of a later merged launch are what it reads beyond its rows, and its rows
+    are as wide as the launch before it in the run wrote them, not as those it writes: a 16384-
+    neuron network's launch of layers 7-10 reads rows twice as wide as it writes; taken as its
+    own, its 0.28 MiB of layers would read as 17 MiB and tip the L2 at more rows."""
+    from spartan_py.costmodel.memory_terms import rows_read_bytes
+    from spartan_py.trace import read_trace
+
+    trace = read_trace(ROOT / "benchmarks/results/fidelity/calibrate-instances-h100.trace.csv.gz")
+    merged = trace[trace["kernel"] == GC_MERGED].reset_index(drop=True)
+    read = rows_read_bytes(merged)
+    launch = merged["variant"].str.startswith("R8S4T1024xW1024-layers7-10") & merged["run"].str.contains(
+        "generated:16384"
+    )
+    row = merged[launch].iloc[0]
+    layers = (row["bytes_read"] - read[launch].iloc[0]) / 2**20
+    own = (row["bytes_read"] - row["rows_in"] * (row["bytes_written"] - row["monitor_bytes"]) / row["rows_out"]) / 2**20
+    assert layers == pytest.approx(0.277, abs=0.01)
+    assert own > 10
+    first = merged.groupby("run")["layer"].transform("min") == merged["layer"]
+    assert read[first].isna().all()  # a run's first launch has none before it

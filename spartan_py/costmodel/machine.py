@@ -47,6 +47,11 @@ class Specs(_Frozen):
     boost_clock_mhz: PositiveFloat
     memory_bandwidth_gb_s: PositiveFloat = Field(description="DRAM bandwidth, 1e9 bytes/s")
     l2_cache_mib: PositiveFloat
+    l2_partitions: PositiveInt | None = Field(
+        None,
+        description="parts the L2 is split into, each caching for the SMs wired to it (data every SM reads is "
+        "held in each, in l2_cache_mib / l2_partitions); null: one pool",
+    )
     shared_memory_per_sm_kib: PositiveFloat = Field(description="shared memory one SM can give its blocks")
     shared_memory_per_block_kib: PositiveFloat = Field(description="most one block may opt in to")
     shared_memory_bytes_per_clock_per_sm: PositiveFloat = 128.0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from spartan_py.costmodel.families import KernelFamily
-from spartan_py.costmodel.machine import FamilyCalibration, Machine
+from spartan_py.costmodel.families import GC_MERGED, KernelFamily
+from spartan_py.costmodel.machine import FamilyCalibration, Machine, Specs
 
 
 def dram_time_us(machine: Machine, params: FamilyCalibration, moved_bytes: np.ndarray) -> np.ndarray:
@@ -57,15 +57,37 @@ def row_block_rounds(
     return waves * (params.block_round_trips + params.row_round_trips * steps)
 
 
-def cold_waves(rows: pd.DataFrame, waves: np.ndarray, l2_cache_mib: float) -> np.ndarray:
+def rows_read_bytes(frame: pd.DataFrame) -> pd.Series:
+    """Per merged-kernel record (``gpu.gc_merged``), the bytes of the rows it reads: its
+    ``rows_in`` rows as wide as the launch before it in the run wrote them (a chain launch's
+    writes, which add the expanded rows, and a run's first launch give none: NaN)."""
+    merged = frame[frame["kernel"] == GC_MERGED]
+    out = pd.Series(np.nan, index=frame.index)
+    if merged.empty:
+        return out
+    ordered = merged.assign(_row=merged.index).sort_values("layer", kind="stable")
+    written = ordered["bytes_written"] - ordered["monitor_bytes"]
+    width = (written / ordered["rows_out"].where(ordered["rows_out"] > 0)).where(
+        ~ordered["variant"].astype(str).str.startswith("C")
+    )
+    by_run = ordered.assign(_width=width).groupby("run", sort=False)
+    before = by_run["_width"].shift(1).where(by_run["layer"].shift(1) < ordered["layer"])  # a run kept twice
+    out.loc[ordered["_row"].to_numpy()] = (ordered["rows_in"] * before).to_numpy()
+    return out
+
+
+def cold_waves(rows: pd.DataFrame, waves: np.ndarray, specs: Specs) -> np.ndarray:
     """How many of each launch's waves wait on DRAM for its layers' loads: the first, and every
     later one when L2 cannot keep the layers from one wave to the next.
 
     Between a wave's read of a layer and the next wave's, the launch touches its other layers
     and that wave's rows in and out (and the monitor's counts); under least-recently-used
-    replacement the layer is still in L2 only if that reuse distance fits it. The layers' bytes
-    are what the launch reads beyond its rows (the rows it reads are as wide as those it writes:
-    a merged launch's input is the launch before's output).
+    replacement the layer is still in L2 only if that reuse distance fits it. Where the L2 is
+    split in partitions that each cache for their own SMs (``l2_partitions``), every partition
+    holds all the layers (every SM reads them) and its share of the rows, in its share of the
+    capacity. The layers' bytes are what the launch reads beyond its rows: ``rows_read_bytes``
+    (:func:`rows_read_bytes`, which :func:`~spartan_py.costmodel.model.predict` adds), else rows
+    as wide as those the launch writes.
     """
 
     def column(name: str) -> np.ndarray:
@@ -73,8 +95,11 @@ def cold_waves(rows: pd.DataFrame, waves: np.ndarray, l2_cache_mib: float) -> np
 
     read, monitor, rows_in, rows_out = (column(n) for n in ("bytes_read", "monitor_bytes", "rows_in", "rows_out"))
     written = column("bytes_written") - monitor
-    rows_read = np.where(rows_out > 0, rows_in * written / np.maximum(rows_out, 1), 0.0)
+    as_written = np.where(rows_out > 0, rows_in * written / np.maximum(rows_out, 1), 0.0)
+    before = rows["rows_read_bytes"].to_numpy(float) if "rows_read_bytes" in rows else np.full(len(rows), np.nan)
+    rows_read = np.where(np.isfinite(before), before, as_written)
     layers_bytes = np.clip(read - rows_read, 0, None)
     per_wave = (read - layers_bytes + written + monitor) / np.maximum(waves, 1)
-    spilled = layers_bytes + per_wave > l2_cache_mib * 2**20
+    parts = specs.l2_partitions or 1  # every SM reads the layers: each part holds them; the rows split
+    spilled = layers_bytes + per_wave / parts > specs.l2_cache_mib * 2**20 / parts
     return 1 + np.maximum(waves - 1, 0) * spilled

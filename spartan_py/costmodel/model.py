@@ -61,7 +61,7 @@ from spartan_py.costmodel.families import (
 from spartan_py.costmodel.hosts import load_host
 from spartan_py.costmodel.library_gemm import ALGORITHM_INSTANCE, algorithm_terms
 from spartan_py.costmodel.machine import FamilyCalibration, Machine, Variant, apply_variant
-from spartan_py.costmodel.memory_terms import cold_waves, dram_time_us, row_block_rounds
+from spartan_py.costmodel.memory_terms import cold_waves, dram_time_us, row_block_rounds, rows_read_bytes
 
 DEFAULT_EFFICIENCY = {"compute": 0.5, "memory": 0.8}
 
@@ -220,7 +220,7 @@ def _predict_kernels(
         steps = layers * step + params.wave_overhead_us
         cold = layers * params.cold_layer_us
         if params.cold_layer_us > 0:
-            cold = cold * cold_waves(rows, waves, specs.l2_cache_mib)
+            cold = cold * cold_waves(rows, waves, specs)
         compute = np.where(geometry, waves * (per_item + steps) + cold, executed / (rate * specs.sm_count))
         too_big = shared > specs.shared_memory_per_block_kib * 1024
         note[too_big] = f"needs more shared memory per block than the {specs.shared_memory_per_block_kib:g} KiB allowed"
@@ -356,6 +356,8 @@ def predict(
     machine = apply_variant(machine, variant)
     shift = host_shift_us(machine, host)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
+    if "layer" in frame and "run" in frame:
+        frame["rows_read_bytes"] = rows_read_bytes(frame)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     kinds = np.full(len(frame), "none", dtype=object)
     instances = record_instances(frame)
@@ -370,7 +372,7 @@ def predict(
             fused = rows.index[(rows["monitor_mode"] == "fused").to_numpy()].to_numpy()
             columns["predicted_us"][fused] = columns["predicted_us"][fused] * (1 - FUSED_MONITOR_SHARE[kernel])
             columns["note"][fused] = "hardware monitor: the fused monitor's measured share removed"
-    out = frame.copy()
+    out = frame.drop(columns="rows_read_bytes", errors="ignore")
     out["calibration"] = kinds.astype(str)
     for name in PREDICTION_COLUMNS:
         out[name] = columns[name]

@@ -155,7 +155,8 @@ def reads_layers_cold(instance: str) -> bool:
     waits on DRAM and later waves on L2 (``benchmarks/results/ncu-merged-later-h100.json``), or
     on DRAM again where L2 cannot keep them (:func:`spartan_py.costmodel.memory_terms.cold_waves`). Only
     these free ``cold_layer_us``."""
-    return "T" in instance.split("x", 1)[0]
+    head = instance.split("x", 1)[0]
+    return head.startswith("R") and "T" in head  # a chain launch's T counts warps: it stages its layers
 
 
 _FREED_BY: dict[str, Callable[[str], bool]] = {"cold_layer_us": reads_layers_cold}
