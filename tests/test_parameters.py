@@ -185,3 +185,5 @@ def test_a_merged_launch_reads_rows_as_wide_as_the_launch_before_wrote_them():
     assert own > 10
     first = merged.groupby("run")["layer"].transform("min") == merged["layer"]
     assert read[first].isna().all()  # a run's first launch has none before it
+    assert rows_read_bytes(pd.DataFrame({"kernel": [GC_MERGED], "rows_in": [3]})).isna().all()  # no run, no layer
+    assert "rows_read_bytes" not in predict(merged.head(3), load_machine("h100-sxm"))  # a helper, not an output

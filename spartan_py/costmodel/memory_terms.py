@@ -61,8 +61,11 @@ def rows_read_bytes(frame: pd.DataFrame) -> pd.Series:
     """Per merged-kernel record (``gpu.gc_merged``), the bytes of the rows it reads: its
     ``rows_in`` rows as wide as the launch before it in the run wrote them (a chain launch's
     writes, which add the expanded rows, and a run's first launch give none: NaN)."""
-    merged = frame[frame["kernel"] == GC_MERGED]
     out = pd.Series(np.nan, index=frame.index)
+    needed = ("kernel", "run", "layer", "variant", "rows_in", "rows_out", "bytes_written", "monitor_bytes")
+    if any(name not in frame for name in needed):
+        return out
+    merged = frame[frame["kernel"] == GC_MERGED]
     if merged.empty:
         return out
     ordered = merged.assign(_row=merged.index).sort_values("layer", kind="stable")

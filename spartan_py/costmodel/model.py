@@ -356,8 +356,7 @@ def predict(
     machine = apply_variant(machine, variant)
     shift = host_shift_us(machine, host)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
-    if "layer" in frame and "run" in frame:
-        frame["rows_read_bytes"] = rows_read_bytes(frame)
+    frame["rows_read_bytes"] = rows_read_bytes(frame)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     kinds = np.full(len(frame), "none", dtype=object)
     instances = record_instances(frame)
