@@ -18,6 +18,7 @@ from scipy.optimize import least_squares
 
 from spartan_py.costmodel.families import FAMILIES, calibration_key, record_instances
 from spartan_py.costmodel.machine import FamilyCalibration, Machine
+from spartan_py.costmodel.memory_terms import rows_read_bytes
 from spartan_py.costmodel.model import predict
 from spartan_py.costmodel.parameters import (
     BOUNDS,
@@ -318,6 +319,7 @@ def calibrate(
         raise InputError("no measured records of a modelled GPU kernel to calibrate on")
     for kernel in kernels:
         rows = measured[measured["kernel"] == kernel].reset_index(drop=True)
+        rows["rows_read_bytes"] = rows_read_bytes(rows)  # once, not at each of the fit's predictions
         machine = _fit_family(
             machine,
             kernel,

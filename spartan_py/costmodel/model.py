@@ -356,7 +356,9 @@ def predict(
     machine = apply_variant(machine, variant)
     shift = host_shift_us(machine, host)
     frame = apply_variant_to_records(trace, variant).reset_index(drop=True)
-    frame["rows_read_bytes"] = rows_read_bytes(frame)
+    added = "rows_read_bytes" not in frame  # a caller predicting the same records often passes it
+    if added:
+        frame["rows_read_bytes"] = rows_read_bytes(frame)
     columns = {name: np.empty(len(frame), dtype=object) for name in PREDICTION_COLUMNS}
     kinds = np.full(len(frame), "none", dtype=object)
     instances = record_instances(frame)
@@ -371,7 +373,7 @@ def predict(
             fused = rows.index[(rows["monitor_mode"] == "fused").to_numpy()].to_numpy()
             columns["predicted_us"][fused] = columns["predicted_us"][fused] * (1 - FUSED_MONITOR_SHARE[kernel])
             columns["note"][fused] = "hardware monitor: the fused monitor's measured share removed"
-    out = frame.drop(columns="rows_read_bytes", errors="ignore")
+    out = frame.drop(columns="rows_read_bytes") if added else frame.copy()
     out["calibration"] = kinds.astype(str)
     for name in PREDICTION_COLUMNS:
         out[name] = columns[name]
