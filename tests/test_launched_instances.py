@@ -58,3 +58,30 @@ def test_the_unfitted_instances_are_the_ones_known(unfitted):
 )
 def test_no_instance_a_shipped_engine_launches_lacks_a_fit(unfitted):
     assert unfitted == {}
+
+
+def test_the_fp32x3_passes_benchmark_records_the_unfitted_instances():
+    """benchmarks/fp32x3_passes times exactly the launches the H100 lacks a fit of: its records
+    are the model's own split and add records of an fp32x3 product (same bytes), one shape each."""
+    from benchmarks.fp32x3_passes import gemm_shapes, pass_records
+    from spartan_py.costmodel.families import calibration_key, instance_of
+    from spartan_py.sparsity.candidates import candidate_records
+    from spartan_py.sparsity.tiles import TileShape
+
+    shapes = gemm_shapes([8, 32])
+    assert len({(m, k, n) for _, m, k, n in shapes}) == len(shapes) >= 30
+    assert all(m * k <= 2**28 for _, m, k, n in shapes)
+    assert len(gemm_shapes([8, 32], max_elements=10**6)) < len(shapes)
+    _, m, k, n = shapes[0]
+    records = pass_records(m, k, n)
+    keys = {calibration_key(r.kernel, instance_of(r.kernel, r.variant)) for r in records.values()}
+    assert keys == UNFITTED_TODAY
+    product = candidate_records(
+        "tile_sparse", m, k, n, tile=TileShape(16, 16), precision="fp32x3", nnz=1, tiles_active=1, live_rows=1
+    )
+    assert (
+        records["split-tf32"].bytes_read
+        == 4 * (m * k + k * n)
+        == next(r for r in product if r.variant == "split-tf32").bytes_read
+    )
+    assert records["add"].bytes_written == 4 * m * n
