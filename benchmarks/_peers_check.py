@@ -18,10 +18,13 @@ from spartan_py.graph_challenge.check import compare_categories
 
 
 def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], timeout_s: float) -> dict:
-    """Run the unpatched build on its own layout (``../dataset/SDGC/...``, ``../scheduled_bm``
-    beside its ``bin``, linked to the files written here) and compare what it prints with the
-    patched run: the inference-time line, the differing-categories count (BF, SNIG: against
+    """Run the unpatched build on its own layout (``../dataset/SDGC/...`` beside its ``bin``,
+    linked to the files written here; ``../scheduled_bm`` the patched peers' binary cache as
+    text, :func:`~benchmarks._peers_inputs.scheduled_as_text`) and compare what it prints with
+    the patched run: the inference-time line, the differing-categories count (BF, SNIG: against
     our categories as golden), the CHALLENGE line (XY, SNICIT: their own category count)."""
+    from benchmarks._peers_inputs import scheduled_as_text
+
     neurons, layers, files, golden = case["neurons"], case["layers"], case["files"], case["golden"]
     tree = binary.parent.parent
     mnist = tree / "dataset" / "SDGC" / "MNIST"
@@ -32,8 +35,11 @@ def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], t
         weights: files["weights"],
         mnist / f"sparse-images-{neurons}.tsv": files["input"],
         mnist / f"neuron{neurons}-l{layers}-categories.tsv": golden,
-        tree / "scheduled_bm": case["folder"] / "scheduled",
     }
+    if set(modes) & set(pb.SCHEDULING):
+        text = case["folder"] / "scheduled-text"
+        shutil.rmtree(text, ignore_errors=True)
+        links[tree / "scheduled_bm"] = scheduled_as_text(case["folder"] / "scheduled", neurons, layers, text)
     for link, target in links.items():
         if link.is_symlink() or link.exists():
             link.unlink() if link.is_symlink() or link.is_file() else shutil.rmtree(link)

@@ -1,6 +1,12 @@
 """The peers' inputs (``benchmarks/peers.py``): the challenge's layer TSVs and input rows written
 by our code, whether they fit the disk (written whole or streamed), and XY's and SNICIT's
-scheduling of them into their cache, a chunk of layers per process."""
+scheduling of them into their cache, a chunk of layers per process.
+
+The patched peers cache their scheduled weights as raw binary (``n{N}-weight-l{i}.bin`` of
+float32, ``n{N}-row-l{i}.bin`` of int32; ``harness_io.hpp`` in ``peer_patches/harness.patch``)
+where the original writes text, one value a line, and reads it back at about 66 MB/s on one
+thread: some 9 minutes at 65536 x 1920 each time XY or SNICIT starts. The unpatched build of
+``--check`` reads text, which :func:`scheduled_as_text` writes from the binary cache."""
 
 from __future__ import annotations
 
@@ -14,6 +20,11 @@ from benchmarks import _peers_build as pb
 #: Bytes of one TSV line (``row<TAB>col<TAB>0.0625<LF>``) for a width's row and column digits.
 VALUE_CHARS = 6
 
+#: Scheduled float32 weights per edge (measured at 65536 neurons: 2,516,582 values a layer for
+#: 2,097,152 edges; 1.2 at 1024 too) and int32 row entries per neuron (2 at 65536 and 1024).
+SCHEDULED_VALUES_PER_EDGE = 1.25
+SCHEDULED_ROWS_PER_NEURON = 2
+
 
 def tsv_bytes(neurons: int, layers: int) -> int:
     """About how many bytes the challenge's layer TSVs of a network take (32 entries a row)."""
@@ -22,8 +33,29 @@ def tsv_bytes(neurons: int, layers: int) -> int:
 
 
 def schedule_bytes(neurons: int, layers: int) -> int:
-    """About how many bytes XY's and SNICIT's scheduled weights take (one value a line)."""
-    return layers * neurons * 32 * (VALUE_CHARS + 1) + layers * neurons * 3 * (len(str(neurons)) + 1)
+    """About how many bytes XY's and SNICIT's scheduled weights take (the patched binary cache)."""
+    return int(layers * neurons * 4 * (32 * SCHEDULED_VALUES_PER_EDGE + SCHEDULED_ROWS_PER_NEURON))
+
+
+def scheduled_file(cache: Path, neurons: int, what: str, layer: int) -> Path:
+    """One layer's file of the patched peers' cache (``what``: ``weight`` or ``row``)."""
+    return cache / f"neuron{neurons}" / f"n{neurons}-{what}-l{layer}.bin"
+
+
+def scheduled_as_text(cache: Path, neurons: int, layers: int, dest: Path) -> Path:
+    """The first ``layers`` of the binary cache written as the unpatched peers' text cache in
+    ``dest`` (``neuron{N}/n{N}-weight-l{i}.tsv``, ``-row-``): the lines their own writer makes,
+    ``%g`` of each weight (the binary holds the values that text round trip gives) and the row
+    entries as integers. Returns ``dest``."""
+    import numpy as np
+
+    folder = dest / f"neuron{neurons}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for layer in range(layers):
+        for what, dtype, fmt in (("weight", np.float32, "%g"), ("row", np.int32, "%d")):
+            values = np.fromfile(scheduled_file(cache, neurons, what, layer), dtype=dtype)
+            np.savetxt(folder / f"n{neurons}-{what}-l{layer}.tsv", values, fmt=fmt)
+    return dest
 
 
 def write_peer_inputs(folder: Path, network, inputs, first: int = 1, last: int | None = None) -> dict:
@@ -68,7 +100,7 @@ def schedule(binary: Path, mode: str, case: dict, args) -> dict:
     cache.mkdir(parents=True, exist_ok=True)
 
     def done(layer: int) -> bool:
-        return (cache / f"neuron{neurons}" / f"n{neurons}-row-l{layer}.tsv").exists()
+        return scheduled_file(cache, neurons, "row", layer).exists()
 
     missing = [layer for layer in range(layers) if not done(layer)]
     if not missing:

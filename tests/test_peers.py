@@ -15,6 +15,7 @@ import pytest
 from benchmarks import _peers_build as pb
 from benchmarks import _peers_check as pc
 from benchmarks import peers
+from benchmarks._peers_inputs import schedule_bytes, scheduled_as_text, scheduled_file
 from spartan_py.report.peers_table import peers_table
 from spartan_py.result_files import read_summary
 
@@ -169,6 +170,22 @@ def test_patched_peers_build_for_sm90(tmp_path):
     one, parts = (tmp_path / name / "scheduled" / "neuron1024" for name in ("whole", "streamed"))
     names = sorted(p.name for p in one.iterdir())
     assert len(names) == 16 and all(filecmp.cmp(one / n, parts / n, shallow=False) for n in names)
+    assert all(name.endswith(".bin") for name in names)  # the binary cache, no half-written .part left
+    text = scheduled_as_text(tmp_path / "whole" / "scheduled", 1024, 8, tmp_path / "text")
+    assert (text / "neuron1024" / "n1024-weight-l7.tsv").read_text().splitlines()[0] == "0.0625"
+
+
+def test_the_binary_cache_reads_back_as_the_original_text(tmp_path):
+    """The unpatched build of --check reads the text its own writer makes (one value a line,
+    the stream's %g): scheduled_as_text writes that from the patched peers' binary cache."""
+    cache = tmp_path / "cache"
+    (cache / "neuron1024").mkdir(parents=True)
+    np.array([0.0625, 0.333333, -2.0, 1e-07], dtype=np.float32).tofile(scheduled_file(cache, 1024, "weight", 0))
+    np.array([0, 17, 1023], dtype=np.int32).tofile(scheduled_file(cache, 1024, "row", 0))
+    text = scheduled_as_text(cache, 1024, 1, tmp_path / "text") / "neuron1024"
+    assert (text / "n1024-weight-l0.tsv").read_text() == "0.0625\n0.333333\n-2\n1e-07\n"
+    assert (text / "n1024-row-l0.tsv").read_text() == "0\n17\n1023\n"
+    assert schedule_bytes(65536, 1920) < 24e9  # the binary cache at the largest network
 
 
 @pytest.mark.gpu
