@@ -2,7 +2,8 @@
 
 The official 1024-neuron network, 120 layers, the 60000-row proxy input. Inference time
 excludes file reading. The `cpu` engine's two paths (merged columns, its default on this
-network, and the row path) run by turns in this one process, each truth-checked.
+network, and the row path) and the merged path computing every row (``row_copies=False``: no
+live row dropped as a copy of another) run by turns in this one process, each truth-checked.
 
     python -m benchmarks.gc_cpu [--data DIR] [--repeats 5] [--skip-reference] [--out DIR]
 """
@@ -37,7 +38,11 @@ def main() -> int:
     truth = sp.read_truth(args.data / "neuron1024-l120-categories-proxy60k.tsv")
     print(f"read network {network_seconds:.2f} s, inputs {input_seconds:.2f} s", file=sys.stderr)
 
-    engines = {"merged": sp.make_engine("cpu", network), "rows": sp.make_engine("cpu", network, merged=False)}
+    engines = {
+        "merged": sp.make_engine("cpu", network),
+        "rows": sp.make_engine("cpu", network, merged=False),
+        "merged-every-row": sp.make_engine("cpu", network, row_copies=False),
+    }
     if not engines["merged"].merged:
         raise SystemExit("the cpu engine did not take the merged path on the official network")
     seconds: dict[str, list[float]] = {name: [] for name in engines}
@@ -90,13 +95,17 @@ def main() -> int:
         "cpu": timing("merged"),
         "cpu_row_path": timing("rows"),
         "merged_speedup_vs_row_path": statistics.median(seconds["rows"]) / cpu_median,
+        "cpu_every_row": timing("merged-every-row"),
+        "row_copies_speedup": statistics.median(seconds["merged-every-row"]) / cpu_median,
         "reference": reference,
         "speedup_vs_reference": (reference["seconds"] / cpu_median) if reference else None,
     }
     path = write_result("gc_cpu", f"cpu: {cpu_name()}", payload, args.out)
     print(
         f"cpu median {cpu_median:.3f} s = {edges / cpu_median:.3e} edges/s"
-        + f" (row path {statistics.median(seconds['rows']):.3f} s) on {cpu_name()}, {engines['merged'].device}"
+        + f" (row path {statistics.median(seconds['rows']):.3f} s,"
+        + f" every row computed {statistics.median(seconds['merged-every-row']):.3f} s)"
+        + f" on {cpu_name()}, {engines['merged'].device}"
         + (
             f"; reference {reference['seconds']:.1f} s; speed-up {payload['speedup_vs_reference']:.1f}x"
             if reference

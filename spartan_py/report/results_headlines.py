@@ -15,6 +15,7 @@ import pandas as pd
 from spartan_py.report.cells import markdown_table as _table
 from spartan_py.report.cells import ms as _ms
 from spartan_py.report.cells import sig as _g
+from spartan_py.report.duplicate_rows_table import duplicate_rows_table
 from spartan_py.report.model_headlines import MODEL_EXTRACTORS
 from spartan_py.report.peers_table import peers_table
 
@@ -51,9 +52,11 @@ def _gc_cpu(data: dict) -> list[str]:
         (name, _g(data[key].get("median_seconds", data[key].get("seconds")), 4), _g(data[key]["edges_per_second"]))
         for name, key in (
             ("`cpu` (merged columns)", "cpu"),
+            ("`cpu`, merged, every row computed", "cpu_every_row"),
             ("`cpu`, row path", "cpu_row_path"),
             ("`reference`", "reference"),
         )
+        if data.get(key)  # the every-row path since row copies; the reference unless skipped
     ]
     head = f"{data['workload']}; {data['threads']}; reading the files {_g(data['read_seconds']['total'])} s."
     return [head, "", *_table(("engine", "seconds", "edges/s"), rows)]
@@ -412,6 +415,7 @@ EXTRACTORS: dict[str, Callable[[dict], list[str]]] = {
     "gc_monitor": _gc_monitor,
     "gc_against_tree": _gc_against_tree,
     "gc_merged_variants": _gc_merged_variants,
+    "gc_duplicate_rows": duplicate_rows_table,
     "peers": peers_table,
     "host_latency": _host_latency,
     "memory_latency": _memory_latency,

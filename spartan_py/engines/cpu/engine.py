@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from spartan_py.engines.base import Engine, EngineOutput, live_rows_matrix
 from spartan_py.engines.cpu import kernels
 from spartan_py.engines.shared.column_merge import MergedNetwork, merge_network, worth_merging
+from spartan_py.engines.shared.duplicate_rows import RowCopies, looks_for_copies, representatives
 from spartan_py.graph_challenge.network import Network
 from spartan_py.host.threads import host_threads, run_split
 from spartan_py.trace import TraceRecord, pass_through
@@ -78,12 +79,25 @@ class CpuEngine(Engine):
     (default) decides as ``auto`` does on a GPU (:func:`~spartan_py.engines.shared.
     column_merge.worth_merging`). The rows are the same either way; the merged path does
     1/16 to 1/20 of the work on RadiX-Net networks.
+
+    ``row_copies`` (default on): after 2, 4, 8, ... layers, live rows equal to another live row
+    bit for bit are dropped and take that row's result at the end
+    (:mod:`~spartan_py.engines.shared.duplicate_rows`); the live-row and non-zero counts per
+    layer still count every row.
     """
 
     name = "cpu"
 
-    def __init__(self, network: Network, *, batch_bytes: int = DEFAULT_BATCH_BYTES, merged: bool | None = None):
+    def __init__(
+        self,
+        network: Network,
+        *,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        merged: bool | None = None,
+        row_copies: bool = True,
+    ):
         super().__init__(network)
+        self.row_copies = bool(row_copies)
         self.merged = worth_merging(network) if merged is None else bool(merged)
         # SciPy's conversions release the GIL; a generated network builds its layers here too
         if self.merged:
@@ -125,10 +139,11 @@ class CpuEngine(Engine):
         self._run_batch(probe, np.arange(2, dtype=np.int64), layers=layers, run_id="", records=None)
 
     def _run_batch(self, inputs, rows, *, layers, run_id, records):
-        """Run ``layers`` layers over input ``rows``.
+        """Run ``layers`` layers over input ``rows`` (ascending).
 
         Returns (input rows live at the end, their final values (live x neurons), live rows
-        per layer, non-zeros per layer).
+        per layer, non-zeros per layer). A lane stands for ``lane_weight`` rows: itself and the
+        copies dropped into it (``row_copies``); the counts per layer count them all.
         """
         width = self.width
         lanes = kernels.TILE_ROWS
@@ -137,6 +152,9 @@ class CpuEngine(Engine):
         spare = np.empty_like(current)
         lane_rows = np.full(tiles * lanes, -1, dtype=np.int64)
         lane_rows[: rows.size] = rows
+        lane_weight = np.zeros(tiles * lanes, dtype=np.int64)
+        lane_weight[: rows.size] = 1
+        copies = RowCopies(rows.size)
         lane_nnz = np.zeros((tiles, lanes), dtype=np.int64)
         useful = np.zeros(tiles, dtype=np.int64)
         filled = rows.size
@@ -159,6 +177,9 @@ class CpuEngine(Engine):
             alive = lane_nnz[:tiles] > 0
             live = int(alive.sum())
             nnz_out = int(lane_nnz[:tiles].sum())
+            weight = lane_weight.reshape(-1, lanes)[:tiles]  # dead and unfilled lanes count 0 non-zeros
+            live_counts.append(int(weight[alive].sum()))
+            nnz_counts.append(int((lane_nnz[:tiles] * weight).sum()))
             elapsed = time.perf_counter() - start
             repacked = live < REPACK_OCCUPANCY * filled
             if repacked:
@@ -166,9 +187,9 @@ class CpuEngine(Engine):
                 run_split(kernels.repack, -(-live // lanes), current, src_tile, src_lane, spare)
                 current, spare = spare, current
                 lane_rows[:live] = lane_rows.reshape(-1, lanes)[src_tile, src_lane]
+                lane_weight[:live] = lane_weight.reshape(-1, lanes)[src_tile, src_lane]
+                lane_weight[live:] = 0
                 filled = live
-            live_counts.append(live)
-            nnz_counts.append(nnz_out)
             if records is not None:
                 records.append(
                     TraceRecord(
@@ -215,6 +236,34 @@ class CpuEngine(Engine):
                 live_counts += [0] * (layers - index - 1)
                 nnz_counts += [0] * (layers - index - 1)
                 break
+            if self.row_copies and index + 1 < layers and live > 1 and looks_for_copies(index + 1):
+                looked = time.perf_counter()
+                in_use = np.arange(filled) if repacked else np.flatnonzero(alive)
+                in_use_nnz = lane_nnz[: alive.shape[0]][alive] if repacked else lane_nnz.reshape(-1)[in_use]
+                kept = self._drop_copies(
+                    current, spare, in_use, fill, layer.outputs, copies, lane_rows, lane_weight, rows
+                )
+                if kept is not None:
+                    current, spare = spare, current
+                    filled, repacked = kept.size, True
+                    nnz_in = int(in_use_nnz[kept].sum())
+                if records is not None:
+                    records.append(
+                        pass_through(
+                            run_id,
+                            index + 1,
+                            "cpu.row_copies",
+                            rows=in_use.size,
+                            cols=layer.outputs,
+                            nnz=0,
+                            tile_rows=lanes,
+                            tile_cols=width,
+                            bytes_read=in_use.size * layer.outputs * 4,
+                            bytes_written=(kept.size * width * 4) if kept is not None else 0,
+                            measured_us=(time.perf_counter() - looked) * 1e6,
+                            device="cpu",
+                        )
+                    )
         # Live lanes of the final layout: after a repack, exactly the first ``filled`` lanes.
         final_lanes = np.arange(filled) if repacked else np.flatnonzero(alive)
         final_tile, final_lane = np.divmod(final_lanes, lanes)
@@ -222,9 +271,38 @@ class CpuEngine(Engine):
         values = current[final_tile, :outputs, final_lane] if final_lanes.size else np.zeros((0, outputs), np.float32)
         if self.merged:  # each merged column back to the neurons it stands for
             values = values[:, self._merged.layers[layers - 1].groups]
-        final_rows = lane_rows[final_lanes]
-        order = np.argsort(final_rows, kind="stable")
-        return final_rows[order], values[order], live_counts, nnz_counts
+        members, source = copies.expand(np.searchsorted(rows, lane_rows[final_lanes]))
+        return rows[members], values[source], live_counts, nnz_counts
+
+    def _drop_copies(
+        self, current, spare, in_use, fill, outputs, copies, lane_rows, lane_weight, rows
+    ) -> np.ndarray | None:
+        """Keep one lane of each set of equal lanes among ``in_use`` (their first ``outputs``
+        values compared bit for bit), packed into ``spare`` in order, the dropped lanes' rows
+        recorded in ``copies`` and their weights added to the kept lane's. Returns which of
+        ``in_use`` were kept (indices into it), or None (nothing moved) when no lane is a copy."""
+        lanes = kernels.TILE_ROWS
+        hashes = np.zeros((fill.size, lanes), dtype=np.uint64)
+        run_split(kernels.lane_hashes, fill.size, current, fill, outputs, hashes)
+        tile, lane = np.divmod(in_use, lanes)
+
+        def equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return (current[tile[a], :outputs, lane[a]] == current[tile[b], :outputs, lane[b]]).all(axis=1)
+
+        kept_by = representatives(hashes[tile, lane], equal)
+        keep = np.flatnonzero(kept_by == np.arange(in_use.size))
+        if keep.size == in_use.size:
+            return None
+        dropped = np.flatnonzero(kept_by != np.arange(in_use.size))
+        position = np.searchsorted(rows, lane_rows[in_use])
+        copies.merge(position[dropped], position[kept_by[dropped]])
+        weight = np.zeros(in_use.size, dtype=np.int64)
+        np.add.at(weight, kept_by, lane_weight[in_use])
+        run_split(kernels.repack, -(-keep.size // lanes), current, tile[keep], lane[keep], spare)
+        lane_rows[: keep.size] = lane_rows[in_use[keep]]
+        lane_weight[: keep.size] = weight[keep]
+        lane_weight[keep.size :] = 0
+        return keep
 
     def run(self, inputs: sp.csr_matrix, *, run_id: str = "") -> EngineOutput:
         network = self.network

@@ -153,6 +153,21 @@ def repack(first, stop, source, src_tile, src_lane, out):
                 target[i, b] = source[src_tile[start + b], i, src_lane[start + b]]
 
 
+@numba.njit(cache=True, nogil=True)
+def lane_hashes(first, stop, source, fill, width, out):
+    """``out[t, b]``: a 64-bit hash of lane ``b``'s first ``width`` values (their bits) in tiles
+    ``first:stop``, for the ``fill[t]`` filled lanes of each (the rest left as they are)."""
+    for t in range(first, stop):
+        n = fill[t]
+        bits = source[t].view(np.uint32)
+        h = out[t]
+        for b in range(n):
+            h[b] = np.uint64(0xCBF29CE484222325)
+        for i in range(width):
+            for b in range(n):
+                h[b] = (h[b] ^ np.uint64(bits[i, b])) * np.uint64(0x100000001B3)
+
+
 def padded_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int):
     """CSC weights -> padded ELL ``(index, weight)`` of shape (neurons, groups, GROUP).
 
