@@ -113,11 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     cases = [count_case(text, args.data) for text in args.cases.split(",")]
-    import platform
+    from spartan_py.runner.store import cpu_name
 
-    path = write_result(
-        "gc_duplicate_rows", f"cpu ({platform.processor() or platform.machine()})", {"cases": cases}, args.out
-    )
+    path = write_result("gc_duplicate_rows", f"cpu: {cpu_name()}", {"cases": cases}, args.out)
     log(f"wrote {path}")
     return 0
 

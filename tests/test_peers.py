@@ -293,3 +293,19 @@ def test_the_whole_command_is_the_one_a_user_runs_and_its_failure_is_said():
     assert done["wall_seconds"] > 0 and done["categories"] > 0 and done["command"].startswith("python -m spartan_py")
     failed = po.time_command([*command[:-2], "--backend", "no-such-backend"], 120)
     assert "exit 2" in failed["error"]
+
+
+def test_the_unpatched_check_skips_a_scheduling_peer_whose_cache_is_not_whole(tmp_path):
+    """A scheduling cut short leaves layers missing: --check says so for XY and SNICIT instead
+    of failing the call (it used to give the unpatched build a half cache)."""
+    cache = tmp_path / "case" / "scheduled"
+    (cache / "neuron1024").mkdir(parents=True)
+    for layer in (0, 1):  # of 3
+        for what, dtype in (("weight", np.float32), ("row", np.int32)):
+            np.zeros(4, dtype=dtype).tofile(scheduled_file(cache, 1024, what, layer))
+    files = {"weights": tmp_path / "weights", "input": tmp_path / "in.tsv"}
+    case = {"neurons": 1024, "layers": 3, "files": files, "golden": tmp_path / "g.tsv", "folder": tmp_path / "case"}
+    binary = tmp_path / "tree" / "bin" / "SDGC"
+    report = pc.unpatched_check(binary, case, {}, ["SNICIT", "XY"], 1.0)
+    assert set(report) == {"SNICIT", "XY-2021"} and all("did not finish" in r["error"] for r in report.values())
+    assert not (tmp_path / "case" / "scheduled-text").exists()

@@ -137,6 +137,10 @@ class CpuEngine(Engine):
         )
         layers = min(3, len(self._layers))
         self._run_batch(probe, np.arange(2, dtype=np.int64), layers=layers, run_id="", records=None)
+        if self.row_copies:  # the probe's rows differ, so a look would not compare any: called here
+            one, where = np.zeros((1, 1, kernels.TILE_ROWS), np.float32), np.zeros(1, np.int64)
+            kernels.lane_hashes(one, where, where, 1, np.empty(1, np.uint64))
+            kernels.lanes_equal(one, where, where, where, where, 1, np.empty(1, np.bool_))
 
     def _run_batch(self, inputs, rows, *, layers, run_id, records):
         """Run ``layers`` layers over input ``rows`` (ascending).
@@ -240,9 +244,7 @@ class CpuEngine(Engine):
                 looked = time.perf_counter()
                 in_use = np.arange(filled) if repacked else np.flatnonzero(alive)
                 in_use_nnz = lane_nnz[: alive.shape[0]][alive] if repacked else lane_nnz.reshape(-1)[in_use]
-                kept = self._drop_copies(
-                    current, spare, in_use, fill, layer.outputs, copies, lane_rows, lane_weight, rows
-                )
+                kept = self._drop_copies(current, spare, in_use, layer.outputs, copies, lane_rows, lane_weight, rows)
                 if kept is not None:
                     current, spare = spare, current
                     filled, repacked = kept.size, True
@@ -274,22 +276,22 @@ class CpuEngine(Engine):
         members, source = copies.expand(np.searchsorted(rows, lane_rows[final_lanes]))
         return rows[members], values[source], live_counts, nnz_counts
 
-    def _drop_copies(
-        self, current, spare, in_use, fill, outputs, copies, lane_rows, lane_weight, rows
-    ) -> np.ndarray | None:
+    def _drop_copies(self, current, spare, in_use, outputs, copies, lane_rows, lane_weight, rows) -> np.ndarray | None:
         """Keep one lane of each set of equal lanes among ``in_use`` (their first ``outputs``
-        values compared bit for bit), packed into ``spare`` in order, the dropped lanes' rows
+        values hashed by their bits, then compared), packed into ``spare`` in order, the dropped lanes' rows
         recorded in ``copies`` and their weights added to the kept lane's. Returns which of
         ``in_use`` were kept (indices into it), or None (nothing moved) when no lane is a copy."""
         lanes = kernels.TILE_ROWS
-        hashes = np.zeros((fill.size, lanes), dtype=np.uint64)
-        run_split(kernels.lane_hashes, fill.size, current, fill, outputs, hashes)
         tile, lane = np.divmod(in_use, lanes)
+        hashes = np.empty(in_use.size, dtype=np.uint64)
+        kernels.lane_hashes(current, tile, lane, outputs, hashes)
 
         def equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return (current[tile[a], :outputs, lane[a]] == current[tile[b], :outputs, lane[b]]).all(axis=1)
+            same = np.empty(a.size, dtype=np.bool_)
+            kernels.lanes_equal(current, tile[a], lane[a], tile[b], lane[b], outputs, same)
+            return same
 
-        kept_by = representatives(hashes[tile, lane], equal)
+        kept_by = representatives(hashes, equal)
         keep = np.flatnonzero(kept_by == np.arange(in_use.size))
         if keep.size == in_use.size:
             return None

@@ -154,18 +154,37 @@ def repack(first, stop, source, src_tile, src_lane, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def lane_hashes(first, stop, source, fill, width, out):
-    """``out[t, b]``: a 64-bit hash of lane ``b``'s first ``width`` values (their bits) in tiles
-    ``first:stop``, for the ``fill[t]`` filled lanes of each (the rest left as they are)."""
-    for t in range(first, stop):
-        n = fill[t]
-        bits = source[t].view(np.uint32)
-        h = out[t]
-        for b in range(n):
-            h[b] = np.uint64(0xCBF29CE484222325)
+def lane_hashes(source, tile, lane, width, out):
+    """``out[k]``: a 64-bit hash of the first ``width`` values (their bits) of lane
+    ``(tile[k], lane[k])`` of ``source``; the lanes grouped by tile, in order."""
+    count = tile.size
+    start = 0
+    while start < count:  # one tile's lanes at a time: each neuron's values are contiguous there
+        stop = start
+        while stop < count and tile[stop] == tile[start]:
+            stop += 1
+        bits = source[tile[start]].view(np.uint32)
+        for k in range(start, stop):
+            out[k] = np.uint64(0xCBF29CE484222325)
         for i in range(width):
-            for b in range(n):
-                h[b] = (h[b] ^ np.uint64(bits[i, b])) * np.uint64(0x100000001B3)
+            for k in range(start, stop):
+                out[k] = (out[k] ^ np.uint64(bits[i, lane[k]])) * np.uint64(0x100000001B3)
+        start = stop
+
+
+@numba.njit(cache=True, nogil=True)
+def lanes_equal(source, tile_a, lane_a, tile_b, lane_b, width, out):
+    """``out[k]``: whether lanes ``(tile_a[k], lane_a[k])`` and ``(tile_b[k], lane_b[k])`` of
+    ``source`` hold the same first ``width`` values (compared as floats, no copy made)."""
+    for k in range(tile_a.size):
+        a, b = source[tile_a[k]], source[tile_b[k]]
+        la, lb = lane_a[k], lane_b[k]
+        same = True
+        for i in range(width):
+            if a[i, la] != b[i, lb]:
+                same = False
+                break
+        out[k] = same
 
 
 def padded_ell(col_ptr: np.ndarray, row_index: np.ndarray, values: np.ndarray, neurons: int):

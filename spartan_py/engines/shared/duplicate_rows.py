@@ -22,8 +22,8 @@ import numpy as np
 
 def looks_for_copies(layers_done: int) -> bool:
     """Whether an engine looks for copies after ``layers_done`` layers: powers of two from 2, so
-    at most log2 of the depth looks, each one pass over the live rows (about a thirty-second of
-    a layer's work, which reads 32 inputs an output)."""
+    at most log2 of the depth looks, each a pass over the live rows' values to hash them and one
+    to compare each row with the row its hash names (a layer reads 32 inputs an output)."""
     return layers_done >= 2 and layers_done & (layers_done - 1) == 0
 
 
