@@ -34,7 +34,16 @@ PAGE = Path("docs") / "results.md"
 SECTIONS = (
     (
         "Graph Challenge on one GPU and the CPU",
-        ("gc_gpu", "gc_cpu", "gc_families", "gc_gpu_generated", "gc_against_tree", "graph-challenge-all", "model"),
+        (
+            "gc_gpu",
+            "gc_cpu",
+            "gc_duplicate_rows",
+            "gc_families",
+            "gc_gpu_generated",
+            "gc_against_tree",
+            "graph-challenge-all",
+            "model",
+        ),
     ),
     ("Against the published peers", ("peers",)),
     ("Set-up and whole commands", ("gc_setup",)),
