@@ -52,3 +52,20 @@ def test_the_cpu_engine_drops_copies_and_gives_every_row_the_same_result(neurons
     assert looks and looks[0].layer == 2 and any(r.bytes_written > 0 for r in looks)
     computed = [r.rows_in for r in dropping.trace if r.kernel == "cpu.tile_layer"]
     assert computed[-1] < [r.rows_in for r in plain.trace if r.kernel == "cpu.tile_layer"][-1]
+
+
+def test_the_benchmark_counts_distinct_live_rows_exactly():
+    """benchmarks/gc_duplicate_rows: live and distinct rows of a CSR matrix, as np.unique counts
+    them (empty rows are not live; a value differing in its last bit is another row)."""
+    import scipy.sparse as sp
+
+    from benchmarks.gc_duplicate_rows import distinct_rows
+
+    rng = np.random.default_rng(5)
+    base = (rng.random((40, 64)) < 0.2) * rng.integers(1, 4, (40, 64)).astype(np.float32)
+    dense = base[rng.integers(0, 40, 3000)]
+    dense[7] = np.nextafter(dense[7], np.float32(9))  # one row made unlike every other
+    dense[11] = 0
+    live = dense[dense.any(axis=1)]
+    assert distinct_rows(sp.csr_matrix(dense)) == (live.shape[0], np.unique(live, axis=0).shape[0])
+    assert distinct_rows(sp.csr_matrix((5, 64), dtype=np.float32)) == (0, 0)
