@@ -6,7 +6,7 @@ row of each set of copies, carry on with it, and give its result to every copy a
 Exact, and it assumes nothing of the network. It pays in the challenge's networks: once most
 rows have saturated, nearly every live row is the same (on the official 1024 x 120 network and
 the 60000-row proxy, 1475 live rows, all equal, from about layer 30; the measured counts are in
-``benchmarks/results/gc_duplicate_rows-*.json``).
+``benchmarks/results/gc_duplicate_rows-*.json.gz``).
 
 :class:`RowCopies` keeps the bookkeeping for one batch of rows (engine-neutral: positions are
 the batch's rows in order); the engine hashes its live rows, asks :func:`representatives` which
