@@ -23,7 +23,7 @@ def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], t
     text, :func:`~benchmarks._peers_inputs.scheduled_as_text`) and compare what it prints with
     the patched run: the inference-time line, the differing-categories count (BF, SNIG: against
     our categories as golden), the CHALLENGE line (XY, SNICIT: their own category count)."""
-    from benchmarks._peers_inputs import scheduled_as_text, scheduled_file
+    from benchmarks._peers_inputs import scheduled, scheduled_as_text
 
     neurons, layers, files, golden = case["neurons"], case["layers"], case["files"], case["golden"]
     tree = binary.parent.parent
@@ -40,11 +40,7 @@ def unpatched_check(binary: Path, case: dict, systems: dict, modes: list[str], t
     text = case["folder"] / "scheduled-text"
     cache = case["folder"] / "scheduled"
     if set(modes) & set(pb.SCHEDULING):
-        if all(
-            scheduled_file(cache, neurons, what, layer).exists()
-            for layer in range(layers)
-            for what in ("weight", "row")
-        ):
+        if all(scheduled(cache, neurons, layer) for layer in range(layers)):
             shutil.rmtree(text, ignore_errors=True)
             links[tree / "scheduled_bm"] = scheduled_as_text(cache, neurons, layers, text)
         else:

@@ -42,6 +42,11 @@ def scheduled_file(cache: Path, neurons: int, what: str, layer: int) -> Path:
     return cache / f"neuron{neurons}" / f"n{neurons}-{what}-l{layer}.bin"
 
 
+def scheduled(cache: Path, neurons: int, layer: int) -> bool:
+    """Whether ``layer`` is in the cache: its row file is written last, and only once whole."""
+    return scheduled_file(cache, neurons, "row", layer).exists()
+
+
 def scheduled_as_text(cache: Path, neurons: int, layers: int, dest: Path) -> Path:
     """The first ``layers`` of the binary cache written as the unpatched peers' text cache in
     ``dest`` (``neuron{N}/n{N}-weight-l{i}.tsv``, ``-row-``): the lines their own writer makes,
@@ -99,10 +104,7 @@ def schedule(binary: Path, mode: str, case: dict, args) -> dict:
     cache = folder / "scheduled"
     cache.mkdir(parents=True, exist_ok=True)
 
-    def done(layer: int) -> bool:
-        return scheduled_file(cache, neurons, "row", layer).exists()
-
-    missing = [layer for layer in range(layers) if not done(layer)]
+    missing = [layer for layer in range(layers) if not scheduled(cache, neurons, layer)]
     if not missing:
         return {"seconds": 0.0, "cached": True}
     started = time.perf_counter()
@@ -112,7 +114,11 @@ def schedule(binary: Path, mode: str, case: dict, args) -> dict:
     tiny.write_text("1\t1\t1\n")
     common = ["--input", str(tiny), "--cache", str(cache), "--schedule-only", "-b", "1000"]
     for at in range(0, len(ranges), args.schedule_workers):
-        wave = [r for r in ranges[at : at + args.schedule_workers] if not all(done(x) for x in range(*r))]
+        wave = [
+            r
+            for r in ranges[at : at + args.schedule_workers]
+            if not all(scheduled(cache, neurons, x) for x in range(*r))
+        ]
         if not wave:
             continue
         if case["streamed"]:
@@ -129,6 +135,6 @@ def schedule(binary: Path, mode: str, case: dict, args) -> dict:
                 (case["files"]["weights"] / f"n{neurons}-l{index}.tsv").unlink(missing_ok=True)
         if time.perf_counter() - started > args.timeout_s:
             break
-    left = sum(not done(layer) for layer in range(layers))
+    left = sum(not scheduled(cache, neurons, layer) for layer in range(layers))
     result = {"seconds": time.perf_counter() - started, "cached": False, "ok": left == 0}
     return result if left == 0 else {**result, "layers_left": left, "note": "run again to go on"}

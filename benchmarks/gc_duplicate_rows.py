@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from benchmarks.harness import RESULTS, log, write_result
+from benchmarks.harness import DEFAULT_DATA, RESULTS, log, write_result
+from spartan_py.engines.shared.duplicate_rows import representatives
 
 DEFAULT_CASES = "proxy,generated:1024x120:60000,generated:4096x64:60000,generated:65536x40:6000"
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "graph-challenge"
 
 
 def distinct_rows(matrix: sp.csr_matrix) -> tuple[int, int]:
@@ -50,13 +50,14 @@ def distinct_rows(matrix: sp.csr_matrix) -> tuple[int, int]:
     hashes = np.zeros(live.size, dtype=np.uint64)
     np.add.at(hashes, entry_rows, mixed)
     hashes ^= np.diff(rows.indptr).astype(np.uint64) * np.uint64(0x165667B19E3779F9)
-    _, first, group = np.unique(hashes, return_index=True, return_inverse=True)
-    representative = first[group.ravel()]
-    difference = rows - rows[representative]
-    equal = np.diff(sp.csr_matrix(difference).indptr) == 0  # sp subtraction drops exact zeros
-    equal &= lengths[live] == lengths[live][representative]
-    own = representative == np.arange(live.size)
-    return int(live.size), int(np.count_nonzero(own | ~equal))
+    row_lengths = lengths[live]
+
+    def equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        difference = sp.csr_matrix(rows[a] - rows[b])  # sp subtraction drops exact zeros
+        return (np.diff(difference.indptr) == 0) & (row_lengths[a] == row_lengths[b])
+
+    kept_by = representatives(hashes, equal)
+    return int(live.size), int(np.count_nonzero(kept_by == np.arange(live.size)))
 
 
 def _case(text: str, data: Path):

@@ -292,10 +292,10 @@ class CpuEngine(Engine):
             return same
 
         kept_by = representatives(hashes, equal)
-        keep = np.flatnonzero(kept_by == np.arange(in_use.size))
-        if keep.size == in_use.size:
+        own = kept_by == np.arange(in_use.size)
+        if own.all():
             return None
-        dropped = np.flatnonzero(kept_by != np.arange(in_use.size))
+        keep, dropped = np.flatnonzero(own), np.flatnonzero(~own)
         position = np.searchsorted(rows, lane_rows[in_use])
         copies.merge(position[dropped], position[kept_by[dropped]])
         weight = np.zeros(in_use.size, dtype=np.int64)
